@@ -23,7 +23,9 @@ class UserError(Exception):
 
 
 def debug_enabled() -> bool:
-    return any(os.environ.get(v, "") not in ("", "0") for v in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG"))
+    return any(
+        os.environ.get(v, "") not in ("", "0") for v in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")
+    )
 
 
 def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
