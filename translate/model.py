@@ -196,7 +196,7 @@ class Seq2SeqTransformer(nn.Module):
         src_padding_mask: Tensor | None = None,
         head_mask: dict[str, Tensor] | None = None,
     ) -> Tensor:
-        """Token ids ``src (B, S)``, ``src_padding_mask (B, S)`` True = pad -> memory ``(B, S, D)``."""
+        """Token ids ``src (B, S)``, ``src_padding_mask (B, S)`` (True = pad) -> ``(B, S, D)``."""
         return self._encode(src, src_padding_mask, False, head_mask)[0]
 
     def decode(
