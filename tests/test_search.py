@@ -19,9 +19,12 @@ V = 30
 SPECIAL = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
 
-def tiny(seed):
+def tiny(seed, impl="manual"):
     torch.manual_seed(seed)
-    return Seq2SeqTransformer(vocab_size=V, d_model=16, num_heads=2, d_ff=32, dropout=0.0).eval()
+    model = Seq2SeqTransformer(
+        vocab_size=V, d_model=16, num_heads=2, d_ff=32, dropout=0.0, attention_impl=impl
+    )
+    return model.eval()
 
 
 class Rigged:
@@ -103,12 +106,13 @@ def test_beam_size_one_is_greedy(seed, rig):
         == greedy
     )
     if rig:  # the rig does what it is for: some outputs end early with EOS
-        assert any(len(h) < lim for h, lim in zip(greedy, max_lengths(mask, src, 1.5, 10)))
+        assert any(len(h) < lim for h, lim in zip(greedy, max_lengths(src, mask, 1.5, 10)))
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_greedy_cache_gives_the_same_tokens_as_recomputing(seed):
-    for model in (tiny(seed), eos_prone(seed)):
+@pytest.mark.parametrize("impl", ["manual", "sdpa"])
+def test_greedy_cache_gives_the_same_tokens_as_recomputing(seed, impl):
+    for model in (tiny(seed, impl), Rigged(tiny(seed, impl), bias=-4.0, slope=0.6)):
         src, mask = batch(seed)
         cached = greedy_search(model, src, mask, **SPECIAL)
         assert greedy_search(model, src, mask, use_cache=False, **SPECIAL) == cached
@@ -133,19 +137,25 @@ def test_outputs_in_input_order_and_independent_of_the_batch(search):
         assert run(src[perm], mask[perm]) == [together[i] for i in perm.tolist()]
 
 
-@pytest.mark.parametrize("a, b", [(1.5, 3), (0.0, 4), (2.0, 0)])
+@pytest.mark.parametrize("a, b", [(1.5, 3), (0.0, 4), (2.0, 0), (0.0, 0)])
 def test_max_length_is_int_a_times_src_len_plus_b_without_eos(a, b):
     model = Rigged(tiny(0), bias=float("-inf"))  # never EOS: every output runs to its limit
     lengths = (5, 2, 7, 1)
     src, mask = batch(0, lengths)
     limits = [int(a * n + b) for n in lengths]
-    assert max_lengths(mask, src, a, b) == limits
+    assert max_lengths(src, mask, a, b) == limits
     for out in (
         greedy_search(model, src, mask, max_len_a=a, max_len_b=b, **SPECIAL),
         greedy_search(model, src, mask, max_len_a=a, max_len_b=b, use_cache=False, **SPECIAL),
         beam_search(model, src, mask, beam_size=3, max_len_a=a, max_len_b=b, **SPECIAL),
     ):
         assert [len(h) for h in out] == limits
+
+
+def test_an_empty_batch_gives_no_outputs():
+    src, mask = torch.zeros(0, 5, dtype=torch.long), torch.zeros(0, 5, dtype=torch.bool)
+    assert greedy_search(tiny(0), src, mask, **SPECIAL) == []
+    assert beam_search(tiny(0), src, mask, beam_size=3, **SPECIAL) == []
 
 
 def test_a_model_that_always_prefers_eos_gives_empty_outputs():
@@ -171,7 +181,7 @@ def test_beam_finds_a_model_score_at_least_greedys(seed):
     # models a regression in scoring or beam bookkeeping would show up here.
     model = eos_prone(seed)
     src, mask = batch(seed)
-    limits = max_lengths(mask, src, 1.5, 10)
+    limits = max_lengths(src, mask, 1.5, 10)
     greedy = greedy_search(model, src, mask, **SPECIAL)
     beam = beam_search(model, src, mask, beam_size=5, length_penalty=0.0, **SPECIAL)
     for i, n in enumerate(limits):
@@ -188,7 +198,7 @@ def test_beam_scores_match_the_model_recomputed_without_cache(length_penalty):
     for seed in range(3):
         model = eos_prone(seed)
         src, mask = batch(seed)
-        limits = max_lengths(mask, src, 1.5, 10)
+        limits = max_lengths(src, mask, 1.5, 10)
         best = scored_beam_search(
             model,
             src,

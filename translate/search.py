@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 
-def max_lengths(src_padding_mask: Tensor | None, src: Tensor, a: float, b: float) -> list[int]:
+def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float) -> list[int]:
     """Per-row output limit ``int(a * src_len + b)`` (at least 0); ``src (B, S)``."""
     if src_padding_mask is None:
         src_lens = [src.size(1)] * src.size(0)
@@ -66,7 +66,9 @@ def greedy_search(
         ``B`` lists of token ids (no BOS/EOS), in input order.
     """
     B = src.size(0)
-    limits = torch.tensor(max_lengths(src_padding_mask, src, max_len_a, max_len_b))
+    if B == 0:
+        return []
+    limits = torch.tensor(max_lengths(src, src_padding_mask, max_len_a, max_len_b))
     memory = model.encode(src, src_padding_mask)  # (B, S, D)
     mask = src_padding_mask
     cache = model.new_cache() if use_cache else None
@@ -163,7 +165,9 @@ def scored_beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     B, K, device = src.size(0), beam_size, src.device
-    limits = torch.tensor(max_lengths(src_padding_mask, src, max_len_a, max_len_b))
+    if B == 0:
+        return []
+    limits = torch.tensor(max_lengths(src, src_padding_mask, max_len_a, max_len_b))
     memory = model.encode(src, src_padding_mask).repeat_interleave(K, dim=0)  # (B*K, S, D)
     mask = None if src_padding_mask is None else src_padding_mask.repeat_interleave(K, dim=0)
     cache = model.new_cache()
