@@ -109,6 +109,23 @@ def test_beam_size_one_is_greedy(seed, rig):
         assert any(len(h) < lim for h, lim in zip(greedy, max_lengths(src, mask, 1.5, 10)))
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_search_under_bf16_autocast(device):
+    # Scores stay float32 whatever the model computes in; the properties hold on any device.
+    model = Rigged(tiny(0, "sdpa").to(device), bias=-4.0, slope=0.6)
+    src, mask = (x.to(device) for x in batch(0))
+    with torch.autocast(device, dtype=torch.bfloat16):
+        greedy = greedy_search(model, src, mask, **SPECIAL)
+        # (cache vs. recompute is only compared in float32: bf16 rounding can break near-ties)
+        assert beam_search(model, src, mask, beam_size=1, **SPECIAL) == greedy
+        beam = beam_search(model, src, mask, beam_size=4, **SPECIAL)
+    limits = max_lengths(src, mask, 1.5, 10)
+    assert all(len(h) <= n and EOS not in h for h, n in zip(beam, limits))
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("impl", ["manual", "sdpa"])
 def test_greedy_cache_gives_the_same_tokens_as_recomputing(seed, impl):
