@@ -1,0 +1,603 @@
+"""Write the built-in sample corpus (``data=sample``): German-English pairs from our own word lists
+and sentence templates, with German conjugation, case, gender and adjective endings done right.
+
+    python scripts/make_sample_corpus.py            # rewrites translate/resources/sample/
+
+The output depends only on ``--seed`` and the sizes. Every German sentence appears once in the
+whole corpus, and no validation or test pair shares its German or its English with a training pair.
+The templates cover word order a model has to learn (verb-second after a fronted time phrase,
+verb-final in subordinate clauses and after modals and in the perfect, questions, negation with
+``nicht`` and ``kein``), so the task is small but not word-for-word.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parents[1] / "translate" / "resources" / "sample"
+
+# ------------------------------------------------------------------------ word lists
+
+PRONOUNS = [  # (german, person 0..5 = ich du er/sie wir ihr sie, english)
+    ("ich", 0, "I"), ("du", 1, "you"), ("er", 2, "he"), ("sie", 2, "she"),
+    ("wir", 3, "we"), ("ihr", 4, "you"), ("sie", 5, "they"),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Noun:
+    de: str
+    gender: str  # m, f, n
+    de_pl: str | None  # None: a mass noun (no plural, no indefinite article)
+    en: str
+    en_pl: str | None
+    tags: frozenset[str]
+    weak: str | None = None  # accusative/dative singular of weak masculines: den Jungen
+
+
+def noun(de, gender, de_pl, en, en_pl, tags, weak=None) -> Noun:
+    return Noun(de, gender, de_pl, en, en_pl, frozenset(tags.split()), weak)
+
+
+PEOPLE = [
+    noun("Mann", "m", "Männer", "man", "men", "person"),
+    noun("Frau", "f", "Frauen", "woman", "women", "person"),
+    noun("Kind", "n", "Kinder", "child", "children", "person"),
+    noun("Junge", "m", "Jungen", "boy", "boys", "person", weak="Jungen"),
+    noun("Mädchen", "n", "Mädchen", "girl", "girls", "person"),
+    noun("Lehrer", "m", "Lehrer", "teacher", "teachers", "person"),
+    noun("Lehrerin", "f", "Lehrerinnen", "teacher", "teachers", "person"),
+    noun("Arzt", "m", "Ärzte", "doctor", "doctors", "person"),
+    noun("Ärztin", "f", "Ärztinnen", "doctor", "doctors", "person"),
+    noun("Student", "m", "Studenten", "student", "students", "person", weak="Studenten"),
+    noun("Nachbar", "m", "Nachbarn", "neighbour", "neighbours", "person", weak="Nachbarn"),
+    noun("Nachbarin", "f", "Nachbarinnen", "neighbour", "neighbours", "person"),
+    noun("Koch", "m", "Köche", "cook", "cooks", "person"),
+    noun("Freund", "m", "Freunde", "friend", "friends", "person"),
+    noun("Freundin", "f", "Freundinnen", "friend", "friends", "person"),
+    noun("Bruder", "m", "Brüder", "brother", "brothers", "person family"),
+    noun("Schwester", "f", "Schwestern", "sister", "sisters", "person family"),
+    noun("Vater", "m", "Väter", "father", "fathers", "person family"),
+    noun("Mutter", "f", "Mütter", "mother", "mothers", "person family"),
+    noun("Großvater", "m", "Großväter", "grandfather", "grandfathers", "person family"),
+    noun("Großmutter", "f", "Großmütter", "grandmother", "grandmothers", "person family"),
+]
+
+OBJECTS = [
+    noun("Apfel", "m", "Äpfel", "apple", "apples", "food"),
+    noun("Banane", "f", "Bananen", "banana", "bananas", "food"),
+    noun("Kuchen", "m", "Kuchen", "cake", "cakes", "food"),
+    noun("Ei", "n", "Eier", "egg", "eggs", "food cook"),
+    noun("Tomate", "f", "Tomaten", "tomato", "tomatoes", "food"),
+    noun("Orange", "f", "Orangen", "orange", "oranges", "food"),
+    noun("Kartoffel", "f", "Kartoffeln", "potato", "potatoes", "food cook"),
+    noun("Suppe", "f", "Suppen", "soup", "soups", "food cook"),
+    noun("Salat", "m", "Salate", "salad", "salads", "food"),
+    noun("Fisch", "m", "Fische", "fish", "fish", "food cook"),
+    noun("Keks", "m", "Kekse", "biscuit", "biscuits", "food"),
+    noun("Brot", "n", None, "bread", None, "food"),
+    noun("Käse", "m", None, "cheese", None, "food"),
+    noun("Reis", "m", None, "rice", None, "food cook"),
+    noun("Fleisch", "n", None, "meat", None, "food cook"),
+    noun("Schokolade", "f", None, "chocolate", None, "food"),
+    noun("Kaffee", "m", None, "coffee", None, "drink"),
+    noun("Tee", "m", None, "tea", None, "drink"),
+    noun("Wasser", "n", None, "water", None, "drink"),
+    noun("Milch", "f", None, "milk", None, "drink"),
+    noun("Saft", "m", None, "juice", None, "drink"),
+    noun("Wein", "m", None, "wine", None, "drink"),
+    noun("Buch", "n", "Bücher", "book", "books", "read write"),
+    noun("Zeitung", "f", "Zeitungen", "newspaper", "newspapers", "read"),
+    noun("Brief", "m", "Briefe", "letter", "letters", "read write open lose"),
+    noun("Zeitschrift", "f", "Zeitschriften", "magazine", "magazines", "read"),
+    noun("Geschichte", "f", "Geschichten", "story", "stories", "read write"),
+    noun("Roman", "m", "Romane", "novel", "novels", "read write"),
+    noun("Gedicht", "n", "Gedichte", "poem", "poems", "read write"),
+    noun("Nachricht", "f", "Nachrichten", "message", "messages", "read write"),
+    noun("Tasche", "f", "Taschen", "bag", "bags", "thing open carry lose"),
+    noun("Schlüssel", "m", "Schlüssel", "key", "keys", "thing lose"),
+    noun("Stuhl", "m", "Stühle", "chair", "chairs", "thing carry repair"),
+    noun("Tisch", "m", "Tische", "table", "tables", "thing repair"),
+    noun("Lampe", "f", "Lampen", "lamp", "lamps", "thing carry repair"),
+    noun("Fahrrad", "n", "Fahrräder", "bicycle", "bicycles", "thing wash repair"),
+    noun("Auto", "n", "Autos", "car", "cars", "thing wash repair"),
+    noun("Uhr", "f", "Uhren", "watch", "watches", "thing repair lose"),
+    noun("Hut", "m", "Hüte", "hat", "hats", "thing lose"),
+    noun("Jacke", "f", "Jacken", "jacket", "jackets", "thing wash"),
+    noun("Tasse", "f", "Tassen", "cup", "cups", "thing wash carry"),
+    noun("Flasche", "f", "Flaschen", "bottle", "bottles", "thing open carry"),
+    noun("Fenster", "n", "Fenster", "window", "windows", "thing open wash"),
+    noun("Tür", "f", "Türen", "door", "doors", "thing open repair paint"),
+    noun("Kiste", "f", "Kisten", "box", "boxes", "thing open carry"),
+    noun("Computer", "m", "Computer", "computer", "computers", "thing repair"),
+    noun("Telefon", "n", "Telefone", "phone", "phones", "thing repair lose"),
+    noun("Ball", "m", "Bälle", "ball", "balls", "thing lose"),
+    noun("Bild", "n", "Bilder", "picture", "pictures", "thing carry"),
+    noun("Haus", "n", "Häuser", "house", "houses", "thing paint"),
+    noun("Blume", "f", "Blumen", "flower", "flowers", "thing paint carry"),
+    noun("Regenschirm", "m", "Regenschirme", "umbrella", "umbrellas", "thing lose"),
+    noun("Teller", "m", "Teller", "plate", "plates", "thing wash carry"),
+    noun("Koffer", "m", "Koffer", "suitcase", "suitcases", "thing open carry"),
+    noun("Hund", "m", "Hunde", "dog", "dogs", "animal paint"),
+    noun("Katze", "f", "Katzen", "cat", "cats", "animal paint"),
+    noun("Pferd", "n", "Pferde", "horse", "horses", "animal paint"),
+    noun("Vogel", "m", "Vögel", "bird", "birds", "animal paint"),
+    noun("Kuh", "f", "Kühe", "cow", "cows", "animal"),
+    noun("Maus", "f", "Mäuse", "mouse", "mice", "animal"),
+    noun("Hase", "m", "Hasen", "rabbit", "rabbits", "animal", weak="Hasen"),
+    noun("Ente", "f", "Enten", "duck", "ducks", "animal"),
+]
+
+ADJECTIVES = {  # tag -> (german stem, english)
+    "person": [("alt", "old"), ("jung", "young"), ("nett", "nice"), ("müde", "tired"),
+               ("glücklich", "happy"), ("hungrig", "hungry"), ("krank", "sick"),
+               ("traurig", "sad"), ("ruhig", "quiet"), ("fleißig", "busy")],
+    "food": [("frisch", "fresh"), ("lecker", "tasty"), ("warm", "warm"), ("kalt", "cold"),
+             ("süß", "sweet"), ("groß", "big"), ("klein", "small")],
+    "drink": [("kalt", "cold"), ("heiß", "hot"), ("frisch", "fresh"), ("süß", "sweet"),
+              ("warm", "warm")],
+    "read": [("neu", "new"), ("alt", "old"), ("interessant", "interesting"),
+             ("langweilig", "boring"), ("lang", "long"), ("kurz", "short"),
+             ("spannend", "exciting")],
+    "thing": [("rot", "red"), ("blau", "blue"), ("grün", "green"), ("schwarz", "black"),
+              ("weiß", "white"), ("groß", "big"), ("klein", "small"), ("neu", "new"),
+              ("alt", "old"), ("schön", "beautiful"), ("teuer", "expensive"),
+              ("billig", "cheap"), ("schwer", "heavy")],
+    "animal": [("klein", "little"), ("groß", "big"), ("schwarz", "black"), ("weiß", "white"),
+               ("jung", "young"), ("alt", "old"), ("braun", "brown"), ("hungrig", "hungry")],
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Verb:
+    forms: tuple[str, ...]  # ich du er wir ihr sie
+    participle: str
+    en: tuple[str, str, str, str]  # base, 3rd singular, past, past participle
+    objects: frozenset[str]
+
+    @property
+    def infinitive(self) -> str:
+        return self.forms[3]
+
+
+def verb(forms, participle, en, objects) -> Verb:
+    if isinstance(forms, str):  # a regular stem: kauf -> kaufe kaufst kauft kaufen kauft kaufen
+        forms = [forms + e for e in ("e", "st", "t", "en", "t", "en")]
+    return Verb(tuple(forms), participle, tuple(en.split("|")), frozenset(objects.split()))
+
+
+HABEN = ["habe", "hast", "hat", "haben", "habt", "haben"]
+VERBS = [
+    verb(["sehe", "siehst", "sieht", "sehen", "seht", "sehen"], "gesehen",
+         "see|sees|saw|seen", "animal thing person food read"),
+    verb("kauf", "gekauft", "buy|buys|bought|bought", "food drink read thing animal"),
+    verb(["lese", "liest", "liest", "lesen", "lest", "lesen"], "gelesen",
+         "read|reads|read|read", "read"),
+    verb("schreib", "geschrieben", "write|writes|wrote|written", "write"),
+    verb("trink", "getrunken", "drink|drinks|drank|drunk", "drink"),
+    verb(["esse", "isst", "isst", "essen", "esst", "essen"], "gegessen",
+         "eat|eats|ate|eaten", "food"),
+    verb("koch", "gekocht", "cook|cooks|cooked|cooked", "cook"),
+    verb("such", "gesucht", "look for|looks for|looked for|looked for", "thing animal person"),
+    verb(["finde", "findest", "findet", "finden", "findet", "finden"], "gefunden",
+         "find|finds|found|found", "thing animal read"),
+    verb("brauch", "gebraucht", "need|needs|needed|needed", "thing food drink read"),
+    verb(["nehme", "nimmst", "nimmt", "nehmen", "nehmt", "nehmen"], "genommen",
+         "take|takes|took|taken", "thing food read"),
+    verb(HABEN, "gehabt",
+         "have|has|had|had", "thing animal"),
+    verb(["mag", "magst", "mag", "mögen", "mögt", "mögen"], "gemocht",
+         "like|likes|liked|liked", "food drink animal person read"),
+    verb("bring", "gebracht", "bring|brings|brought|brought", "thing food drink read"),
+    verb("verkauf", "verkauft", "sell|sells|sold|sold", "thing animal read food"),
+    verb(["wasche", "wäschst", "wäscht", "waschen", "wascht", "waschen"], "gewaschen",
+         "wash|washes|washed|washed", "wash"),
+    verb(["vergesse", "vergisst", "vergisst", "vergessen", "vergesst", "vergessen"], "vergessen",
+         "forget|forgets|forgot|forgotten", "thing read"),
+    verb(["trage", "trägst", "trägt", "tragen", "tragt", "tragen"], "getragen",
+         "carry|carries|carried|carried", "carry"),
+    verb(["öffne", "öffnest", "öffnet", "öffnen", "öffnet", "öffnen"], "geöffnet",
+         "open|opens|opened|opened", "open"),
+    verb("besuch", "besucht", "visit|visits|visited|visited", "person"),
+    verb("frag", "gefragt", "ask|asks|asked|asked", "person"),
+    verb(["kenne", "kennst", "kennt", "kennen", "kennt", "kennen"], "gekannt",
+         "know|knows|knew|known", "person"),
+    verb(["treffe", "triffst", "trifft", "treffen", "trefft", "treffen"], "getroffen",
+         "meet|meets|met|met", "person"),
+    verb(["füttere", "fütterst", "füttert", "füttern", "füttert", "füttern"], "gefüttert",
+         "feed|feeds|fed|fed", "animal"),
+    verb("mal", "gemalt", "paint|paints|painted|painted", "paint"),
+    verb("reparier", "repariert", "repair|repairs|repaired|repaired", "repair"),
+    verb(["verliere", "verlierst", "verliert", "verlieren", "verliert", "verlieren"], "verloren",
+         "lose|loses|lost|lost", "lose"),
+]  # fmt: skip
+
+MODALS = [  # forms, english for 3rd singular / others
+    (["kann", "kannst", "kann", "können", "könnt", "können"], "can", "can"),
+    (["will", "willst", "will", "wollen", "wollt", "wollen"], "wants to", "want to"),
+    (["muss", "musst", "muss", "müssen", "müsst", "müssen"], "must", "must"),
+    (["möchte", "möchtest", "möchte", "möchten", "möchtet", "möchten"],
+     "would like to", "would like to"),
+]  # fmt: skip
+SEIN = ["bin", "bist", "ist", "sind", "seid", "sind"]
+BE = ["am", "are", "is", "are", "are", "are"]
+
+PLACES = [
+    ("im Park", "in the park"), ("im Garten", "in the garden"), ("in der Küche", "in the kitchen"),
+    ("in der Schule", "at school"), ("im Büro", "in the office"), ("am Bahnhof", "at the station"),
+    ("zu Hause", "at home"), ("in der Stadt", "in town"), ("im Café", "in the café"),
+    ("auf dem Markt", "at the market"), ("in der Bibliothek", "in the library"),
+    ("im Zug", "on the train"), ("im Bus", "on the bus"), ("am See", "at the lake"),
+    ("im Restaurant", "in the restaurant"), ("im Supermarkt", "at the supermarket"),
+    ("am Strand", "on the beach"), ("im Wald", "in the forest"),
+]  # fmt: skip
+TIMES_NOW = [
+    ("heute", "today"), ("jeden Tag", "every day"), ("jeden Morgen", "every morning"),
+    ("am Abend", "in the evening"), ("am Wochenende", "at the weekend"), ("jetzt", "now"),
+    ("am Montag", "on Monday"), ("am Sonntag", "on Sunday"), ("im Sommer", "in summer"),
+    ("im Winter", "in winter"),
+]  # fmt: skip
+TIMES_PAST = [
+    ("gestern", "yesterday"), ("letzte Woche", "last week"), ("letztes Jahr", "last year"),
+    ("gestern Abend", "last night"), ("am Freitag", "on Friday"),
+    ("vor zwei Tagen", "two days ago"),
+]  # fmt: skip
+FREQUENCY = [("oft", "often"), ("immer", "always"), ("manchmal", "sometimes"),
+             ("selten", "rarely"), ("nie", "never")]  # fmt: skip
+NUMBERS = [("zwei", "two"), ("drei", "three"), ("vier", "four"), ("fünf", "five"),
+           ("viele", "many")]  # fmt: skip
+OPINIONS = [("ich glaube", "I think"), ("sie sagt", "she says"), ("wir wissen", "we know"),
+            ("er hofft", "he hopes"), ("es ist klar", "it is clear"),
+            ("meine Mutter sagt", "my mother says")]  # fmt: skip
+
+# ------------------------------------------------------------------------ grammar
+
+# Determiners by (kind, case) -> [m, f, n, plural]; None: no article.
+DETERMINERS = {
+    ("def", "nom"): ["der", "die", "das", "die"],
+    ("def", "acc"): ["den", "die", "das", "die"],
+    ("def", "dat"): ["dem", "der", "dem", "den"],
+    ("indef", "nom"): ["ein", "eine", "ein", None],
+    ("indef", "acc"): ["einen", "eine", "ein", None],
+    ("indef", "dat"): ["einem", "einer", "einem", None],
+    ("kein", "acc"): ["keinen", "keine", "kein", "keine"],
+}
+POSSESSIVES = [("mein", "my"), ("dein", "your"), ("sein", "his"), ("ihr", "her"), ("unser", "our")]
+POSSESSIVE_ENDINGS = {"nom": ["", "e", "", "e"], "acc": ["en", "e", "", "e"],
+                      "dat": ["em", "er", "em", "en"]}  # fmt: skip
+# Adjective endings after a definite article, after ein/kein/mein, and with no article.
+WEAK = {"nom": ["e", "e", "e", "en"], "acc": ["en", "e", "e", "en"], "dat": ["en"] * 4}
+MIXED = {"nom": ["er", "e", "es", "en"], "acc": ["en", "e", "es", "en"], "dat": ["en"] * 4}
+STRONG = {"nom": ["er", "e", "es", "e"], "acc": ["en", "e", "es", "e"],
+          "dat": ["em", "er", "em", "en"]}  # fmt: skip
+SLOT = {"m": 0, "f": 1, "n": 2}
+SPOUSES = {"Mann": ("husband", "husbands"), "Frau": ("wife", "wives")}
+
+
+def a_or_an(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def adjective(stem: str, ending: str) -> str:
+    if stem == "teuer" and ending:
+        return "teur" + ending  # teure, teuren
+    if stem.endswith("e") and ending.startswith("e"):
+        return stem + ending[1:]  # müde -> müden
+    return stem + ending
+
+
+def noun_phrase(rng, n: Noun, case: str, kind: str, plural: bool, adj=None) -> tuple[str, str]:
+    """German and English for ``n`` with determiner ``kind`` (def, indef, poss, kein, number)
+    and an optional (german stem, english) adjective."""
+    slot = 3 if plural else SLOT[n.gender]
+    de_noun = n.de_pl if plural else (n.weak if n.weak and case != "nom" else n.de)
+    if plural and case == "dat" and not de_noun.endswith(("n", "s")):
+        de_noun += "n"  # mit den Kindern
+    if kind == "poss":
+        stem, en_det = rng.choice(POSSESSIVES)
+        de_det, endings = stem + POSSESSIVE_ENDINGS[case][slot], MIXED
+    elif kind == "number":
+        (de_det, en_det), endings = rng.choice(NUMBERS), STRONG
+    else:
+        mass = n.de_pl is None
+        de_det = None if kind == "indef" and mass else DETERMINERS[(kind, case)][slot]
+        endings = WEAK if kind == "def" else MIXED if de_det else STRONG
+        count_singular = not plural and not mass
+        en_det = "the" if kind == "def" else "a" if kind == "indef" and count_singular else ""
+    de_words = [de_det] if de_det else []
+    en_words = [en_det] if en_det else []
+    if adj:
+        de_words.append(adjective(adj[0], endings[case][slot]))
+        en_words.append(adj[1])
+    de_words.append(de_noun)
+    en_noun = n.en_pl if plural else n.en
+    if kind == "poss" and n.de in SPOUSES:  # meine Frau: my wife
+        en_noun = SPOUSES[n.de][plural]
+    en_words.append(en_noun)
+    if en_words[0] == "a":
+        en_words[0] = a_or_an(en_words[1])
+    return " ".join(de_words), " ".join(en_words)
+
+
+# ------------------------------------------------------------------------ sentences
+
+
+class Generator:
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+
+    def maybe(self, p: float) -> bool:
+        return self.rng.random() < p
+
+    def adj(self, n: Noun, p: float):
+        if not self.maybe(p):
+            return None
+        tag = next(t for t in ("person", "food", "drink", "read", "animal", "thing") if t in n.tags)
+        return self.rng.choice(ADJECTIVES[tag])
+
+    def phrase(self, n: Noun, case: str, kinds=("def", "indef", "poss"), p_plural=0.3, p_adj=0.3):
+        """(german, english, person) for a noun phrase; mass nouns take no article or the."""
+        plural = n.de_pl is not None and self.maybe(p_plural)
+        kind = self.rng.choice(kinds)
+        de, en = noun_phrase(self.rng, n, case, kind, plural, self.adj(n, p_adj))
+        return de, en, 5 if plural else 2
+
+    def subject(self, p_pronoun=0.45):
+        if self.maybe(p_pronoun):
+            de, person, en = self.rng.choice(PRONOUNS)
+            return de, en, person
+        return self.phrase(self.rng.choice(PEOPLE), "nom")
+
+    def verb_and_object(self, case="acc", kinds=("def", "indef", "poss")):
+        v = self.rng.choice(VERBS)
+        candidates = [n for n in OBJECTS + PEOPLE if n.tags & v.objects]
+        de, en, _ = self.phrase(self.rng.choice(candidates), case, kinds)
+        return v, de, en
+
+    def sentence(self) -> tuple[str, str]:
+        templates = [
+            (self.simple, 18), (self.fronted_time, 10), (self.time_inside, 8),
+            (self.frequency, 6), (self.negation, 8), (self.kein, 6), (self.question, 9),
+            (self.modal, 10), (self.perfect, 10), (self.dass, 6), (self.weil, 5),
+            (self.predicate, 6), (self.coordination, 5), (self.there_is, 5),
+        ]  # fmt: skip
+        fn = self.rng.choices([t for t, _ in templates], [w for _, w in templates])[0]
+        de, en, end = fn()
+        return _finish(de, end), _finish(en, end)
+
+    # Each template returns (german, english, final punctuation).
+
+    def _place(self, p):
+        return self.rng.choice(PLACES) if self.maybe(p) else ("", "")
+
+    def simple(self):
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        with_de, with_en = ("", "")
+        if self.maybe(0.15):
+            c_de, c_en, _ = self.phrase(self.rng.choice(PEOPLE), "dat", ("def", "poss"), p_adj=0)
+            with_de, with_en = f"mit {c_de}", f"with {c_en}"
+        p_de, p_en = self._place(0.4)
+        return (
+            _join(s_de, v.forms[person], o_de, with_de, p_de),
+            _join(s_en, _en_present(v, person), o_en, with_en, p_en),
+            ".",
+        )
+
+    def fronted_time(self):
+        t_de, t_en = self.rng.choice(TIMES_NOW)
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        p_de, p_en = self._place(0.35)
+        return (
+            _join(t_de, v.forms[person], s_de, o_de, p_de),
+            _join(t_en, s_en, _en_present(v, person), o_en, p_en),
+            ".",
+        )
+
+    def time_inside(self):
+        t_de, t_en = self.rng.choice(TIMES_NOW)
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        p_de, p_en = self._place(0.5)
+        return (
+            _join(s_de, v.forms[person], t_de, o_de, p_de),
+            _join(s_en, _en_present(v, person), o_en, p_en, t_en),
+            ".",
+        )
+
+    def frequency(self):
+        f_de, f_en = self.rng.choice(FREQUENCY)
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        return (
+            _join(s_de, v.forms[person], f_de, o_de),
+            _join(s_en, f_en, _en_present(v, person), o_en),
+            ".",
+        )
+
+    def negation(self):
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object(kinds=("def", "poss"))
+        return (
+            _join(s_de, v.forms[person], o_de, "nicht"),
+            _join(s_en, _do(person), "not", v.en[0], o_en),
+            ".",
+        )
+
+    def kein(self):
+        s_de, s_en, person = self.subject()
+        v = self.rng.choice([v for v in VERBS if v.objects & {"food", "drink", "read", "thing"}])
+        n = self.rng.choice([n for n in OBJECTS if n.tags & v.objects])
+        plural = n.de_pl is not None and self.maybe(0.3)
+        o_de, o_en = noun_phrase(self.rng, n, "acc", "kein", plural, self.adj(n, 0.2))
+        o_en = ("any " + o_en) if plural or n.de_pl is None else _with_article(o_en)
+        return (
+            _join(s_de, v.forms[person], o_de),
+            _join(s_en, _do(person), "not", v.en[0], o_en),
+            ".",
+        )
+
+    def question(self):
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        p_de, p_en = self._place(0.3)
+        return (
+            _join(v.forms[person], s_de, o_de, p_de),
+            _join(_do(person), s_en, v.en[0], o_en, p_en),
+            "?",
+        )
+
+    def modal(self):
+        forms, en3, en_other = self.rng.choice(MODALS)
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        p_de, p_en = self._place(0.35)
+        return (
+            _join(s_de, forms[person], o_de, p_de, v.infinitive),
+            _join(s_en, en3 if person == 2 else en_other, v.en[0], o_en, p_en),
+            ".",
+        )
+
+    def perfect(self):
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        p_de, p_en = self._place(0.3)
+        haben = HABEN[person]
+        if self.maybe(0.5):
+            t_de, t_en = self.rng.choice(TIMES_PAST)
+            return (
+                _join(t_de, haben, s_de, o_de, p_de, v.participle),
+                _join(t_en, s_en, v.en[2], o_en, p_en),
+                ".",
+            )
+        return (
+            _join(s_de, haben, o_de, p_de, v.participle),
+            _join(s_en, "has" if person == 2 else "have", v.en[3], o_en, p_en),
+            ".",
+        )
+
+    def dass(self):
+        m_de, m_en = self.rng.choice(OPINIONS)
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        p_de, p_en = self._place(0.3)
+        return (
+            f"{m_de}, dass " + _join(s_de, o_de, p_de, v.forms[person]),
+            f"{m_en} that " + _join(s_en, _en_present(v, person), o_en, p_en),
+            ".",
+        )
+
+    def weil(self):
+        s_de, s_en, person = self.subject(p_pronoun=0.3)
+        v, o_de, o_en = self.verb_and_object()
+        r_de, r_person, r_en = self.rng.choice(PRONOUNS)
+        a_de, a_en = self.rng.choice(ADJECTIVES["person"])
+        return (
+            _join(s_de, v.forms[person], o_de) + f", weil {r_de} {a_de} {SEIN[r_person]}",
+            _join(s_en, _en_present(v, person), o_en, "because", r_en, BE[r_person], a_en),
+            ".",
+        )
+
+    def predicate(self):
+        if self.maybe(0.4):
+            s_de, s_en, person = self.subject()
+            a_de, a_en = self.rng.choice(ADJECTIVES["person"])
+        else:
+            n = self.rng.choice(OBJECTS)
+            s_de, s_en, person = self.phrase(n, "nom", ("def", "poss"), p_adj=0)
+            a_de, a_en = self.adj(n, 1.0)
+        very = self.maybe(0.3)
+        return (
+            _join(s_de, SEIN[person], "sehr" if very else "", a_de),
+            _join(s_en, BE[person], "very" if very else "", a_en),
+            ".",
+        )
+
+    def coordination(self):
+        (de1, en1), (de2, en2) = self._clause(), self._clause()
+        conj_de, conj_en = self.rng.choice([("und", "and"), ("aber", "but")])
+        comma = "," if conj_de == "aber" else ""
+        return f"{de1}{comma} {conj_de} {de2}", f"{en1}{comma} {conj_en} {en2}", "."
+
+    def _clause(self) -> tuple[str, str]:
+        s_de, s_en, person = self.subject()
+        v, o_de, o_en = self.verb_and_object()
+        return _join(s_de, v.forms[person], o_de), _join(s_en, _en_present(v, person), o_en)
+
+    def there_is(self):
+        n = self.rng.choice([n for n in OBJECTS if "animal" in n.tags or "thing" in n.tags])
+        p_de, p_en = self.rng.choice(PLACES)
+        if self.maybe(0.5):
+            o_de, o_en = noun_phrase(self.rng, n, "acc", "number", True, self.adj(n, 0.3))
+            return _join(p_de, "gibt es", o_de), _join("there are", o_en, p_en), "."
+        o_de, o_en = noun_phrase(self.rng, n, "acc", "indef", False, self.adj(n, 0.3))
+        return _join(p_de, "gibt es", o_de), _join("there is", o_en, p_en), "."
+
+
+def _with_article(en: str) -> str:
+    return f"{a_or_an(en)} {en}"
+
+
+def _en_present(v: Verb, person: int) -> str:
+    return v.en[1] if person == 2 else v.en[0]
+
+
+def _do(person: int) -> str:
+    return "does" if person == 2 else "do"
+
+
+def _join(*words: str) -> str:
+    return " ".join(w for w in words if w)
+
+
+def _finish(text: str, end: str) -> str:
+    return text[0].upper() + text[1:] + end
+
+
+# ------------------------------------------------------------------------ output
+
+
+def generate(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, str]]]:
+    gen = Generator(seed)
+    seen_de: set[str] = set()
+    train_en: set[str] = set()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for split, size in sizes.items():
+        pairs: list[tuple[str, str]] = []
+        split_en: set[str] = set()
+        while len(pairs) < size:
+            de, en = gen.sentence()
+            if de in seen_de or (split != "train" and (en in train_en or en in split_en)):
+                continue
+            seen_de.add(de)
+            split_en.add(en)
+            pairs.append((de, en))
+        if split == "train":
+            train_en = split_en
+        out[split] = pairs
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--train", type=int, default=3000)
+    parser.add_argument("--validation", type=int, default=200)
+    parser.add_argument("--test", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    sizes = {"train": args.train, "validation": args.validation, "test": args.test}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for split, pairs in generate(args.seed, sizes).items():
+        for i, lang in enumerate(("de", "en")):
+            text = "".join(pair[i] + "\n" for pair in pairs)
+            (args.out / f"{split}.{lang}").write_text(text, encoding="utf-8")
+        print(f"{split}: {len(pairs)} pairs")
+
+
+if __name__ == "__main__":
+    main()
