@@ -5,20 +5,26 @@ key made of the data source, a fingerprint of its training text and the tokenize
 the model settings: every job of a sweep that shares the data shares one file. The file is written
 to a temporary name and renamed, so a concurrent job sees either no file or a complete one.
 Checkpoints embed :attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
+
+:func:`encode_cached` caches the ids of a split the same way, keyed by the model's bytes and the
+text's fingerprint, so a second run skips encoding too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
 import re
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 
 from translate.errors import UserError
@@ -178,3 +184,40 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def text_fingerprint(columns: Mapping[str, Sequence[str]]) -> str:
+    """sha256 of the text of every language (sorted, so de->en and en->de share it)."""
+    digest = hashlib.sha256()
+    for lang in sorted(columns):
+        digest.update(f"{lang}\0{len(columns[lang])}\0".encode())
+        digest.update("\n".join(columns[lang]).encode())
+    return digest.hexdigest()
+
+
+def encode_cached(
+    tokenizer: Tokenizer, columns: Mapping[str, list[str]], fingerprint: str, cache_dir: Path
+) -> dict[str, list[np.ndarray]]:
+    """Ids of every sentence, cached by (tokenizer model bytes, text fingerprint)."""
+    model_hash = hashlib.sha256(tokenizer.model_proto).hexdigest()
+    key = hashlib.sha256(f"{model_hash}:{fingerprint}".encode()).hexdigest()[:24]
+    path = cache_dir / f"encoded-{key}.npz"
+    arrays = None
+    if path.is_file():
+        try:
+            with np.load(path) as stored:
+                arrays = {name: stored[name] for name in stored.files}
+        except (OSError, ValueError, zipfile.BadZipFile):
+            log.warning("tokenizer: ignoring unreadable cache file %s", path)
+    if arrays is None:
+        arrays = {}
+        for lang, texts in columns.items():
+            ids = tokenizer.encode(texts)
+            arrays[f"{lang}.offsets"] = np.cumsum([0] + [len(x) for x in ids], dtype=np.int64)
+            arrays[f"{lang}.ids"] = np.fromiter(itertools.chain.from_iterable(ids), np.int32)
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        atomic_write(path, buffer.getvalue())
+    return {
+        lang: np.split(arrays[f"{lang}.ids"], arrays[f"{lang}.offsets"][1:-1]) for lang in columns
+    }
