@@ -71,6 +71,11 @@ def test_release_folder_counts_skip_tags_and_extract_segs():
     assert pairs(release.split("tst2012", ("de", "en"))) == [test[3]]
 
 
+def test_release_without_its_files_says_what_path_must_be(tmp_path):
+    with pytest.raises(UserError, match=r"train\.tags\.de-en\.de not found.*de-en\.tgz"):
+        sources.IwsltRelease(tmp_path).split("train", ("de", "en"))
+
+
 def test_release_archive_reads_like_the_folder(tmp_path):
     archive = tmp_path / "de-en.tgz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -285,8 +290,8 @@ def test_non_utf8_in_gzip_names_file_and_line(tmp_path):
 
 def test_empty_training_split(tmp_path):
     folder = copy_text(tmp_path, train_de=b"", train_en=b"")
-    assert "training split 'train'" in corpus_error(tmp_path, f"dir={folder}")
-    assert "has no pairs" in corpus_error(tmp_path, f"dir={folder}")
+    message = corpus_error(tmp_path, f"dir={folder}")
+    assert "training split 'train'" in message and "has no pairs" in message
 
 
 def test_everything_filtered_out(tmp_path):

@@ -183,7 +183,10 @@ class IwsltRelease:
 
     def _read(self, name: str) -> list[str]:
         if name not in self._files:
-            raise UserError(f"{name} not found in {self.path} (is it the {self.pair} release?)")
+            raise UserError(
+                f"{name} not found in {self.path}: data.path must be the IWSLT 2017 release "
+                f"archive {self.pair}.tgz or the {self.pair}/ folder it extracts to"
+            )
         item = self._files[name]
         if isinstance(item, Path):
             return read_lines(item)
