@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -74,6 +75,18 @@ def test_release_folder_counts_skip_tags_and_extract_segs():
 def test_release_without_its_files_says_what_path_must_be(tmp_path):
     with pytest.raises(UserError, match=r"train\.tags\.de-en\.de not found.*de-en\.tgz"):
         sources.IwsltRelease(tmp_path).split("train", ("de", "en"))
+
+
+def test_release_with_unaligned_segs_names_both_files(tmp_path):
+    folder = tmp_path / "de-en"
+    shutil.copytree(RELEASE / "de-en", folder)
+    en = folder / "IWSLT17.TED.tst2013.de-en.en.xml"
+    en.write_text(en.read_text().replace('<seg id="1">', '<sex id="1">'))
+    with pytest.raises(UserError) as err:
+        sources.IwsltRelease(tmp_path).split("test", ("de", "en"))
+    message = str(err.value)
+    assert f"{folder / 'IWSLT17.TED.tst2013.de-en.de.xml'} has 1 <seg> lines" in message
+    assert f"{en} has 0" in message
 
 
 def test_release_archive_reads_like_the_folder(tmp_path):

@@ -190,12 +190,17 @@ class IwsltRelease:
         item = self._files[name]
         if isinstance(item, Path):
             return read_lines(item)
-        return split_lines(decode_utf8(item, f"{self.path}:{name}"))
+        return split_lines(decode_utf8(item, self._where(name)))
+
+    def _where(self, name: str) -> str:
+        """The file ``name`` as an error message names it: its path, or ``archive:name``."""
+        item = self._files.get(name)
+        return str(item) if isinstance(item, Path) else f"{self.path}:{name}"
 
     def _train(self, langs: tuple[str, str]) -> datasets.Dataset:
         names = [f"train.tags.{self.pair}.{lang}" for lang in langs]
         columns = {lang: self._read(name) for lang, name in zip(langs, names)}
-        check_aligned(columns, [f"{self.path}:{n}" for n in names], "lines")
+        check_aligned(columns, [self._where(n) for n in names], "lines")
         # As the hub script: a line whose first-language side starts with "<" is markup.
         markup = [line.startswith("<") for line in columns[self.pair.split("-")[0]]]
         return make_dataset(
@@ -207,7 +212,7 @@ class IwsltRelease:
         for name in sets:
             files = [f"IWSLT17.TED.{name}.{self.pair}.{lang}.xml" for lang in langs]
             segs = {lang: _segments(self._read(f)) for lang, f in zip(langs, files)}
-            check_aligned(segs, [f"{self.path}:{f}" for f in files], "<seg> lines")
+            check_aligned(segs, [self._where(f) for f in files], "<seg> lines")
             for lang in langs:
                 columns[lang] += segs[lang]
         return make_dataset(columns)
