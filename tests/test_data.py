@@ -16,7 +16,14 @@ import torch
 from omegaconf import OmegaConf
 
 from translate import sources
-from translate.data import Batch, TokenBatchSampler, collate, load_corpus, make_loader
+from translate.data import (
+    Batch,
+    TokenBatchSampler,
+    collate,
+    load_corpus,
+    load_raw_test,
+    make_loader,
+)
 from translate.errors import UserError
 from translate.tokenizer import Tokenizer
 
@@ -157,6 +164,14 @@ def test_jsonl_and_release_through_load_corpus(tmp_path):
     assert [s.num_raw for s in jsonl.splits.values()] == [9, 3, 2]
     release = load_corpus(data_cfg("iwslt2017", tmp_path, f"path={RELEASE}"))
     assert [s.num_raw for s in release.splits.values()] == [6, 3, 7]
+
+
+def test_load_raw_test_reads_the_test_split_only(tmp_path):
+    name, srcs, refs = load_raw_test(text_cfg(tmp_path, "src_lang=en", "tgt_lang=de"))
+    assert name == "test"
+    assert srcs == ["A child drinks milk.", "The man takes the bus."]
+    assert refs == ["Ein Kind trinkt Milch.", "Der Mann fährt mit dem Bus."]
+    assert not (tmp_path / "cache").exists()  # no tokenizer trained
 
 
 def test_second_load_reuses_tokenizer_and_encodings(tmp_path, monkeypatch):

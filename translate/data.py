@@ -87,16 +87,7 @@ class Corpus:
 def load_corpus(data_cfg: DictConfig | Mapping) -> Corpus:
     """Read, tokenize (training or reusing the cached SentencePiece model), encode (cached) and
     filter every split named in ``data_cfg.splits``; logs kept/dropped counts per split."""
-    cfg = data_cfg if isinstance(data_cfg, DictConfig) else OmegaConf.create(dict(data_cfg))
-    source, src_lang, tgt_lang = str(cfg.source), str(cfg.src_lang), str(cfg.tgt_lang)
-    if source not in SOURCES:
-        raise UserError(f"data.source={source!r} is not one of {', '.join(SOURCES)}")
-    if src_lang == tgt_lang:
-        raise UserError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
-    names = {str(role): str(name) for role, name in cfg.splits.items() if name is not None}
-    unknown = sorted(set(names) - set(ROLES))
-    if unknown:
-        raise UserError(f"data.splits has unknown roles {unknown}; use {', '.join(ROLES)}")
+    cfg, source, src_lang, tgt_lang, names = _settings(data_cfg)
     if "train" not in names:
         raise UserError("data.splits.train must name the training split")
 
@@ -161,6 +152,30 @@ def load_corpus(data_cfg: DictConfig | Mapping) -> Corpus:
 
 def _optional_int(value) -> int | None:
     return None if value is None else int(value)
+
+
+def load_raw_test(data_cfg: DictConfig | Mapping) -> tuple[str, list[str], list[str]]:
+    """The test split's name, sources and references as read (unfiltered, no tokenizer)."""
+    cfg, source, src_lang, tgt_lang, names = _settings(data_cfg)
+    if "test" not in names:
+        raise UserError("data.splits.test is null: name the split to score")
+    texts = _read_texts(cfg, source, {"test": names["test"]}, (src_lang, tgt_lang))["test"]
+    return names["test"], texts[src_lang], texts[tgt_lang]
+
+
+def _settings(data_cfg: DictConfig | Mapping):
+    """The config, source, languages and ``{role: split name}``, checked."""
+    cfg = data_cfg if isinstance(data_cfg, DictConfig) else OmegaConf.create(dict(data_cfg))
+    source, src_lang, tgt_lang = str(cfg.source), str(cfg.src_lang), str(cfg.tgt_lang)
+    if source not in SOURCES:
+        raise UserError(f"data.source={source!r} is not one of {', '.join(SOURCES)}")
+    if src_lang == tgt_lang:
+        raise UserError(f"data.src_lang and data.tgt_lang are both {src_lang!r}")
+    names = {str(role): str(name) for role, name in cfg.splits.items() if name is not None}
+    unknown = sorted(set(names) - set(ROLES))
+    if unknown:
+        raise UserError(f"data.splits has unknown roles {unknown}; use {', '.join(ROLES)}")
+    return cfg, source, src_lang, tgt_lang, names
 
 
 def _read_texts(
