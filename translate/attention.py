@@ -5,7 +5,7 @@ return per-head weights. ``impl="sdpa"`` computes the same function through
 ``torch.nn.functional.scaled_dot_product_attention`` (Flash / memory-efficient / math kernels,
 chosen by PyTorch for the device). Which path runs is decided by configuration only; the one
 exception is ``need_weights=True`` with ``impl="sdpa"``, which must use the manual path because
-the fused kernels never materialise the weights. That switch is logged once per module.
+the fused kernels never materialise the weights. That switch is logged (once per process).
 
 Mask conventions are exactly ``torch.nn.MultiheadAttention``'s: a boolean ``True`` means "this
 key is excluded"; a float mask is added to the scores. A query row whose keys are all excluded
@@ -30,6 +30,7 @@ from torch import Tensor, nn
 log = logging.getLogger(__name__)
 
 IMPLS = ("manual", "sdpa")
+_logged_weights_fallback = False  # log the sdpa -> manual switch once per process
 
 
 def scaled_dot_product_attention(
@@ -95,6 +96,13 @@ class AttentionCache:
             self.v = self.v.index_select(0, index)
 
 
+def _log_weights_fallback() -> None:
+    global _logged_weights_fallback
+    if not _logged_weights_fallback:
+        log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
+        _logged_weights_fallback = True
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch-first, ``torch.nn.MultiheadAttention`` semantics.
 
@@ -133,7 +141,6 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self._logged_weights_fallback = False
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -268,9 +275,8 @@ class MultiHeadAttention(nn.Module):
 
         dropout_p = self.dropout if self.training else 0.0
         use_manual = self.impl == "manual" or need_weights
-        if need_weights and self.impl == "sdpa" and not self._logged_weights_fallback:
-            log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
-            self._logged_weights_fallback = True
+        if need_weights and self.impl == "sdpa":
+            _log_weights_fallback()
 
         if (
             not use_manual

@@ -129,8 +129,13 @@ def load_corpus(data_cfg: DictConfig | Mapping) -> Corpus:
         why = ", ".join(f"{r} {n}" for r, n in dropped.items()) or "not filtered"
         log.info(
             "data %s (%s): %d pairs, kept %d, dropped %d (%s)",
-            role, split.name, split.num_raw, len(split), split.num_raw - len(split), why,
-        )  # fmt: skip
+            role,
+            split.name,
+            split.num_raw,
+            len(split),
+            split.num_raw - len(split),
+            why,
+        )
         splits[role] = split
     if not splits["train"].src_ids:
         raise UserError(
@@ -319,9 +324,14 @@ class Batch:
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         move = {"device": device, "non_blocking": non_blocking}
         return Batch(
-            self.src.to(**move), self.src_padding_mask.to(**move), self.tgt_in.to(**move),
-            self.tgt_out.to(**move), self.indices, self.num_src_tokens, self.num_tgt_tokens,
-        )  # fmt: skip
+            self.src.to(**move),
+            self.src_padding_mask.to(**move),
+            self.tgt_in.to(**move),
+            self.tgt_out.to(**move),
+            self.indices,
+            self.num_src_tokens,
+            self.num_tgt_tokens,
+        )
 
 
 def collate(

@@ -8,6 +8,7 @@ network). The command-line entry points catch it through :func:`exit_on_user_err
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -28,8 +29,19 @@ def debug_enabled() -> bool:
     )
 
 
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
-    """Turn a :class:`UserError` from ``fn`` into ``error: <message>`` on stderr and exit 2."""
+    """Wrap a command's body: a :class:`UserError` prints ``error: <message>`` and exits 2.
+
+    In a Hydra multirun the error is logged and re-raised instead, so Hydra marks only that
+    job as failed and the sweep's other jobs still run.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -37,6 +49,9 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(*args, **kwargs)
         except UserError as err:
             if debug_enabled():
+                raise
+            if _in_multirun():
+                logging.getLogger(fn.__module__).error("error: %s", err)
                 raise
             print(f"error: {err}", file=sys.stderr)
             sys.exit(EXIT_USER_ERROR)

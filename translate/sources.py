@@ -265,9 +265,16 @@ def hub_unreachable(reason: str) -> str:
 
 
 _NETWORK_NAMES = {
-    "ConnectError", "ConnectTimeout", "ReadTimeout", "TimeoutException", "NetworkError",
-    "TransportError", "ProxyError", "OfflineModeIsEnabled", "LocalEntryNotFoundError",
-}  # fmt: skip
+    "ConnectError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "TimeoutException",
+    "NetworkError",
+    "TransportError",
+    "ProxyError",
+    "OfflineModeIsEnabled",
+    "LocalEntryNotFoundError",
+}
 
 
 def is_network_error(err: BaseException) -> bool:
@@ -286,9 +293,12 @@ def is_network_error(err: BaseException) -> bool:
 
 
 _NOT_FOUND_NAMES = {
-    "FileNotFoundError", "DataFilesNotFoundError", "EntryNotFoundError",
-    "RepositoryNotFoundError", "RevisionNotFoundError",
-}  # fmt: skip
+    "FileNotFoundError",
+    "DataFilesNotFoundError",
+    "EntryNotFoundError",
+    "RepositoryNotFoundError",
+    "RevisionNotFoundError",
+}
 
 
 def _is_not_found(err: BaseException) -> bool:

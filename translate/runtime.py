@@ -1,0 +1,94 @@
+"""Device, precision, seeds and RNG state: the run-time environment a job needs."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import resource
+import sys
+
+import numpy as np
+import torch
+
+from translate.errors import UserError
+
+PRECISIONS = ("auto", "bf16", "fp16", "32")
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; an unavailable GPU is a user error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise UserError(
+            f"trainer.device={name!r} is not a device; use auto, cpu, cuda or cuda:N"
+        ) from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"trainer.device={name} but no CUDA GPU is visible; use trainer.device=cpu")
+    return device
+
+
+def resolve_precision(name: str, device: torch.device) -> str:
+    """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU."""
+    name = str(name)
+    if name not in PRECISIONS:
+        raise UserError(
+            f"trainer.precision={name} is unknown; choose one of {', '.join(PRECISIONS)}"
+        )
+    if name == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return "bf16" if cuda_bf16 else "32"
+    if name == "fp16" and device.type != "cuda":
+        raise UserError(
+            "trainer.precision=fp16 needs a CUDA GPU (fp16 autocast with loss scaling); "
+            "use trainer.precision=bf16 or 32 on the CPU"
+        )
+    return name
+
+
+def autocast(device: torch.device, precision: str):
+    """``torch.amp`` autocast for bf16/fp16, a no-op context for full precision."""
+    if precision == "32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_AMP_DTYPES[precision])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak CUDA memory allocated, or the process's peak resident set size on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return rss / (2**20 if sys.platform == "darwin" else 2**10)

@@ -1,0 +1,467 @@
+"""Train a Transformer: ``python -m translate.train heads=8`` (see README.md).
+
+``train(cfg) -> dict`` is the whole job as a plain function (tests call it through Hydra's
+``compose``); ``main`` only wraps it for the command line. Everything is written under
+``cfg.run_dir``: ``checkpoints/``, ``tensorboard/``, ``test.hyp.txt`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from translate.checkpoint import FORMAT_VERSION, CheckpointManager, load_checkpoint
+from translate.config import TrainSettings, train_settings
+from translate.data import Batch, Corpus, EncodedSplit, TokenBatchSampler, collate, load_corpus
+from translate.errors import UserError, exit_on_user_error
+from translate.inference import Translator
+from translate.metrics import score
+from translate.model import count_parameters
+from translate.runtime import (
+    peak_memory_mb,
+    reset_peak_memory,
+    resolve_device,
+    resolve_precision,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
+from translate.trainer import Trainer
+from translate.visualize import log_attention, log_hparams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    """Counters that a checkpoint saves and a resumed run restores."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0
+    batches_in_epoch: int = 0  # micro-batches of `epoch` already consumed
+    train_seconds: float = 0.0
+    tokens: int = 0  # source + target tokens trained on
+    best_dev_bleu: float = -1.0
+    best_step: int = 0
+    stale_validations: int = 0
+    bad_steps: int = 0
+
+
+class TrainBatches:
+    """The training split's token batches, in a per-epoch order fixed by ``(seed, epoch)``,
+    so a resumed run can skip exactly the micro-batches it already trained on."""
+
+    def __init__(self, split: EncodedSplit, max_tokens: int, seed: int) -> None:
+        self.split = split
+        self.sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, True, seed)
+
+    def epoch(self, epoch: int, skip: int, accumulate: int) -> Iterator[list[Batch]]:
+        """Groups of ``accumulate`` micro-batches (one optimizer update each), after ``skip``."""
+        self.sampler.set_epoch(epoch)
+        order = list(self.sampler)[skip:]
+        for start in range(0, len(order), accumulate):
+            yield [
+                collate([self.split[i] for i in idx]) for idx in order[start : start + accumulate]
+            ]
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag checked at step boundaries (save, then exit)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # Outside the main thread signals cannot be caught: leave them alone.
+            with contextlib.suppress(ValueError):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signal is not None:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.signal = signum
+        log.warning(
+            "%s received: saving a checkpoint at the next step boundary",
+            signal.Signals(signum).name,
+        )
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _checkpoint_state(
+    trainer: Trainer, progress: Progress, cfg: DictConfig, corpus: Corpus
+) -> dict:
+    return {
+        "format_version": FORMAT_VERSION,
+        **trainer.state_dict(),
+        "progress": asdict(progress),
+        "rng": rng_state(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "tokenizer": corpus.tokenizer.model_proto,
+        "step": progress.step,
+    }
+
+
+def _resume(path: Path, trainer: Trainer, corpus: Corpus) -> Progress:
+    ckpt = load_checkpoint(path, map_location=trainer.device)
+    if ckpt["tokenizer"] != corpus.tokenizer.model_proto:
+        raise UserError(
+            f"{path} was trained with a different tokenizer than this data config builds; "
+            "resume with the run's original data settings"
+        )
+    try:
+        trainer.load_state_dict(ckpt)
+    except (RuntimeError, KeyError, ValueError) as err:
+        raise UserError(
+            f"{path} does not fit this model config ({str(err).splitlines()[0]}); resume with the "
+            "run's original model settings (see its .hydra/config.yaml)"
+        ) from err
+    set_rng_state(ckpt["rng"])
+    progress = Progress(**ckpt["progress"])
+    log.info("resumed from %s at step %d (epoch %d)", path, progress.step, progress.epoch)
+    return progress
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train, validate, checkpoint, then score the best checkpoint on the test split.
+
+    Returns the ``results.json`` dict.
+    """
+    settings: TrainSettings = train_settings(cfg)
+    t = settings.trainer
+    device = resolve_device(t.device)
+    precision = resolve_precision(t.precision, device)
+    run_dir = Path(settings.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
+    seed_everything(settings.seed)
+
+    corpus = load_corpus(cfg.data)
+    tok = corpus.tokenizer
+    model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
+    compiled = torch.compile(model) if t.compile else None
+    trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled)
+    ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
+    params = count_parameters(model)
+
+    progress = Progress()
+    if t.resume:
+        if not ckpts.last.is_file():
+            raise UserError(
+                f"trainer.resume=true but {ckpts.last} does not exist; pass the run dir of the "
+                "interrupted run with hydra.run.dir=<run_dir>"
+            )
+        progress = _resume(ckpts.last, trainer, corpus)
+
+    train_batches = TrainBatches(corpus.splits["train"], corpus.max_tokens, settings.seed)
+    valid = corpus.splits["valid"]
+    dev_n = len(valid.src_ids) if t.val_bleu_sentences is None else t.val_bleu_sentences
+    translator = Translator(
+        model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.max_src_len
+    )
+    writer = SummaryWriter(run_dir / "tensorboard")
+    log.info(
+        "model: %s parameters, %d heads, d_model %d, %s attention, precision %s on %s",
+        f"{params:,}",
+        settings.model.num_heads,
+        settings.model.d_model,
+        settings.model.attention_impl,
+        precision,
+        device,
+    )
+    log.info("checkpoints: %s | TensorBoard: tensorboard --logdir %s", ckpts.directory, run_dir)
+
+    def validate() -> tuple[float, float, float]:
+        loss = trainer.evaluate_loss(valid.batches(corpus.eval_max_tokens))
+        hyps = tok.decode(
+            translator.translate_ids(valid.src_ids[:dev_n], beam_size=t.val_beam_size)
+        )
+        scores = score(hyps, valid.tgt_text[:dev_n])
+        step = progress.step
+        writer.add_scalar("dev/loss", loss, step)
+        writer.add_scalar("dev/ppl", math.exp(min(loss, 50)), step)
+        writer.add_scalar("dev/bleu", scores["bleu"], step)
+        writer.add_scalar("dev/chrf", scores["chrf"], step)
+        log_attention(
+            writer, model, list(valid.src_ids[0]), list(valid.tgt_ids[0]), tok, device, step
+        )
+        return loss, scores["bleu"], scores["chrf"]
+
+    reset_peak_memory(device)
+    bar = tqdm(
+        total=t.max_steps,
+        initial=progress.step,
+        desc="train",
+        unit="step",
+        disable=not t.progress_bar,
+        dynamic_ncols=True,
+    )
+    window_tokens, window_start = 0, time.perf_counter()
+    stop_reason = None
+    with StopRequest() as stop, logging_redirect_tqdm():
+        loop_start = time.perf_counter() - progress.train_seconds
+        while stop_reason is None:
+            if progress.epoch >= t.max_epochs:
+                stop_reason = f"max_epochs={t.max_epochs}"
+                break
+            epoch = train_batches.epoch(
+                progress.epoch, progress.batches_in_epoch, t.accumulate_grad_batches
+            )
+            for group in epoch:
+                result = trainer.step(group)
+                progress.batches_in_epoch += len(group)
+                progress.train_seconds = time.perf_counter() - loop_start
+                if result.skipped:
+                    _count_bad_step(progress, t.max_bad_steps, settings.optim.lr, ckpts)
+                    continue
+                progress.bad_steps = 0
+                progress.step += 1
+                progress.tokens += result.tokens
+                window_tokens += result.tokens
+                bar.update(1)
+                if progress.step % t.log_every_n_steps == 0:
+                    now = time.perf_counter()
+                    tps = window_tokens / max(now - window_start, 1e-9)
+                    window_tokens, window_start = 0, now
+                    bar.set_postfix(
+                        loss=f"{result.loss:.3f}", lr=f"{result.lr:.2e}", tok_s=f"{tps:,.0f}"
+                    )
+                    for name, value in (
+                        ("loss", result.loss),
+                        ("lr", result.lr),
+                        ("grad_norm", result.grad_norm),
+                        ("tokens_per_s", tps),
+                    ):
+                        writer.add_scalar(f"train/{name}", value, progress.step)
+                stop_reason = _limit_reached(progress, t) or (
+                    signal.Signals(stop.signal).name if stop.signal else None
+                )
+                # A signal saves at once; the other limits end with a last validation.
+                validate_now = progress.step % t.val_every_n_steps == 0 or (
+                    stop_reason is not None and stop.signal is None
+                )
+                improved = False
+                if validate_now:
+                    dev_loss, dev_bleu, dev_chrf = validate()
+                    improved = dev_bleu > progress.best_dev_bleu
+                    if improved:
+                        progress.best_dev_bleu, progress.best_step = dev_bleu, progress.step
+                        progress.stale_validations = 0
+                    else:
+                        progress.stale_validations += 1
+                    log.info(
+                        "step %d: dev loss %.3f, ppl %.2f, BLEU %.2f, chrF %.2f%s",
+                        progress.step,
+                        dev_loss,
+                        math.exp(min(dev_loss, 50)),
+                        dev_bleu,
+                        dev_chrf,
+                        " (best)" if improved else "",
+                    )
+                    patience = t.early_stopping_patience
+                    if patience is not None and progress.stale_validations >= patience:
+                        stop_reason = (
+                            stop_reason or f"early stopping ({patience} validations without gain)"
+                        )
+                if validate_now or stop_reason or progress.step % t.checkpoint_every_n_steps == 0:
+                    ckpts.save(
+                        _checkpoint_state(trainer, progress, cfg, corpus), progress.step, improved
+                    )
+                if stop_reason:
+                    break
+            else:
+                progress.epoch += 1
+                progress.batches_in_epoch = 0
+        bar.close()
+    if stop.signal is not None:
+        log.warning(
+            "stopped by %s at step %d; saved %s. Resume with:\n  python -m translate.train %s "
+            "hydra.run.dir=%s trainer.resume=true",
+            stop_reason,
+            progress.step,
+            ckpts.last,
+            " ".join(_task_overrides()),
+            run_dir,
+        )
+        raise SystemExit(128 + stop.signal)
+    log.info(
+        "training stopped (%s) after %d steps, %.1f min",
+        stop_reason,
+        progress.step,
+        progress.train_seconds / 60,
+    )
+    return _finish(
+        settings,
+        corpus,
+        trainer,
+        translator,
+        progress,
+        ckpts,
+        writer,
+        device,
+        precision,
+        params,
+        run_dir,
+    )
+
+
+def _limit_reached(progress: Progress, t) -> str | None:
+    if progress.step >= t.max_steps:
+        return f"max_steps={t.max_steps}"
+    if t.max_minutes is not None and progress.train_seconds >= t.max_minutes * 60:
+        return f"max_minutes={t.max_minutes}"
+    return None
+
+
+def _count_bad_step(progress: Progress, max_bad_steps: int, lr: float, ckpts: CheckpointManager):
+    progress.bad_steps += 1
+    log.warning("step %d: loss or gradient is NaN/Inf, update skipped", progress.step + 1)
+    if progress.bad_steps >= max_bad_steps:
+        last = ckpts.last if ckpts.last.exists() else "not written yet"
+        raise UserError(
+            f"{progress.bad_steps} consecutive steps had a NaN/Inf loss; likely causes: learning "
+            f"rate too high (optim.lr={lr}) or fp16 overflow (try trainer.precision=bf16). "
+            f"Last good checkpoint: {last}"
+        )
+
+
+def _task_overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return [o for o in HydraConfig.get().overrides.task if not o.startswith("trainer.resume")]
+
+
+def _finish(
+    settings,
+    corpus,
+    trainer,
+    translator,
+    progress,
+    ckpts,
+    writer,
+    device,
+    precision,
+    params,
+    run_dir: Path,
+) -> dict:
+    """Score the best checkpoint on the test split; write hypotheses and results.json."""
+    t = settings.trainer
+    train_peak_mb = peak_memory_mb(device)
+    if ckpts.best.is_file():
+        trainer.model.load_state_dict(load_checkpoint(ckpts.best, map_location=device)["model"])
+    test = corpus.splits["test"]
+    log.info(
+        "decoding %d test sentences (%s, beam %d)",
+        len(test.src_ids),
+        test.name,
+        settings.decode.beam_size,
+    )
+    hyp_ids, sentences_per_s = translator.timed_translate_ids(test.src_ids, progress=t.progress_bar)
+    hyps = corpus.tokenizer.decode(hyp_ids)
+    scores = score(hyps, test.tgt_text)
+    (run_dir / "test.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    (run_dir / "test.ref.txt").write_text(
+        "".join(r + "\n" for r in test.tgt_text), encoding="utf-8"
+    )
+    latency_ms = translator.latency_ms(test.src_ids[: t.latency_sentences])
+    m = settings.model
+    results = {
+        "status": "completed",
+        "heads": m.num_heads,
+        "d_k": m.d_model // m.num_heads,
+        "d_model": m.d_model,
+        "layers": {"encoder": m.num_encoder_layers, "decoder": m.num_decoder_layers},
+        "params": params,
+        "attention_impl": m.attention_impl,
+        "precision": precision,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "seed": settings.seed,
+        "steps": progress.step,
+        "epochs_completed": progress.epoch,
+        "train_minutes": progress.train_seconds / 60,
+        "tokens_per_s": progress.tokens / max(progress.train_seconds, 1e-9),
+        "peak_mem_mb": train_peak_mb,
+        "dev_bleu": progress.best_dev_bleu,
+        "best_step": progress.best_step,
+        "test_split": test.name,
+        "bleu": scores["bleu"],
+        "chrf": scores["chrf"],
+        "sacrebleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "beam_size": settings.decode.beam_size,
+        "latency_ms": latency_ms,
+        "latency_sentences": min(t.latency_sentences, len(test.src_ids)),
+        "sentences_per_s": sentences_per_s,
+        "checkpoint": str(ckpts.best if ckpts.best.is_file() else ckpts.last),
+        "hypotheses": str(run_dir / "test.hyp.txt"),
+    }
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    hparams = {
+        "heads": m.num_heads,
+        "d_model": m.d_model,
+        "d_ff": m.d_ff,
+        "encoder_layers": m.num_encoder_layers,
+        "decoder_layers": m.num_decoder_layers,
+        "attention_impl": m.attention_impl,
+        "precision": precision,
+        "seed": settings.seed,
+        "lr": settings.optim.lr,
+        "beam_size": settings.decode.beam_size,
+    }
+    log_hparams(
+        writer,
+        hparams,
+        {
+            "hparam/test_bleu": scores["bleu"],
+            "hparam/dev_bleu": progress.best_dev_bleu,
+            "hparam/latency_ms": latency_ms,
+        },
+    )
+    writer.close()
+    log.info(
+        "test BLEU %.2f, chrF %.2f (%s, beam %d) | %s",
+        scores["bleu"],
+        scores["chrf"],
+        test.name,
+        settings.decode.beam_size,
+        scores["bleu_signature"],
+    )
+    log.info(
+        "latency %.1f ms/sentence (batch 1), %.1f sentences/s | outputs in %s",
+        latency_ms,
+        sentences_per_s,
+        run_dir,
+    )
+    return results
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@exit_on_user_error
+def main(cfg: DictConfig) -> float:
+    return train(cfg)["bleu"]  # the value a Hydra optimisation sweeper would maximise
+
+
+if __name__ == "__main__":
+    main()

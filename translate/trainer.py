@@ -1,0 +1,156 @@
+"""The optimisation step and its state: Adam, inverse-sqrt warm-up, label smoothing, AMP,
+gradient accumulation and clipping, NaN/Inf guarding, and the resumable training state."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from translate.config import OptimSettings
+from translate.data import Batch
+from translate.model import Seq2SeqTransformer
+from translate.runtime import autocast
+
+
+def inverse_sqrt_factor(warmup_steps: int):
+    """LR multiplier at update ``step`` (0-based): linear warm-up to 1, then ``1/sqrt`` decay.
+    With ``warmup_steps=0`` the learning rate is constant."""
+
+    def factor(step: int) -> float:
+        if warmup_steps == 0:
+            return 1.0
+        n = step + 1
+        return min(n / warmup_steps, math.sqrt(warmup_steps / n))
+
+    return factor
+
+
+def sequence_loss(
+    logits: Tensor, target: Tensor, pad_id: int, label_smoothing: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets.
+
+    ``logits (B, T, V)`` in any dtype are scored in float32; ``target (B, T)``.
+    """
+    flat = logits.reshape(-1, logits.size(-1)).float()  # (B*T, V)
+    gold = target.reshape(-1)  # (B*T,)
+    loss = F.cross_entropy(
+        flat, gold, ignore_index=pad_id, label_smoothing=label_smoothing, reduction="sum"
+    )
+    nll = F.cross_entropy(flat.detach(), gold, ignore_index=pad_id, reduction="sum")
+    return loss, nll
+
+
+@dataclass
+class StepResult:
+    loss: float  # label-smoothed loss per target token
+    nll: float  # negative log-likelihood per target token
+    grad_norm: float
+    lr: float
+    tokens: int  # source + target tokens
+    skipped: bool  # True when the loss or gradients were not finite
+
+
+class Trainer:
+    """Owns the model's optimisation. ``step`` takes the micro-batches of one update."""
+
+    def __init__(
+        self,
+        model: Seq2SeqTransformer,
+        optim: OptimSettings,
+        device: torch.device,
+        precision: str,
+        pad_id: int,
+        compiled_model=None,
+    ) -> None:
+        self.model = model
+        self.forward = compiled_model or model  # torch.compile'd callable, same parameters
+        self.device = device
+        self.precision = precision
+        self.pad_id = pad_id
+        self.label_smoothing = optim.label_smoothing
+        self.clip_norm = optim.clip_norm
+        self.optimizer = torch.optim.Adam(
+            model.parameters(),
+            lr=optim.lr,
+            betas=tuple(optim.betas),
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, inverse_sqrt_factor(optim.warmup_steps)
+        )
+        # Loss scaling only for fp16; bf16 has fp32's range.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    def step(self, batches: list[Batch]) -> StepResult:
+        """One optimizer update over ``batches`` (gradient accumulation), loss normalised by
+        the total number of target tokens so accumulation equals one large batch."""
+        self.model.train()
+        total_tgt = sum(b.num_tgt_tokens for b in batches)
+        loss_sum = nll_sum = 0.0
+        for batch in batches:
+            batch = batch.to(self.device)
+            with autocast(self.device, self.precision):
+                logits = self.forward(batch.src, batch.tgt_in, batch.src_padding_mask)
+            loss, nll = sequence_loss(logits, batch.tgt_out, self.pad_id, self.label_smoothing)
+            self.scaler.scale(loss / total_tgt).backward()
+            loss_sum += loss.detach()
+            nll_sum += nll
+        self.scaler.unscale_(self.optimizer)
+        params = self.model.parameters()
+        if self.clip_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_norm)
+        else:
+            grad_norm = torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None])
+            )
+        loss_value = float(loss_sum) / total_tgt
+        finite = math.isfinite(loss_value) and bool(torch.isfinite(grad_norm))
+        lr = self.optimizer.param_groups[0]["lr"]
+        if finite or self.scaler.is_enabled():
+            # With fp16 the scaler skips the update itself on inf/NaN grads and lowers the scale.
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        if finite:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepResult(
+            loss=loss_value,
+            nll=float(nll_sum) / total_tgt,
+            grad_norm=float(grad_norm),
+            lr=lr,
+            tokens=sum(b.num_src_tokens + b.num_tgt_tokens for b in batches),
+            skipped=not finite,
+        )
+
+    @torch.no_grad()
+    def evaluate_loss(self, batches) -> float:
+        """Mean per-token NLL (no label smoothing) over ``batches``; ``exp`` is perplexity."""
+        self.model.eval()
+        nll_sum, tokens = 0.0, 0
+        for batch in batches:
+            batch = batch.to(self.device)
+            with autocast(self.device, self.precision):
+                logits = self.model(batch.src, batch.tgt_in, batch.src_padding_mask)
+            nll_sum += float(sequence_loss(logits, batch.tgt_out, self.pad_id)[1])
+            tokens += batch.num_tgt_tokens
+        return nll_sum / max(tokens, 1)
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
