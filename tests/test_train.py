@@ -204,3 +204,22 @@ def test_config_errors_are_one_readable_line(tiny_train_cfg, override, message):
     with pytest.raises(UserError) as err:
         train(tiny_train_cfg(override))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sequence_loss_equals_torch_cross_entropy():
+    from translate.trainer import sequence_loss
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g)
+    target = torch.randint(1, 11, (3, 5), generator=g)
+    target[0, 3:] = 0
+    for eps in (0.0, 0.1):
+        loss, nll = sequence_loss(logits, target, pad_id=0, label_smoothing=eps)
+        ref = torch.nn.functional.cross_entropy(
+            logits.view(-1, 11), target.view(-1), ignore_index=0, label_smoothing=eps, reduction="sum"
+        )
+        torch.testing.assert_close(loss, ref)
+        plain = torch.nn.functional.cross_entropy(
+            logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum"
+        )
+        torch.testing.assert_close(nll, plain)
