@@ -180,7 +180,22 @@ def _settings(data_cfg: DictConfig | Mapping):
     unknown = sorted(set(names) - set(ROLES))
     if unknown:
         raise UserError(f"data.splits has unknown roles {unknown}; use {', '.join(ROLES)}")
+    _check_batch_sizes(cfg)
     return cfg, source, src_lang, tgt_lang, names
+
+
+def _check_batch_sizes(cfg: DictConfig) -> None:
+    """Every allowed training pair must fit in one batch; say so before any data is read."""
+    for key in ("max_tokens", "eval_max_tokens"):
+        if int(cfg[key]) < 1:
+            raise UserError(f"data.{key}={cfg[key]} must be > 0")
+    for side in ("max_src_len", "max_tgt_len"):
+        limit = cfg.filter.get(side)
+        if limit is not None and int(cfg.max_tokens) < int(limit):
+            raise UserError(
+                f"data.max_tokens={cfg.max_tokens} is smaller than the longest allowed sentence "
+                f"(data.filter.{side}={limit}); raise data.max_tokens or lower data.filter.{side}"
+            )
 
 
 def _read_texts(

@@ -117,7 +117,9 @@ def train(cfg: DictConfig) -> dict:
     translator = Translator(
         model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.max_src_len
     )
-    writer = SummaryWriter(run_dir / "tensorboard")
+    # On resume, drop the events a killed run logged after its last checkpoint.
+    purge_step = progress.step + 1 if t.resume else None
+    writer = SummaryWriter(run_dir / "tensorboard", purge_step=purge_step)
     log.info(
         "model: %s parameters, %d heads, d_model %d, %s attention, precision %s on %s",
         f"{params:,}",
@@ -225,6 +227,7 @@ def train(cfg: DictConfig) -> dict:
                     ckpts.save(
                         _checkpoint_state(trainer, progress, cfg, corpus), progress.step, improved
                     )
+                    writer.flush()  # TensorBoard stays in step with the checkpoints
                 if stop_reason:
                     break
             else:
@@ -305,10 +308,15 @@ def _finish(
     run_dir: Path,
 ) -> dict:
     """Score the best checkpoint on the test split; write hypotheses and results.json."""
+    from translate.heads import head_summary, summary_settings
+
     t = settings.trainer
     train_peak_mb = peak_memory_mb(device)
+    run_config = {}  # this run's resolved config, as the checkpoint holds it (_finish has no cfg)
     if ckpts.best.is_file():
-        trainer.model.load_state_dict(load_checkpoint(ckpts.best, map_location=device)["model"])
+        best = load_checkpoint(ckpts.best, map_location=device)
+        trainer.model.load_state_dict(best["model"])
+        run_config = best["config"]
     test = corpus.splits["test"]
     log.info(
         "decoding %d test sentences (%s, beam %d)",
@@ -324,6 +332,32 @@ def _finish(
         "".join(r + "\n" for r in test.tgt_text), encoding="utf-8"
     )
     latency_ms = translator.latency_ms(test.src_ids[: t.latency_sentences])
+    # What the heads learned, cheaply (one teacher-forced pass over a dev prefix): mean
+    # attention entropy per layer type and degenerate heads, for the heads-ablation report.
+    thresholds, summary_sentences, summary_tokens = summary_settings(run_config.get("analysis"))
+    heads_summary = None
+    if summary_sentences:
+        heads_summary = head_summary(
+            trainer.model,
+            corpus.splits["valid"],
+            corpus.tokenizer,
+            device,
+            precision,
+            thresholds,
+            summary_sentences,
+            summary_tokens,
+            corpus.max_src_len,
+            corpus.max_tgt_len,
+        )
+        for kind, entropy in heads_summary["entropy"].items():
+            writer.add_scalar(f"heads/entropy_{kind}", entropy, progress.step)
+        writer.add_scalar("heads/degenerate", heads_summary["degenerate_heads"], progress.step)
+        log.info(
+            "heads: mean attention entropy %s; %d of %d heads degenerate",
+            ", ".join(f"{k} {v:.2f}" for k, v in heads_summary["entropy"].items()),
+            heads_summary["degenerate_heads"],
+            heads_summary["total_heads"],
+        )
     m = settings.model
     results = {
         "status": "completed",
@@ -352,6 +386,7 @@ def _finish(
         "latency_ms": latency_ms,
         "latency_sentences": min(t.latency_sentences, len(test.src_ids)),
         "sentences_per_s": sentences_per_s,
+        "head_summary": heads_summary,
         "checkpoint": str(ckpts.best if ckpts.best.is_file() else ckpts.last),
         "hypotheses": str(run_dir / "test.hyp.txt"),
     }
