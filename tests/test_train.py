@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import compose_config
 from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from translate.checkpoint import load_checkpoint
 from translate.config import ModelSettings, OptimSettings
@@ -79,8 +80,17 @@ def test_train_writes_results_checkpoints_and_tensorboard(trained):
     ).is_file()
     hyps = (run / "test.hyp.txt").read_text().splitlines()
     assert len(hyps) == 200
-    events = list((run / "tensorboard").glob("events.out.tfevents.*"))
-    assert events and events[0].stat().st_size > 0
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    tags = events.Tags()
+    for scalar in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "dev/loss",
+                   "dev/ppl", "dev/bleu", "dev/chrf"):  # fmt: skip
+        assert scalar in tags["scalars"], scalar
+    assert [e.step for e in events.Scalars("dev/bleu")] == [4, 8]
+    heatmaps = {f"attention/{kind}/layer{i}" for kind in ("encoder_self", "decoder_self",
+                "decoder_cross") for i in (0, 1)}  # fmt: skip
+    assert heatmaps <= set(tags["images"])
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
 
 
 def test_checkpoint_is_self_contained(trained):
@@ -216,8 +226,9 @@ def test_sequence_loss_equals_torch_cross_entropy():
     for eps in (0.0, 0.1):
         loss, nll = sequence_loss(logits, target, pad_id=0, label_smoothing=eps)
         ref = torch.nn.functional.cross_entropy(
-            logits.view(-1, 11), target.view(-1), ignore_index=0, label_smoothing=eps, reduction="sum"
-        )
+            logits.view(-1, 11), target.view(-1), ignore_index=0, label_smoothing=eps,
+            reduction="sum",
+        )  # fmt: skip
         torch.testing.assert_close(loss, ref)
         plain = torch.nn.functional.cross_entropy(
             logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum"
