@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from translate.data import Batch, EncodedSplit, TokenBatchSampler, collate
+from translate.distributed import shard
+from translate.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -31,31 +33,60 @@ class Progress:
 
 class TrainBatches:
     """The training split's token batches, in a per-epoch order fixed by ``(seed, epoch)``,
-    so a resumed run can skip exactly the micro-batches it already trained on."""
+    so a resumed run can skip exactly the micro-batches it already trained on.
 
-    def __init__(self, split: EncodedSplit, max_tokens: int, seed: int) -> None:
+    Under DDP (``world_size > 1``) rank ``r`` trains on batches ``r, r + N, ...`` of what is
+    left of the epoch's order (:func:`translate.distributed.shard`), so the ranks' shares are
+    disjoint and equally long; ``skip`` and ``Progress.batches_in_epoch`` count micro-batches
+    of all ranks together (``consumed``), which keeps resuming exact.
+    """
+
+    def __init__(
+        self, split: EncodedSplit, max_tokens: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> None:
         self.split = split
         self.sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, True, seed)
+        self.rank, self.world_size = rank, world_size
+        if world_size > 1 and len(self.sampler) < world_size:
+            raise UserError(
+                f"the training split makes only {len(self.sampler)} token batches per epoch, "
+                f"fewer than the {world_size} processes; lower data.max_tokens or use fewer"
+            )
+
+    def consumed(self, group: list[Batch]) -> int:
+        """Micro-batches of the epoch that one update over ``group`` used, on all ranks."""
+        return len(group) * self.world_size
 
     def epoch(self, epoch: int, skip: int, accumulate: int) -> Iterator[list[Batch]]:
-        """Groups of ``accumulate`` micro-batches (one optimizer update each), after ``skip``."""
+        """Groups of ``accumulate`` micro-batches (one optimizer update each), after ``skip``
+        micro-batches of the epoch's order (all ranks' together)."""
         self.sampler.set_epoch(epoch)
-        order = list(self.sampler)[skip:]
+        order = shard(list(self.sampler)[skip:], self.rank, self.world_size)
         for start in range(0, len(order), accumulate):
             yield [
                 collate([self.split[i] for i in idx]) for idx in order[start : start + accumulate]
             ]
 
 
+# SIGUSR1/SIGUSR2: what SLURM sends ahead of a job's time limit when asked to (`--signal`;
+# hydra-submitit-launcher asks for USR2, `signal_delay_s` before the limit).
+STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
+
+
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag checked at step boundaries (save, then exit)."""
+    """Turns SIGINT/SIGTERM (and SLURM's SIGUSR1/SIGUSR2 warning of the time limit) into a flag
+    checked at step boundaries (save, then exit)."""
 
     def __init__(self) -> None:
         self.signal: int | None = None
         self._previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             # Outside the main thread signals cannot be caught: leave them alone.
             with contextlib.suppress(ValueError):
                 self._previous[sig] = signal.signal(sig, self._handle)

@@ -22,9 +22,11 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from translate import distributed
 from translate.checkpoint import FORMAT_VERSION, CheckpointManager, load_checkpoint
 from translate.config import TrainSettings, train_settings
 from translate.data import Corpus, load_corpus
+from translate.distributed import Dist
 from translate.errors import UserError, exit_on_user_error
 from translate.inference import Translator
 from translate.loop import Progress, StopRequest, TrainBatches
@@ -46,8 +48,9 @@ log = logging.getLogger(__name__)
 
 
 def _checkpoint_state(
-    trainer: Trainer, progress: Progress, cfg: DictConfig, corpus: Corpus
+    trainer: Trainer, progress: Progress, cfg: DictConfig, corpus: Corpus, rng_ranks=None
 ) -> dict:
+    """``rng_ranks``: every rank's RNG state under DDP (``rng`` is rank 0's)."""
     return {
         "format_version": FORMAT_VERSION,
         **trainer.state_dict(),
@@ -56,10 +59,11 @@ def _checkpoint_state(
         "config": OmegaConf.to_container(cfg, resolve=True),
         "tokenizer": corpus.tokenizer.model_proto,
         "step": progress.step,
+        **({"rng_ranks": rng_ranks} if rng_ranks else {}),
     }
 
 
-def _resume(path: Path, trainer: Trainer, corpus: Corpus) -> Progress:
+def _resume(path: Path, trainer: Trainer, corpus: Corpus, dist: Dist) -> Progress:
     ckpt = load_checkpoint(path, map_location=trainer.device)
     if ckpt["tokenizer"] != corpus.tokenizer.model_proto:
         raise UserError(
@@ -73,7 +77,8 @@ def _resume(path: Path, trainer: Trainer, corpus: Corpus) -> Progress:
             f"{path} does not fit this model config ({str(err).splitlines()[0]}); resume with the "
             "run's original model settings (see its .hydra/config.yaml)"
         ) from err
-    set_rng_state(ckpt["rng"])
+    ranks = ckpt.get("rng_ranks") or []
+    set_rng_state(ranks[dist.rank] if len(ranks) == dist.world_size > 1 else ckpt["rng"])
     progress = Progress(**ckpt["progress"])
     log.info("resumed from %s at step %d (epoch %d)", path, progress.step, progress.epoch)
     return progress
@@ -82,23 +87,39 @@ def _resume(path: Path, trainer: Trainer, corpus: Corpus) -> Progress:
 def train(cfg: DictConfig) -> dict:
     """Train, validate, checkpoint, then score the best checkpoint on the test split.
 
-    Returns the ``results.json`` dict.
+    Returns the ``results.json`` dict. Under torchrun every process runs this as one rank of
+    DistributedDataParallel (translate/distributed.py); rank 0 alone evaluates and writes, the
+    other ranks return ``{"status": "completed", "rank": r, "steps": n, "bleu": None}``.
     """
+    dist = distributed.from_env()
+    try:
+        return _train(cfg, dist)
+    finally:
+        if dist.enabled:
+            distributed.shutdown()
+
+
+def _train(cfg: DictConfig, dist: Dist) -> dict:
     settings: TrainSettings = train_settings(cfg)
     t = settings.trainer
-    device = resolve_device(t.device)
+    distributed.quiet_other_ranks(dist)
+    device = distributed.init(dist, resolve_device(t.device))
     precision = resolve_precision(t.precision, device)
     run_dir = Path(settings.run_dir)
+    if dist.enabled:
+        run_dir = distributed.adopt_run_dir(dist, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     seed_everything(settings.seed)
 
-    corpus = load_corpus(cfg.data)
+    with distributed.main_first(dist):  # rank 0 builds the caches, the others then read them
+        corpus = load_corpus(cfg.data)
     tok = corpus.tokenizer
     model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
-    compiled = torch.compile(model) if t.compile else None
-    trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled)
+    ddp = distributed.wrap(model, device) if dist.enabled else None
+    compiled = torch.compile(ddp or model) if t.compile else None
+    trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled, ddp)
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
     params = count_parameters(model)
 
@@ -109,9 +130,11 @@ def train(cfg: DictConfig) -> dict:
                 f"trainer.resume=true but {ckpts.last} does not exist; pass the run dir of the "
                 "interrupted run with hydra.run.dir=<run_dir>"
             )
-        progress = _resume(ckpts.last, trainer, corpus)
+        progress = _resume(ckpts.last, trainer, corpus, dist)
 
-    train_batches = TrainBatches(corpus.splits["train"], corpus.max_tokens, settings.seed)
+    train_batches = TrainBatches(
+        corpus.splits["train"], corpus.max_tokens, settings.seed, dist.rank, dist.world_size
+    )
     valid = corpus.splits["valid"]
     dev_n = len(valid.src_ids) if t.val_bleu_sentences is None else t.val_bleu_sentences
     translator = Translator(
@@ -119,7 +142,11 @@ def train(cfg: DictConfig) -> dict:
     )
     # On resume, drop the events a killed run logged after its last checkpoint.
     purge_step = progress.step + 1 if t.resume else None
-    writer = SummaryWriter(run_dir / "tensorboard", purge_step=purge_step)
+    writer = (
+        SummaryWriter(run_dir / "tensorboard", purge_step=purge_step)
+        if dist.is_main
+        else distributed.NullWriter()
+    )
     log.info(
         "model: %s parameters, %d heads, d_model %d, %s attention, precision %s on %s",
         f"{params:,}",
@@ -153,7 +180,7 @@ def train(cfg: DictConfig) -> dict:
         initial=progress.step,
         desc="train",
         unit="step",
-        disable=not t.progress_bar,
+        disable=not t.progress_bar or not dist.is_main,
         dynamic_ncols=True,
     )
     window_tokens, window_start = 0, time.perf_counter()
@@ -169,7 +196,7 @@ def train(cfg: DictConfig) -> dict:
             )
             for group in epoch:
                 result = trainer.step(group)
-                progress.batches_in_epoch += len(group)
+                progress.batches_in_epoch += train_batches.consumed(group)
                 progress.train_seconds = time.perf_counter() - loop_start
                 if result.skipped:
                     _count_bad_step(progress, t.max_bad_steps, settings.optim.lr, ckpts)
@@ -193,6 +220,11 @@ def train(cfg: DictConfig) -> dict:
                         ("tokens_per_s", tps),
                     ):
                         writer.add_scalar(f"train/{name}", value, progress.step)
+                if dist.enabled:  # the ranks agree on the clock and on signals: same last step
+                    progress.train_seconds, sig = distributed.max_all(
+                        [progress.train_seconds, stop.signal or 0]
+                    )
+                    stop.signal = int(sig) or None
                 stop_reason = _limit_reached(progress, t) or (
                     signal.Signals(stop.signal).name if stop.signal else None
                 )
@@ -201,7 +233,7 @@ def train(cfg: DictConfig) -> dict:
                     stop_reason is not None and stop.signal is None
                 )
                 improved = False
-                if validate_now:
+                if validate_now and dist.is_main:  # the other ranks wait for its verdict
                     dev_loss, dev_bleu, dev_chrf = validate()
                     improved = dev_bleu > progress.best_dev_bleu
                     if improved:
@@ -223,10 +255,13 @@ def train(cfg: DictConfig) -> dict:
                         stop_reason = (
                             stop_reason or f"early stopping ({patience} validations without gain)"
                         )
+                if validate_now and dist.enabled:
+                    stop_reason = distributed.broadcast(stop_reason)  # early stopping
                 if validate_now or stop_reason or progress.step % t.checkpoint_every_n_steps == 0:
-                    ckpts.save(
-                        _checkpoint_state(trainer, progress, cfg, corpus), progress.step, improved
-                    )
+                    rngs = distributed.gather(rng_state()) if dist.enabled else None
+                    if dist.is_main:
+                        state = _checkpoint_state(trainer, progress, cfg, corpus, rngs)
+                        ckpts.save(state, progress.step, improved)
                     writer.flush()  # TensorBoard stays in step with the checkpoints
                 if stop_reason:
                     break
@@ -251,6 +286,8 @@ def train(cfg: DictConfig) -> dict:
         progress.step,
         progress.train_seconds / 60,
     )
+    if not dist.is_main:  # rank 0 alone scores the test split and writes results.json
+        return {"status": "completed", "rank": dist.rank, "steps": progress.step, "bleu": None}
     return _finish(
         settings,
         corpus,
