@@ -1,0 +1,54 @@
+#!/usr/bin/env python
+"""Write the heads-ablation report of a sweep: ``python scripts/ablation_report.py <sweep_dir>``.
+
+The same code the Hydra callback runs after every job of ``python -m translate.train -m ...``
+(``translate.ablation.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
+in the sweep dir. Exits 1 (after writing the report) when the runs' parameter counts differ,
+2 when the sweep dir does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from translate.ablation import BASELINE_HEADS, write_report
+from translate.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
+    parser.add_argument(
+        "--baseline-heads",
+        type=int,
+        default=BASELINE_HEADS,
+        help="head count the p-values compare against (default %(default)s)",
+    )
+    parser.add_argument(
+        "--bootstrap-samples",
+        type=int,
+        default=1000,
+        help="paired-bootstrap resamples (default %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        report = write_report(args.sweep_dir, args.baseline_heads, args.bootstrap_samples)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print((report.sweep_dir / "ablation.md").read_text(encoding="utf-8"))
+    for name in ("ablation.csv", "ablation.md", "ablation.png"):
+        print(f"wrote {report.sweep_dir / name}")
+    if report.failed or report.missing:
+        print(f"{len(report.failed)} failed and {len(report.missing)} missing jobs (listed above)")
+    if not report.params_equal:
+        print(f"\nWARNING: {report.params_message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
