@@ -106,6 +106,37 @@ def test_torchrun_environment_is_detected():
         from_env({"RANK": "2", "WORLD_SIZE": "2"})
 
 
+def test_a_late_rank_moves_its_log_into_rank_0s_run_dir(tmp_path, monkeypatch):
+    """Hydra names the run dir after the second each rank started: a rank that started later
+    follows rank 0, and the dir Hydra made for it (config copies and its log) disappears."""
+    from translate import distributed
+
+    main_dir, own = tmp_path / "18-00-00", tmp_path / "18-00-01"
+    (own / ".hydra").mkdir(parents=True)
+    main_dir.mkdir()
+    (own / ".hydra" / "config.yaml").write_text("x: 1\n")
+    monkeypatch.setattr(distributed, "broadcast", lambda obj: str(main_dir))
+    root = logging.getLogger()
+    handler = logging.FileHandler(own / "train.log")
+    root.addHandler(handler)
+    try:
+        assert distributed.adopt_run_dir(Dist(1, 1, 2), own) == main_dir
+        files = [h.baseFilename for h in root.handlers if isinstance(h, logging.FileHandler)]
+        assert handler not in root.handlers
+        assert [f for f in files if f.startswith(str(tmp_path))] == [str(main_dir / "train.log")]
+    finally:
+        for h in root.handlers[:]:
+            if isinstance(h, logging.FileHandler) and "18-00-0" in h.baseFilename:
+                root.removeHandler(h)
+                h.close()
+    assert not own.exists()
+    # A dir holding anything else is left alone; rank 0 keeps its own.
+    (own / "notes.txt").parent.mkdir()
+    (own / "notes.txt").write_text("mine")
+    assert distributed.adopt_run_dir(Dist(1, 1, 2), own) == main_dir and own.exists()
+    assert distributed.adopt_run_dir(Dist(0, 0, 2), main_dir) == main_dir
+
+
 # ---------------------------------------------------------------- torchrun end to end
 
 

@@ -20,6 +20,7 @@ The division of labour (README "Multi-GPU", docs/scale_out.md):
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import shutil
@@ -116,10 +117,12 @@ def wrap(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataP
     Buffers are not re-broadcast every forward (the model's only buffers are constant
     positional encodings), so rank 0 can validate on the bare model between steps.
     """
+    ddp = nn.parallel.DistributedDataParallel
+    # torch >= 2.13 renamed the switch (and still syncs buffers once, at construction)
+    renamed = "forward_sync_buffers" in inspect.signature(ddp.__init__).parameters
+    no_buffer_sync = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
     ids = [device.index] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(
-        model, device_ids=ids, output_device=device.index if ids else None, broadcast_buffers=False
-    )
+    return ddp(model, device_ids=ids, output_device=ids[0] if ids else None, **no_buffer_sync)
 
 
 def shard(order: Sequence[T], rank: int, world_size: int) -> list[T]:

@@ -270,12 +270,16 @@ def _train(cfg: DictConfig, dist: Dist) -> dict:
                 progress.batches_in_epoch = 0
         bar.close()
     if stop.signal is not None:
-        log.warning(
-            "stopped by %s at step %d; saved %s. Resume with:\n  python -m translate.train %s "
+        log.log(
+            logging.WARNING if dist.is_main else logging.DEBUG,  # the resume command once
+            "stopped by %s at step %d; saved %s. Resume with:\n  %s %s "
             "hydra.run.dir=%s trainer.resume=true",
             stop_reason,
             progress.step,
             ckpts.last,
+            "torchrun <same options> -m translate.train"
+            if dist.enabled
+            else "python -m translate.train",
             " ".join(_task_overrides()),
             run_dir,
         )
