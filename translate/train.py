@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shlex
 import signal
 import time
 from dataclasses import asdict
@@ -272,16 +273,16 @@ def _train(cfg: DictConfig, dist: Dist) -> dict:
     if stop.signal is not None:
         log.log(
             logging.WARNING if dist.is_main else logging.DEBUG,  # the resume command once
-            "stopped by %s at step %d; saved %s. Resume with:\n  %s %s "
-            "hydra.run.dir=%s trainer.resume=true",
+            "stopped by %s at step %d; saved %s. Resume with:\n  %s %s %s trainer.resume=true",
             stop_reason,
             progress.step,
             ckpts.last,
             "torchrun <same options> -m translate.train"
             if dist.enabled
             else "python -m translate.train",
-            " ".join(_task_overrides()),
-            run_dir,
+            " ".join(shlex.quote(o) for o in _task_overrides()),
+            # Quoted twice: job dirs of sweeps hold '=' and ',' (Hydra) and the shell sees it too.
+            shlex.quote(f'hydra.run.dir="{run_dir}"'),
         )
         raise SystemExit(128 + stop.signal)
     log.info(
