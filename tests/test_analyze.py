@@ -165,10 +165,10 @@ def test_thresholds_and_summary_defaults_match_the_config():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, cache_dir):
     run = tmp_path_factory.mktemp("analyze_run")
-    cfg = compose_config(
-        "train",
-        [*TINY, f"run_dir={run}", f"data.cache_dir={cache_dir}", "trainer.max_steps=6"],
-    )
+    # An untrained model decodes to the length limit; 4 tokens keep every decode (here and in
+    # analyze, which decodes with the checkpoint's settings) short.
+    shrink = ["trainer.max_steps=6", "decode.max_len_a=0", "decode.max_len_b=4"]
+    cfg = compose_config("train", [*TINY, f"run_dir={run}", f"data.cache_dir={cache_dir}", *shrink])
     return run, train(cfg)
 
 
@@ -192,8 +192,8 @@ def test_analyze_writes_json_heatmaps_pruning_curve_and_tensorboard(tiny_run, tm
             f"output_dir={tmp_path}",
             "device=cpu",
             "analysis.max_sentences=16",
-            "analysis.importance.bleu_sentences=4",
-            "analysis.pruning.bleu_sentences=6",
+            "analysis.importance.bleu_sentences=3",
+            "analysis.pruning.bleu_sentences=4",
             "analysis.pruning.fractions=[1.0,0.5,0.0]",
             "analysis.heatmap_sentences=1",
         ],
