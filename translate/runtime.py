@@ -6,6 +6,7 @@ import contextlib
 import random
 import resource
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -81,14 +82,31 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+_PROC_STATUS = Path("/proc/self/status")
+_PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
 def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window (CUDA allocator stats, or Linux's peak RSS).
+
+    The CPU reset matters for sequential Hydra multiruns, whose jobs share one process: writing
+    5 to ``/proc/self/clear_refs`` resets ``VmHWM``, so each job reports its own peak.
+    """
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):
+        _PROC_CLEAR_REFS.write_text("5")
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak CUDA memory allocated, or the process's peak resident set size on the CPU."""
+    """Peak CUDA memory allocated, or the process's peak resident set size on the CPU
+    (since the last :func:`reset_peak_memory` where Linux allows it)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    with contextlib.suppress(OSError):
+        for line in _PROC_STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**10  # kB -> MiB
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return rss / (2**20 if sys.platform == "darwin" else 2**10)
