@@ -1,0 +1,244 @@
+"""What the three benchmark scripts share: common options, interleaved timing with warm-up and
+medians, a plain-text table, and the JSON report with the machine it ran on.
+
+The scripts import it as a sibling module (``scripts/`` is on ``sys.path`` when a script runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, str(ROOT))
+
+# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), for the model FLOPs utilisation estimate.
+BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
+
+
+def multi30k_lengths(n: int, rng) -> tuple:
+    """``n`` source and target subword counts (without BOS/EOS) distributed like Multi30k
+    De-En train under its joint 5k unigram SentencePiece model: German 16.2 +- 6.3 (log-normal,
+    log-mean 2.715, log-sd 0.373), English / German 0.95 +- 0.18 (measured 15.3 +- 5.3);
+    clipped to 3..60 (the corpus's longest is 58)."""
+    import numpy as np
+
+    src = np.clip(np.round(rng.lognormal(2.715, 0.373, n)), 3, 60).astype(np.int64)
+    tgt = np.clip(np.round(src * rng.normal(0.95, 0.18, n)), 3, 60).astype(np.int64)
+    return src, tgt
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
+    parser.add_argument(
+        "--quick", action="store_true", help="a reduced grid that finishes in under a minute"
+    )
+
+
+class Session:
+    """Threads, seed and device for one benchmark run; restores the thread count on exit so a
+    script's ``main`` can run inside another process (the tests)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.device = torch.device(args.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise SystemExit(f"--device {args.device}: no CUDA GPU is visible")
+        self.threads = args.threads
+        self._saved_threads = torch.get_num_threads()
+
+    def __enter__(self) -> Session:
+        torch.set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.set_num_threads(self._saved_threads)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall-clock seconds of one call, with the device synchronised on both sides."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def interleaved(
+    fns: dict[str, Callable[[], object]],
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+) -> dict[str, list[float]]:
+    """Seconds per call of each function, measured in rounds A B C, B C A, C A B, ... after
+    ``warmup`` untimed calls each, so that drift on a shared machine hits all of them alike."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    sync(device)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repeats):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(timed(fns[name], device))
+    return times
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0 or (isinstance(a, float) and math.isnan(a)):
+        return None
+    return a / b
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
+
+
+def bf16_peak_tflops(device: torch.device) -> float | None:
+    """The GPU's dense bf16 peak from a small table of known parts, else None."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in BF16_PEAK_TFLOPS.items() if key in name), None)
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine_info(device: torch.device) -> dict:
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "git_commit": git_commit(),
+    }
+
+
+def report(
+    script: str,
+    argv: Sequence[str],
+    args: argparse.Namespace,
+    device: torch.device,
+    summary: dict,
+    **sections,
+) -> dict:
+    """The JSON document: ``summary`` first, then the machine, the command and the sections."""
+    return {
+        "summary": summary,
+        "benchmark": script,
+        "machine": machine_info(device),
+        "command": shlex.join(["python", f"scripts/{script}.py", *argv]),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        **sections,
+    }
+
+
+def write_json(path: Path | None, payload: dict) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
+
+
+def fmt(value, spec: str = ".3g") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def print_table(rows: list[dict], columns: list[tuple[str, str, str]], title: str = "") -> str:
+    """``columns``: ``(key, header, format spec)``. Returns the table text it printed."""
+    header = [h for _, h, _ in columns]
+    cells = [[fmt(row.get(k), spec) for k, _, spec in columns] for row in rows]
+    widths = [
+        max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)
+    ]
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def print_summary(summary: dict, targets: dict[str, tuple[str, float]]) -> None:
+    """One line per summary ratio, with its target (``(">=" | "<=", bound)``) and met/not met."""
+    print()
+    for key, value in summary.items():
+        line = f"{key} = {fmt(value, '.3f')}"
+        if key in targets:
+            op, bound = targets[key]
+            if value is None:
+                verdict = "not measured"
+            else:
+                ok = value >= bound if op == ">=" else value <= bound
+                verdict = "met" if ok else "NOT met"
+            line += f"   (target {op} {bound}: {verdict})"
+        print(line)

@@ -1,0 +1,398 @@
+"""Multi-head attention side by side: our ``MultiHeadAttention`` (``impl=manual`` and
+``impl=sdpa``, plus each SDPA backend the device offers, forced one at a time through
+``torch.nn.attention.sdpa_kernel``) against ``torch.nn.MultiheadAttention``.
+
+    python scripts/bench_attention.py --json outputs/bench/attention.json
+    python scripts/bench_attention.py --quick
+    python scripts/bench_attention.py --device cuda --json outputs/bench/attention_cuda.json
+
+Every module is self-attention over ``x (B, L, D)`` with the same weights (ours are built with
+``MultiHeadAttention.from_torch``), dropout 0; ``B = max(1, --tokens // L)`` so each row moves
+the same number of tokens. Times are medians of ``--repeats`` interleaved runs after warm-up
+(one untimed call of each, plus ``--warmup`` rounds):
+forward in eval mode without autograd (where ``nn.MultiheadAttention`` takes its fused fast
+path), and forward + backward in training mode (input and weight gradients).
+
+Peak memory is the growth during one forward (no autograd) and one forward+backward over the
+state just before it (inputs and weights allocated, gradients of the previous call freed): on
+CUDA through ``torch.cuda.max_memory_allocated``; on the CPU as the peak resident size
+(``VmHWM``, reset through ``/proc/self/clear_refs``) of a fresh subprocess per case, with
+glibc's mmap threshold fixed at 64 KiB so that freed tensors go back to the system instead of
+staying in a malloc arena.
+
+``summary``:
+  * ``mha_fwd_bwd_time_sdpa_vs_torch``: geometric mean over all timed cases of forward+backward
+    time, ``impl=sdpa`` / ``nn.MultiheadAttention`` (target <= 1.05).
+  * ``peak_mem_2048_sdpa_vs_manual``: forward+backward peak memory at L=2048, ``impl=sdpa`` /
+    ``impl=manual``, for heads 8 in the first dtype measured (target <= 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import _bench
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from translate.attention import MultiHeadAttention
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+REFERENCE_HEADS = 8
+TARGETS = {
+    "mha_fwd_bwd_time_sdpa_vs_torch": ("<=", 1.05),
+    "peak_mem_2048_sdpa_vs_manual": ("<=", 0.5),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    length: int
+    heads: int
+    dtype: str
+    batch: int
+
+
+def default_grid(device: torch.device, quick: bool) -> list[tuple[int, int, str]]:
+    """``(L, H, dtype)`` cases. On CUDA the full product of 6 lengths x 4 head counts x 2 dtypes.
+    On the CPU that would take far longer than a benchmark should, so the grid is trimmed:
+    lengths at 8 heads in fp32, heads 1/4/16 at L=256 and L=2048 in fp32, and bf16 only at
+    L=256, 8 heads (without native bf16 matmuls a bf16 forward+backward at L=2048 takes tens of
+    seconds per call on an AVX2 CPU)."""
+    lengths = [64, 128, 256, 512, 1024, 2048]
+    heads = [1, 4, 8, 16]
+    if quick:
+        return [(256, 8, "fp32"), (2048, 8, "fp32")]
+    if device.type == "cuda":
+        return [(L, H, d) for d in ("fp32", "bf16") for L in lengths for H in heads]
+    grid = [(L, REFERENCE_HEADS, "fp32") for L in lengths]
+    grid += [(L, H, "fp32") for L in (256, 2048) for H in heads if H != REFERENCE_HEADS]
+    grid += [(256, REFERENCE_HEADS, "bf16")]
+    return sorted(grid, key=lambda c: (c[2] != "fp32", c[0], c[1]))
+
+
+def impl_names(device: torch.device, backends: bool) -> list[str]:
+    names = ["torch", "manual", "sdpa"]
+    if backends:
+        offered = ["flash", "efficient", "math"] + (["cudnn"] if device.type == "cuda" else [])
+        names += [f"sdpa:{b}" for b in offered]
+    return names
+
+
+# ---------------------------------------------------------------------------- one case
+
+
+def build(
+    impl: str, d_model: int, heads: int, dtype: torch.dtype, device: torch.device, seed: int
+) -> tuple[nn.Module, Callable[[], contextlib.AbstractContextManager]]:
+    """The module for ``impl`` and a factory of the context to call it in (a forced SDPA
+    backend, or nothing)."""
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(d_model, heads, dropout=0.0, batch_first=True)
+    if impl == "torch":
+        module, ctx = ref, contextlib.nullcontext
+    else:
+        base, _, backend = impl.partition(":")
+        module = MultiHeadAttention.from_torch(ref, impl=base)
+        ctx = (lambda: sdpa_kernel([BACKENDS[backend]])) if backend else contextlib.nullcontext
+    return module.to(device=device, dtype=dtype), ctx
+
+
+class Runner:
+    """Forward and forward+backward calls of one module on one input."""
+
+    def __init__(self, impl: str, case: Case, d_model: int, causal: bool, device, seed: int):
+        dtype = DTYPES[case.dtype]
+        self.module, self.ctx = build(impl, d_model, case.heads, dtype, device, seed)
+        self.is_torch = impl == "torch"
+        gen = torch.Generator().manual_seed(seed + 1)
+        shape = (case.batch, case.length, d_model)
+        self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+        self.x.requires_grad_(True)
+        self.grad = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+        self.causal = causal
+        self.mask = None
+        if causal and self.is_torch:  # nn.MultiheadAttention wants the mask with is_causal
+            L = case.length
+            self.mask = torch.ones(L, L, dtype=torch.bool, device=device).triu(1)
+
+    def _call(self, x):
+        if self.is_torch:
+            return self.module(
+                x, x, x, need_weights=False, attn_mask=self.mask, is_causal=self.causal
+            )[0]
+        return self.module(x, x, x, is_causal=self.causal)[0]
+
+    def forward(self) -> None:
+        self.module.eval()
+        with torch.no_grad(), self.ctx():
+            self._call(self.x)
+
+    def forward_backward(self) -> None:
+        self.module.train()
+        self.module.zero_grad(set_to_none=True)
+        self.x.grad = None
+        with self.ctx():
+            out = self._call(self.x)
+        out.backward(self.grad)
+
+    def clear(self) -> None:
+        self.module.zero_grad(set_to_none=True)
+        self.x.grad = None
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def _status_mb(field: str) -> float:
+    """``VmRSS`` (resident now) or ``VmHWM`` (peak resident) of this process, in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 2**10  # kB
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> bool:
+    """Reset ``VmHWM`` to the current resident size (Linux >= 4.0); False if not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def memory_child(spec: dict) -> dict:
+    """Runs in a fresh process: peak resident growth of one forward, then of one
+    forward+backward, each over the resident size just before it.
+
+    ``ru_maxrss`` will not do here: across ``exec`` Linux carries the parent's peak into it.
+    ``VmHWM`` belongs to this process's own address space and is reset before each phase.
+    """
+    torch.set_num_threads(spec["threads"])
+    case = Case(**spec["case"])
+    runner = Runner(
+        spec["impl"], case, spec["d_model"], spec["causal"], torch.device("cpu"), spec["seed"]
+    )
+    # Load the kernels (oneDNN, the SDPA backend) on a small input, then start from a clean slate.
+    small = Case(min(case.length, 16), case.heads, case.dtype, 1)
+    warm = Runner(spec["impl"], small, spec["d_model"], spec["causal"], "cpu", spec["seed"])
+    warm.forward()
+    warm.forward_backward()
+    del warm
+    out = {}
+    for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
+        runner.clear()
+        base = _status_mb("VmRSS")
+        reset = _reset_peak()
+        fn()
+        out[key] = _status_mb("VmHWM") - base
+        out["peak_reset"] = reset  # False: the peak may include the imports (an upper bound)
+    return out
+
+
+def memory_cpu(impl: str, case: Case, args) -> dict:
+    spec = {
+        "impl": impl,
+        "case": asdict(case),
+        "d_model": args.d_model,
+        "causal": args.causal,
+        "seed": args.seed,
+        "threads": args.threads,
+    }
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run(
+        [sys.executable, __file__, "--_memory-child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memory_cuda(runner: Runner, device: torch.device) -> dict:
+    out = {}
+    for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
+        runner.clear()
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        out[key] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+    runner.clear()
+    return out
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _bench.add_common_args(parser)
+    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--lengths", type=int, nargs="+", help="with --heads/--dtypes: a grid")
+    parser.add_argument("--heads", type=int, nargs="+", help="default: see default_grid")
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES))
+    parser.add_argument("--tokens", type=int, default=2048, help="batch = max(1, tokens // L)")
+    parser.add_argument(
+        "--mem-lengths",
+        type=int,
+        nargs="+",
+        default=[2048],
+        help="lengths whose peak memory is measured (on CUDA: every case)",
+    )
+    parser.add_argument("--causal", action="store_true", help="causal self-attention")
+    parser.add_argument("--no-backends", action="store_true", help="skip sdpa:<backend> rows")
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--_memory-child", dest="memory_child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.warmup = args.warmup if args.warmup is not None else (0 if args.quick else 1)
+    args.repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
+    return args
+
+
+def grid(args, device: torch.device) -> list[Case]:
+    if args.lengths or args.heads or args.dtypes:
+        lengths = args.lengths or [256, 2048]
+        heads = args.heads or [REFERENCE_HEADS]
+        dtypes = args.dtypes or ["fp32"]
+        cells = [(L, H, d) for d in dtypes for L in lengths for H in heads]
+    else:
+        cells = default_grid(device, args.quick)
+    return [Case(L, H, d, max(1, args.tokens // L)) for L, H, d in cells]
+
+
+def run_case(case: Case, impls: list[str], args, device) -> list[dict]:
+    rows = {impl: {**asdict(case), "impl": impl} for impl in impls}
+    runners: dict[str, Runner] = {}
+    for impl in impls:
+        try:
+            runner = Runner(impl, case, args.d_model, args.causal, device, args.seed)
+            runner.forward()
+            runner.forward_backward()
+            runners[impl] = runner
+        except RuntimeError as err:  # e.g. a backend that does not support this case
+            rows[impl]["error"] = str(err).strip().splitlines()[0][:300]
+    fwd = _bench.interleaved(
+        {k: r.forward for k, r in runners.items()}, device, args.warmup, args.repeats
+    )
+    fwd_bwd = _bench.interleaved(
+        {k: r.forward_backward for k, r in runners.items()}, device, args.warmup, args.repeats
+    )
+    for impl in runners:
+        rows[impl]["fwd_ms"] = 1e3 * _bench.median(fwd[impl])
+        rows[impl]["fwd_bwd_ms"] = 1e3 * _bench.median(fwd_bwd[impl])
+        rows[impl]["fwd_bwd_ms_runs"] = [1e3 * t for t in fwd_bwd[impl]]
+    measure_memory = device.type == "cuda" or case.length in args.mem_lengths
+    for impl in runners if measure_memory else ():
+        if device.type == "cuda":
+            rows[impl].update(memory_cuda(runners[impl], device))
+        else:
+            rows[impl].update(memory_cpu(impl, case, args))
+    del runners
+    for row in rows.values():
+        if "error" in row:
+            row["note"] = "n/a: " + row["error"][:40]
+    torch_row, manual_row = rows.get("torch", {}), rows.get("manual", {})
+    for row in rows.values():
+        row["fwd_bwd_vs_torch"] = _bench.ratio(row.get("fwd_bwd_ms"), torch_row.get("fwd_bwd_ms"))
+        row["mem_vs_manual"] = _bench.ratio(row.get("fwd_bwd_mb"), manual_row.get("fwd_bwd_mb"))
+    return list(rows.values())
+
+
+def summarise(rows: list[dict]) -> dict:
+    by_case: dict[tuple, dict[str, dict]] = {}
+    for row in rows:
+        by_case.setdefault((row["length"], row["heads"], row["dtype"]), {})[row["impl"]] = row
+    time_ratios = [
+        impls["sdpa"]["fwd_bwd_vs_torch"]
+        for impls in by_case.values()
+        if "sdpa" in impls and impls["sdpa"].get("fwd_bwd_vs_torch") is not None
+    ]
+    mem_cases = [
+        (key, impls)
+        for key, impls in by_case.items()
+        if key[0] == 2048 and impls.get("sdpa", {}).get("mem_vs_manual") is not None
+    ]
+    mem_cases.sort(key=lambda item: (item[0][1] != REFERENCE_HEADS, item[0][1]))
+    return {
+        "mha_fwd_bwd_time_sdpa_vs_torch": _bench.geomean(time_ratios),
+        "peak_mem_2048_sdpa_vs_manual": mem_cases[0][1]["sdpa"]["mem_vs_manual"]
+        if mem_cases
+        else None,
+    }
+
+
+COLUMNS = [
+    ("dtype", "dtype", ""),
+    ("length", "L", ""),
+    ("heads", "H", ""),
+    ("batch", "B", ""),
+    ("impl", "impl", ""),
+    ("fwd_ms", "fwd ms", ".3g"),
+    ("fwd_bwd_ms", "fwd+bwd ms", ".3g"),
+    ("fwd_bwd_vs_torch", "vs torch", ".2f"),
+    ("fwd_mb", "fwd MiB", ".1f"),
+    ("fwd_bwd_mb", "fwd+bwd MiB", ".1f"),
+    ("mem_vs_manual", "mem vs manual", ".2f"),
+    ("note", "note", ""),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.memory_child:
+        print(json.dumps(memory_child(json.loads(args.memory_child))))
+        return {}
+    with _bench.Session(args) as session:
+        device = session.device
+        impls = impl_names(device, backends=not (args.quick or args.no_backends))
+        rows = []
+        for case in grid(args, device):
+            case_rows = run_case(case, impls, args, device)
+            _bench.print_table(case_rows, COLUMNS[5:], title=f"\n{case}")
+            rows += case_rows
+        summary = summarise(rows)
+        print()
+        _bench.print_table(rows, COLUMNS, title=f"MultiHeadAttention, d_model={args.d_model}")
+        _bench.print_summary(summary, TARGETS)
+        result = _bench.report(
+            "bench_attention",
+            argv,
+            args,
+            device,
+            summary,
+            targets={k: list(v) for k, v in TARGETS.items()},
+            memory_method="torch.cuda.max_memory_allocated"
+            if device.type == "cuda"
+            else "peak resident growth (VmHWM, reset through /proc/self/clear_refs) in a fresh "
+            "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536",
+            rows=rows,
+        )
+    _bench.write_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Decoding speed: greedy search with and without the attention cache, and beam search (size 5).
+
+    python scripts/bench_decode.py --json outputs/bench/decode.json
+    python scripts/bench_decode.py --quick
+    python scripts/bench_decode.py --checkpoint outputs/runs/multi30k_cpu/checkpoints/best.pt
+
+Without ``--checkpoint`` the model is randomly initialised with the ``experiment=multi30k_cpu``
+sizes (d_model 256, 8 heads, 2+2 layers, ffn 512, 5k vocabulary): speed does not depend on the
+weights, only on how many tokens are generated. A random model rarely emits EOS, so every
+sentence runs to its length limit; the default limit ``--max-len-a 1.0 --max-len-b 0`` makes
+the output as long as the source (a trained De-En model writes about 0.9x the source). The
+sources are fixed synthetic token ids with Multi30k-like lengths, or, with a checkpoint, the
+first ``--sentences`` lines of ``--src-file`` (default: the sample corpus's German test side)
+encoded with the checkpoint's tokenizer; the limits then default to ``conf/decode`` (1.5, 10).
+
+Sentences are batched as ``translate.inference.Translator`` batches them: sorted by length and
+cut so that each batch holds at most ``--max-tokens`` padded source tokens (``--batch-size N``
+instead takes fixed batches of N in the given order; 1 gives latency). The three modes run
+interleaved (rounds A B C, B C A, ...) and each reports the median sentences/s. ``without
+cache`` re-runs the decoder over the whole prefix at every step (``greedy_search(...,
+use_cache=False)``); both greedy modes must produce the same tokens.
+
+``summary``: ``greedy_cache_speedup`` = cached / uncached greedy sentences/s for the first
+``--impls`` entry (target >= 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import _bench
+import numpy as np
+import torch
+
+from translate.data import collate
+from translate.model import Seq2SeqTransformer
+from translate.runtime import autocast, resolve_precision
+from translate.search import beam_search, greedy_search
+from translate.sources import read_lines, sample_dir
+from translate.tokenizer import Tokenizer
+
+TARGETS = {"greedy_cache_speedup": (">=", 3.0)}
+MODES = ("greedy_no_cache", "greedy_cache", "beam5")
+
+
+def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
+    """``n`` fixed sources with lengths like Multi30k German (16.2 +- 6.3 subwords)."""
+    rng = np.random.default_rng(seed)
+    lengths, _ = _bench.multi30k_lengths(n, rng)
+    return [rng.integers(4, vocab, int(n_tok)) for n_tok in lengths]
+
+
+def length_batches(sources: list[np.ndarray], max_tokens: int) -> list[list[int]]:
+    """Indices sorted by length, cut at ``max_tokens`` padded tokens (``Translator._batches``)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    batches, current, width = [], [], 0
+    for i in order:
+        new_width = max(width, len(sources[i]) + 1)
+        if current and new_width * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, new_width = [], len(sources[i]) + 1
+        current.append(i)
+        width = new_width
+    return batches + [current] if current else batches
+
+
+def load_checkpoint_model(path: Path, device: torch.device):
+    from translate.checkpoint import load_checkpoint, restore_model
+
+    model, tokenizer, _ = restore_model(load_checkpoint(path), device)
+    return model, tokenizer
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _bench.add_common_args(parser)
+    parser.add_argument("--impls", nargs="+", choices=["sdpa", "manual"], default=["sdpa"])
+    parser.add_argument("--checkpoint", type=Path, default=None, help="a trained model")
+    parser.add_argument("--src-file", type=Path, default=sample_dir() / "test.de")
+    parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
+    parser.add_argument("--sentences", type=int, default=None)
+    parser.add_argument("--max-tokens", type=int, default=2048, help="source tokens per batch")
+    parser.add_argument("--batch-size", type=int, default=None, help="fixed batches instead")
+    parser.add_argument("--beam-size", type=int, default=5)
+    parser.add_argument("--max-len-a", type=float, default=None)
+    parser.add_argument("--max-len-b", type=float, default=None)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--vocab", type=int, default=5000)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
+    parser.add_argument("--d-ff", type=int, default=512)
+    args = parser.parse_args(argv)
+    args.sentences = args.sentences or (48 if args.quick else 200)
+    args.rounds = args.rounds or (3 if args.quick else 5)
+    trained = args.checkpoint is not None
+    if args.max_len_a is None:
+        args.max_len_a = 1.5 if trained else 1.0
+    if args.max_len_b is None:
+        args.max_len_b = 10.0 if trained else 0.0
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    with _bench.Session(args) as session:
+        device = session.device
+        precision = resolve_precision(args.precision, device)
+        if args.checkpoint is not None:
+            model, tokenizer = load_checkpoint_model(args.checkpoint, device)
+            texts = read_lines(args.src_file)[: args.sentences]
+            sources = [np.asarray(ids) for ids in tokenizer.encode(texts)]
+            models = {model.encoder_layers[0].self_attn.impl: model}
+            weights = f"trained ({args.checkpoint})"
+        else:
+            sources = synthetic_sources(args.sentences, args.vocab, args.seed)
+            models = {}
+            for impl in args.impls:
+                torch.manual_seed(args.seed)
+                models[impl] = Seq2SeqTransformer(
+                    args.vocab,
+                    d_model=args.d_model,
+                    num_heads=args.heads,
+                    num_encoder_layers=args.layers,
+                    num_decoder_layers=args.layers,
+                    d_ff=args.d_ff,
+                    attention_impl=impl,
+                    pad_id=Tokenizer.PAD,
+                )
+                models[impl].to(device).eval()
+            weights = "random (seeded)"
+        if args.batch_size:
+            n, size = len(sources), args.batch_size
+            groups = [list(range(k, min(k + size, n))) for k in range(0, n, size)]
+        else:
+            groups = length_batches(sources, args.max_tokens)
+        batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
+        special = dict(bos_id=Tokenizer.BOS, eos_id=Tokenizer.EOS, pad_id=Tokenizer.PAD)
+        limits = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+
+        rows, outputs = [], {}
+        for impl, model in models.items():
+
+            def decode_all(mode: str, model=model, impl=impl) -> None:
+                hyps = []
+                with autocast(device, precision):
+                    for b in batches:
+                        if mode == "beam5":
+                            hyps += beam_search(
+                                model,
+                                b.src,
+                                b.src_padding_mask,
+                                beam_size=args.beam_size,
+                                **special,
+                                **limits,
+                            )
+                        else:
+                            hyps += greedy_search(
+                                model,
+                                b.src,
+                                b.src_padding_mask,
+                                use_cache=mode == "greedy_cache",
+                                **special,
+                                **limits,
+                            )
+                outputs[impl, mode] = hyps
+
+            times = _bench.interleaved(
+                {mode: (lambda m=mode: decode_all(m)) for mode in MODES},
+                device,
+                args.warmup,
+                args.rounds,
+            )
+            for mode in MODES:
+                seconds = _bench.median(times[mode])
+                hyps = outputs[impl, mode]
+                rows.append(
+                    {
+                        "impl": impl,
+                        "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
+                        "sentences_per_s": len(sources) / seconds,
+                        "ms_per_sentence": 1e3 * seconds / len(sources),
+                        "mean_output_len": float(np.mean([len(h) for h in hyps])),
+                        "seconds_runs": times[mode],
+                    }
+                )
+            cached = rows[-2]["sentences_per_s"]
+            rows[-2]["speedup_vs_no_cache"] = cached / rows[-3]["sentences_per_s"]
+            rows[-2]["same_output"] = (
+                outputs[impl, "greedy_cache"] == outputs[impl, "greedy_no_cache"]
+            )
+        first = next(iter(models))
+        speedup = next(
+            r["speedup_vs_no_cache"]
+            for r in rows
+            if r["impl"] == first and r["mode"] == "greedy_cache"
+        )
+        summary = {"greedy_cache_speedup": speedup}
+        src_lens = [len(s) + 1 for s in sources]
+        sizes = "/".join(str(len(g)) for g in groups)
+        title = (
+            f"Decoding {len(sources)} sentences (source {np.mean(src_lens):.1f} tokens on "
+            f"average with EOS), {len(batches)} batches of {sizes}, {weights} weights, "
+            f"max length {args.max_len_a} * src + {args.max_len_b}, precision {precision}"
+        )
+        _bench.print_table(
+            rows,
+            [
+                ("impl", "impl", ""),
+                ("mode", "mode", ""),
+                ("sentences_per_s", "sent/s", ".4g"),
+                ("ms_per_sentence", "ms/sent", ".3g"),
+                ("mean_output_len", "out len", ".1f"),
+                ("speedup_vs_no_cache", "cache speed-up", ".2f"),
+                ("same_output", "same tokens", ""),
+            ],
+            title=title,
+        )
+        _bench.print_summary(summary, TARGETS)
+        result = _bench.report(
+            "bench_decode",
+            argv,
+            args,
+            device,
+            summary,
+            targets={k: list(v) for k, v in TARGETS.items()},
+            weights=weights,
+            precision=precision,
+            sentences=len(sources),
+            batch_sizes=[len(g) for g in groups],
+            mean_source_len=float(np.mean(src_lens)),
+            rows=rows,
+        )
+    _bench.write_json(args.json, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
