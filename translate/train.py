@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shlex
@@ -29,12 +28,12 @@ from translate.config import TrainSettings, train_settings
 from translate.data import Corpus, load_corpus
 from translate.distributed import Dist
 from translate.errors import UserError, exit_on_user_error
+from translate.evaluate import evaluate_run
 from translate.inference import Translator
 from translate.loop import Progress, StopRequest, TrainBatches
 from translate.metrics import score
 from translate.model import count_parameters
 from translate.runtime import (
-    peak_memory_mb,
     reset_peak_memory,
     resolve_device,
     resolve_precision,
@@ -43,7 +42,7 @@ from translate.runtime import (
     set_rng_state,
 )
 from translate.trainer import Trainer
-from translate.visualize import log_attention, log_hparams
+from translate.visualize import log_attention
 
 log = logging.getLogger(__name__)
 
@@ -293,18 +292,8 @@ def _train(cfg: DictConfig, dist: Dist) -> dict:
     )
     if not dist.is_main:  # rank 0 alone scores the test split and writes results.json
         return {"status": "completed", "rank": dist.rank, "steps": progress.step, "bleu": None}
-    return _finish(
-        settings,
-        corpus,
-        trainer,
-        translator,
-        progress,
-        ckpts,
-        writer,
-        device,
-        precision,
-        params,
-        run_dir,
+    return evaluate_run(
+        settings, corpus, trainer.model, translator, progress, ckpts, writer, cfg.get("analysis")
     )
 
 
@@ -334,142 +323,6 @@ def _task_overrides() -> list[str]:
     if not HydraConfig.initialized():
         return []
     return [o for o in HydraConfig.get().overrides.task if not o.startswith("trainer.resume")]
-
-
-def _finish(
-    settings,
-    corpus,
-    trainer,
-    translator,
-    progress,
-    ckpts,
-    writer,
-    device,
-    precision,
-    params,
-    run_dir: Path,
-) -> dict:
-    """Score the best checkpoint on the test split; write hypotheses and results.json."""
-    from translate.heads import head_summary, summary_settings
-
-    t = settings.trainer
-    train_peak_mb = peak_memory_mb(device)
-    run_config = {}  # this run's resolved config, as the checkpoint holds it (_finish has no cfg)
-    if ckpts.best.is_file():
-        best = load_checkpoint(ckpts.best, map_location=device)
-        trainer.model.load_state_dict(best["model"])
-        run_config = best["config"]
-    test = corpus.splits["test"]
-    log.info(
-        "decoding %d test sentences (%s, beam %d)",
-        len(test.src_ids),
-        test.name,
-        settings.decode.beam_size,
-    )
-    hyp_ids, sentences_per_s = translator.timed_translate_ids(test.src_ids, progress=t.progress_bar)
-    hyps = corpus.tokenizer.decode(hyp_ids)
-    scores = score(hyps, test.tgt_text)
-    (run_dir / "test.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    (run_dir / "test.ref.txt").write_text(
-        "".join(r + "\n" for r in test.tgt_text), encoding="utf-8"
-    )
-    latency_ms = translator.latency_ms(test.src_ids[: t.latency_sentences])
-    # What the heads learned, cheaply (one teacher-forced pass over a dev prefix): mean
-    # attention entropy per layer type and degenerate heads, for the heads-ablation report.
-    thresholds, summary_sentences, summary_tokens = summary_settings(run_config.get("analysis"))
-    heads_summary = None
-    if summary_sentences:
-        heads_summary = head_summary(
-            trainer.model,
-            corpus.splits["valid"],
-            corpus.tokenizer,
-            device,
-            precision,
-            thresholds,
-            summary_sentences,
-            summary_tokens,
-            corpus.max_src_len,
-            corpus.max_tgt_len,
-        )
-        for kind, entropy in heads_summary["entropy"].items():
-            writer.add_scalar(f"heads/entropy_{kind}", entropy, progress.step)
-        writer.add_scalar("heads/degenerate", heads_summary["degenerate_heads"], progress.step)
-        log.info(
-            "heads: mean attention entropy %s; %d of %d heads degenerate",
-            ", ".join(f"{k} {v:.2f}" for k, v in heads_summary["entropy"].items()),
-            heads_summary["degenerate_heads"],
-            heads_summary["total_heads"],
-        )
-    m = settings.model
-    results = {
-        "status": "completed",
-        "heads": m.num_heads,
-        "d_k": m.d_model // m.num_heads,
-        "d_model": m.d_model,
-        "layers": {"encoder": m.num_encoder_layers, "decoder": m.num_decoder_layers},
-        "params": params,
-        "attention_impl": m.attention_impl,
-        "precision": precision,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "seed": settings.seed,
-        "steps": progress.step,
-        "epochs_completed": progress.epoch,
-        "train_minutes": progress.train_seconds / 60,
-        "tokens_per_s": progress.tokens / max(progress.train_seconds, 1e-9),
-        "peak_mem_mb": train_peak_mb,
-        "dev_bleu": progress.best_dev_bleu,
-        "best_step": progress.best_step,
-        "test_split": test.name,
-        "bleu": scores["bleu"],
-        "chrf": scores["chrf"],
-        "sacrebleu_signature": scores["bleu_signature"],
-        "chrf_signature": scores["chrf_signature"],
-        "beam_size": settings.decode.beam_size,
-        "latency_ms": latency_ms,
-        "latency_sentences": min(t.latency_sentences, len(test.src_ids)),
-        "sentences_per_s": sentences_per_s,
-        "head_summary": heads_summary,
-        "checkpoint": str(ckpts.best if ckpts.best.is_file() else ckpts.last),
-        "hypotheses": str(run_dir / "test.hyp.txt"),
-    }
-    (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    hparams = {
-        "heads": m.num_heads,
-        "d_model": m.d_model,
-        "d_ff": m.d_ff,
-        "encoder_layers": m.num_encoder_layers,
-        "decoder_layers": m.num_decoder_layers,
-        "attention_impl": m.attention_impl,
-        "precision": precision,
-        "seed": settings.seed,
-        "lr": settings.optim.lr,
-        "beam_size": settings.decode.beam_size,
-    }
-    log_hparams(
-        writer,
-        hparams,
-        {
-            "hparam/test_bleu": scores["bleu"],
-            "hparam/dev_bleu": progress.best_dev_bleu,
-            "hparam/latency_ms": latency_ms,
-        },
-    )
-    writer.close()
-    log.info(
-        "test BLEU %.2f, chrF %.2f (%s, beam %d) | %s",
-        scores["bleu"],
-        scores["chrf"],
-        test.name,
-        settings.decode.beam_size,
-        scores["bleu_signature"],
-    )
-    log.info(
-        "latency %.1f ms/sentence (batch 1), %.1f sentences/s | outputs in %s",
-        latency_ms,
-        sentences_per_s,
-        run_dir,
-    )
-    return results
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
