@@ -100,9 +100,8 @@ def to_markdown(report: Report, bootstrap_samples: int = 1000) -> str:
     if first.get("device") == "cpu":
         lines += [
             "",
-            "Peak memory on the CPU is the process's peak resident set size; the jobs of a "
-            "sequential multirun share one process, so from the second job on it is at least "
-            "the earlier jobs' peak.",
+            "Peak memory on the CPU is the peak resident set size during each job's training "
+            "(Linux's VmHWM, reset when the job starts training).",
         ]
     if report.bootstrap_signature:
         lines += ["", f"BLEU signature: `{report.bootstrap_signature}`"]
