@@ -8,8 +8,8 @@
 
 Every module is self-attention over ``x (B, L, D)`` with the same weights (ours are built with
 ``MultiHeadAttention.from_torch``), dropout 0; ``B = max(1, --tokens // L)`` so each row moves
-the same number of tokens. Times are medians of ``--repeats`` interleaved runs after warm-up
-(one untimed call of each, plus ``--warmup`` rounds):
+the same number of tokens (bf16 on the CPU: ``--bf16-tokens`` 512). Times are medians of
+interleaved runs after warm-up (see :func:`case_settings`):
 forward in eval mode without autograd (where ``nn.MultiheadAttention`` takes its fused fast
 path), and forward + backward in training mode (input and weight gradients).
 
@@ -254,6 +254,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES))
     parser.add_argument("--tokens", type=int, default=2048, help="batch = max(1, tokens // L)")
     parser.add_argument(
+        "--bf16-tokens", type=int, default=None, help="--tokens for bf16 (CPU default: 512)"
+    )
+    parser.add_argument(
         "--mem-lengths",
         type=int,
         nargs="+",
@@ -262,12 +265,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
     parser.add_argument("--no-backends", action="store_true", help="skip sdpa:<backend> rows")
-    parser.add_argument("--warmup", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=None, help="rounds after the first call")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case")
     parser.add_argument("--_memory-child", dest="memory_child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.warmup = args.warmup if args.warmup is not None else (0 if args.quick else 1)
-    args.repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
     return args
 
 
@@ -279,11 +280,36 @@ def grid(args, device: torch.device) -> list[Case]:
         cells = [(L, H, d) for d in dtypes for L in lengths for H in heads]
     else:
         cells = default_grid(device, args.quick)
-    return [Case(L, H, d, max(1, args.tokens // L)) for L, H, d in cells]
+    bf16_tokens = args.bf16_tokens or (args.tokens if device.type == "cuda" else 512)
+    return [
+        Case(L, H, d, max(1, (bf16_tokens if d == "bf16" else args.tokens) // L))
+        for L, H, d in cells
+    ]
 
 
-def run_case(case: Case, impls: list[str], args, device) -> list[dict]:
-    rows = {impl: {**asdict(case), "impl": impl} for impl in impls}
+def case_settings(case: Case, args, device: torch.device) -> tuple[list[str], int, int]:
+    """``(impls, warmup rounds, timed rounds)`` for one case. On the CPU the first call of each
+    module is the only warm-up, cases of L >= 1024 get 3 timed rounds instead of 5, and the
+    forced-backend rows are measured at the reference head count only (``sdpa`` picks the Flash
+    kernel there anyway); ``--heads`` or ``--lengths`` given explicitly keep every backend."""
+    cuda = device.type == "cuda"
+    explicit = bool(args.lengths or args.heads or args.dtypes)
+    backends = not (args.quick or args.no_backends) and (
+        cuda or explicit or case.heads == REFERENCE_HEADS
+    )
+    warmup = args.warmup if args.warmup is not None else (2 if cuda else 0)
+    if args.repeats is not None:
+        repeats = args.repeats
+    elif cuda:
+        repeats = 10
+    else:
+        repeats = 3 if args.quick or case.length >= 1024 else 5
+    return impl_names(device, backends), warmup, repeats
+
+
+def run_case(case: Case, args, device) -> list[dict]:
+    impls, warmup, repeats = case_settings(case, args, device)
+    rows = {impl: {**asdict(case), "impl": impl, "repeats": repeats} for impl in impls}
     runners: dict[str, Runner] = {}
     for impl in impls:
         try:
@@ -293,11 +319,9 @@ def run_case(case: Case, impls: list[str], args, device) -> list[dict]:
             runners[impl] = runner
         except RuntimeError as err:  # e.g. a backend that does not support this case
             rows[impl]["error"] = str(err).strip().splitlines()[0][:300]
-    fwd = _bench.interleaved(
-        {k: r.forward for k, r in runners.items()}, device, args.warmup, args.repeats
-    )
+    fwd = _bench.interleaved({k: r.forward for k, r in runners.items()}, device, warmup, repeats)
     fwd_bwd = _bench.interleaved(
-        {k: r.forward_backward for k, r in runners.items()}, device, args.warmup, args.repeats
+        {k: r.forward_backward for k, r in runners.items()}, device, warmup, repeats
     )
     for impl in runners:
         rows[impl]["fwd_ms"] = 1e3 * _bench.median(fwd[impl])
@@ -367,10 +391,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return {}
     with _bench.Session(args) as session:
         device = session.device
-        impls = impl_names(device, backends=not (args.quick or args.no_backends))
         rows = []
         for case in grid(args, device):
-            case_rows = run_case(case, impls, args, device)
+            case_rows = run_case(case, args, device)
             _bench.print_table(case_rows, COLUMNS[5:], title=f"\n{case}")
             rows += case_rows
         summary = summarise(rows)
