@@ -212,6 +212,14 @@ def wait_for_checkpoint(proc: subprocess.Popen, path: Path, timeout: float = 120
         time.sleep(0.2)
 
 
+def resume_training(run_dir: Path, cache_dir: Path, max_steps: int):
+    """``python -m translate.train ... trainer.resume=true`` on ``run_dir`` up to ``max_steps``."""
+    return run_cli(
+        "translate.train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",
+        "trainer.resume=true", f"trainer.max_steps={max_steps}",
+    )  # fmt: skip
+
+
 def train_losses(run_dir: Path) -> dict[int, float]:
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
@@ -229,10 +237,7 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes(tmp_path, cache_dir):
     assert "Traceback" not in output and "trainer.resume=true" in output
     step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
     assert step >= 5
-    resumed = run_cli(
-        "translate.train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
-        "trainer.resume=true", f"trainer.max_steps={step + 3}",
-    )  # fmt: skip
+    resumed = resume_training(run, cache_dir, max_steps=step + 3)
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == step + 3
 
@@ -246,15 +251,14 @@ def test_sigkill_mid_training_resumes_from_the_last_checkpoint(tmp_path, cache_d
     proc.wait(timeout=30)
     saved = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
     assert saved >= 10
-    resumed = run_cli(
-        "translate.train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}",
-        "trainer.resume=true", f"trainer.max_steps={saved + 6}",
-    )  # fmt: skip
+    # Train on to an even step: TINY logs the loss every 2 steps, and the last one must be logged.
+    target = (saved // 2 + 3) * 2
+    resumed = resume_training(run, cache_dir, max_steps=target)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout + resumed.stderr
-    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == saved + 6
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == target
     losses = train_losses(run)
-    assert max(losses) == saved + 6
+    assert max(losses) == target
     before = [v for s, v in losses.items() if s <= saved]
     after = [v for s, v in losses.items() if s > saved]
     # The curve continues from where it stopped instead of starting again from the top.
