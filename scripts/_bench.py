@@ -1,7 +1,9 @@
-"""What the three benchmark scripts share: common options, interleaved timing with warm-up and
-medians, a plain-text table, and the JSON report with the machine it ran on.
+"""What the three benchmark scripts share: common options, interleaved timing (wall clock and
+process CPU time) with warm-up and medians, a ``torch.profiler`` operator breakdown, a
+plain-text table, and the JSON report with the machine it ran on.
 
-The scripts import it as a sibling module (``scripts/`` is on ``sys.path`` when a script runs).
+The scripts import it as a sibling module: Python puts a script's own folder on ``sys.path``.
+The package itself comes from the environment (``pip install -e .``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,14 @@ import platform
 import shlex
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), for the model FLOPs utilisation estimate.
 BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
@@ -76,13 +76,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Wall-clock seconds of one call, with the device synchronised on both sides."""
+def timed(fn: Callable[[], object], device: torch.device) -> tuple[object, float, float]:
+    """``(result, wall seconds, CPU seconds)`` of one call, the device synchronised on both
+    sides. CPU seconds are the process's (``time.process_time``: every thread, user + system),
+    which other jobs on a shared host barely move; with N busy threads they approach N x wall.
+    """
     sync(device)
-    start = time.perf_counter()
-    fn()
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
     sync(device)
-    return time.perf_counter() - start
+    return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def interleaved(
@@ -102,7 +105,7 @@ def interleaved(
     for r in range(repeats):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
-            times[name].append(timed(fns[name], device))
+            times[name].append(timed(fns[name], device)[1])
     return times
 
 
@@ -121,6 +124,53 @@ def geomean(values: Sequence[float]) -> float | None:
     if not values:
         return None
     return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def add_profile_args(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help=f"after timing, print a torch.profiler operator breakdown of {what}",
+    )
+    parser.add_argument("--profile-rows", type=int, default=15, help="operators per table")
+
+
+def profile_ops(
+    fns: dict[str, Callable[[], object]], device: torch.device, rows: int, title: str = ""
+) -> dict[str, list[dict]]:
+    """Each function once under ``torch.profiler``: its ``rows`` operators with the most self
+    CPU time (self device time on CUDA), as a printed table and as rows for the JSON. ``%`` is
+    the share of all self time in the call, so nested operators are not counted twice."""
+    cuda = device.type == "cuda"
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    out = {}
+    for name, fn in fns.items():
+        sync(device)
+        with profile(activities=activities) as prof:
+            fn()
+            sync(device)
+        events = [e for e in prof.key_averages() if getattr(e, key) > 0]
+        total = sum(getattr(e, key) for e in events) or 1.0
+        events.sort(key=lambda e: getattr(e, key), reverse=True)
+        out[name] = [
+            {
+                "op": e.key,
+                "calls": e.count,
+                "self_ms": getattr(e, key) / 1e3,
+                "self_pct": getattr(e, key) / total,
+            }
+            for e in events[:rows]
+        ]
+        cols = [("op", "operator", ""), ("calls", "calls", ""), ("self_ms", "self ms", ".3g")]
+        where = "device" if cuda else "CPU"
+        print_table(
+            out[name],
+            cols + [("self_pct", f"% of self {where} time", ".1%")],
+            title=f"\n{title}{name}: torch.profiler, top {rows} operators by self {where} time "
+            f"(of {total / 1e3:.4g} ms)",
+        )
+    return out
 
 
 def cpu_model() -> str:

@@ -2,9 +2,9 @@
 """Write the heads-ablation report of a sweep: ``python scripts/ablation_report.py <sweep_dir>``.
 
 The same code the Hydra callback runs after every job of ``python -m translate.train -m ...``
-(``translate.ablation.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
+(``translate.sweeps.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
 in the sweep dir. Exits 1 (after writing the report) when the runs' parameter counts differ,
-2 when the sweep dir does not exist.
+2 with a one-line error when the sweep dir does not exist (or another user error).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import argparse
 import logging
 import sys
 
-from translate.ablation import BASELINE_HEADS, write_report
-from translate.errors import UserError
+from translate.analysis.ablation import BASELINE_HEADS
+from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.sweeps import write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = write_report(args.sweep_dir, args.baseline_heads, args.bootstrap_samples)
     except UserError as err:
+        if debug_enabled():
+            raise
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     print((report.sweep_dir / "ablation.md").read_text(encoding="utf-8"))
     for name in ("ablation.csv", "ablation.md", "ablation.png"):
         print(f"wrote {report.sweep_dir / name}")

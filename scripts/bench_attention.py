@@ -4,6 +4,7 @@
 
     python scripts/bench_attention.py --json outputs/bench/attention.json
     python scripts/bench_attention.py --quick
+    python scripts/bench_attention.py --lengths 32 --tokens 2048 --profile
     python scripts/bench_attention.py --device cuda --json outputs/bench/attention_cuda.json
 
 Every module is self-attention over ``x (B, L, D)`` with the same weights (ours are built with
@@ -11,12 +12,16 @@ Every module is self-attention over ``x (B, L, D)`` with the same weights (ours 
 the same number of tokens (bf16 on the CPU: ``--bf16-tokens`` 512). Times are medians of
 interleaved runs after warm-up (see :func:`case_settings`):
 forward in eval mode without autograd (where ``nn.MultiheadAttention`` takes its fused fast
-path), and forward + backward in training mode (input and weight gradients).
+path), and forward + backward in training mode (input and weight gradients). ``--profile``
+adds, per case and module, the top operators of one more forward+backward by self time
+(``torch.profiler``).
 
 Peak memory is the growth during one forward (no autograd) and one forward+backward over the
-state just before it (inputs and weights allocated, gradients of the previous call freed): on
-CUDA through ``torch.cuda.max_memory_allocated``; on the CPU as the peak resident size
-(``VmHWM``, reset through ``/proc/self/clear_refs``) of a fresh subprocess per case, with
+state just before it (inputs and weights allocated, gradients of the previous call freed),
+read with the package's own ``translate.runtime.reset_peak_memory`` / ``peak_memory_mb``: on
+CUDA the allocator's peak (``torch.cuda.max_memory_allocated``); on the CPU the peak resident
+size (``VmHWM``, reset through ``/proc/self/clear_refs``; where Linux refuses the reset the
+growth is counted over the earlier peak, a lower bound) of a fresh subprocess per case, with
 glibc's mmap threshold fixed at 64 KiB so that freed tensors go back to the system instead of
 staying in a malloc arena.
 
@@ -43,7 +48,8 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from translate.attention import MultiHeadAttention
+from translate.nn.attention import MultiHeadAttention
+from translate.runtime import peak_memory_mb, reset_peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = {
@@ -158,32 +164,29 @@ class Runner:
 # ---------------------------------------------------------------------------- memory
 
 
-def _status_mb(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (peak resident) of this process, in MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 2**10  # kB
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> bool:
-    """Reset ``VmHWM`` to the current resident size (Linux >= 4.0); False if not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
+def peak_growth(runner: Runner, device: torch.device) -> dict:
+    """MiB that one forward, then one forward+backward, add at their peak to the memory in use
+    just before them: the peak window is reset right before each call, so the peak read then
+    is the memory in use, and the peak read after the call less that is the growth."""
+    out = {}
+    for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
+        runner.clear()
+        _bench.sync(device)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        reset_peak_memory(device)
+        base = peak_memory_mb(device)
+        fn()
+        _bench.sync(device)
+        out[key] = peak_memory_mb(device) - base
+    runner.clear()
+    return out
 
 
 def memory_child(spec: dict) -> dict:
-    """Runs in a fresh process: peak resident growth of one forward, then of one
-    forward+backward, each over the resident size just before it.
-
-    ``ru_maxrss`` will not do here: across ``exec`` Linux carries the parent's peak into it.
-    ``VmHWM`` belongs to this process's own address space and is reset before each phase.
-    """
+    """Runs in a fresh process: :func:`peak_growth` on the CPU, where the peak is the
+    process's peak resident size (``VmHWM``, its own address space's, reset before each phase;
+    ``ru_maxrss`` would not do: across ``exec`` Linux carries the parent's peak into it)."""
     torch.set_num_threads(spec["threads"])
     case = Case(**spec["case"])
     runner = Runner(
@@ -195,51 +198,18 @@ def memory_child(spec: dict) -> dict:
     warm.forward()
     warm.forward_backward()
     del warm
-    out = {}
-    for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
-        runner.clear()
-        base = _status_mb("VmRSS")
-        reset = _reset_peak()
-        fn()
-        out[key] = _status_mb("VmHWM") - base
-        out["peak_reset"] = reset  # False: the peak may include the imports (an upper bound)
-    return out
+    return peak_growth(runner, torch.device("cpu"))
 
 
 def memory_cpu(impl: str, case: Case, args) -> dict:
-    spec = {
-        "impl": impl,
-        "case": asdict(case),
-        "d_model": args.d_model,
-        "causal": args.causal,
-        "seed": args.seed,
-        "threads": args.threads,
-    }
+    keys = ("d_model", "causal", "seed", "threads")
+    spec = {"impl": impl, "case": asdict(case), **{k: getattr(args, k) for k in keys}}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    proc = subprocess.run(
-        [sys.executable, __file__, "--_memory-child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    cmd = [sys.executable, __file__, "--_memory-child", json.dumps(spec)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def memory_cuda(runner: Runner, device: torch.device) -> dict:
-    out = {}
-    for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
-        runner.clear()
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        out[key] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
-    runner.clear()
-    return out
 
 
 # ---------------------------------------------------------------------------- main
@@ -257,19 +227,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--bf16-tokens", type=int, default=None, help="--tokens for bf16 (CPU default: 512)"
     )
     parser.add_argument(
-        "--mem-lengths",
-        type=int,
-        nargs="+",
-        default=[2048],
-        help="lengths whose peak memory is measured (on CUDA: every case)",
+        "--mem-lengths", type=int, nargs="+", default=[2048], help="L with peak memory (CUDA: all)"
     )
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
     parser.add_argument("--no-backends", action="store_true", help="skip sdpa:<backend> rows")
     parser.add_argument("--warmup", type=int, default=None, help="rounds after the first call")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case")
+    _bench.add_profile_args(parser, "forward+backward per case and module")
     parser.add_argument("--_memory-child", dest="memory_child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    return args
+    return parser.parse_args(argv)
 
 
 def grid(args, device: torch.device) -> list[Case]:
@@ -307,18 +273,26 @@ def case_settings(case: Case, args, device: torch.device) -> tuple[list[str], in
     return impl_names(device, backends), warmup, repeats
 
 
-def run_case(case: Case, args, device) -> list[dict]:
-    impls, warmup, repeats = case_settings(case, args, device)
-    rows = {impl: {**asdict(case), "impl": impl, "repeats": repeats} for impl in impls}
+def make_runners(case: Case, rows: dict[str, dict], args, device) -> dict[str, Runner]:
+    """A runner per row's impl, each called once (forward, forward+backward); an impl that
+    fails there (e.g. a backend that does not support the case) gets an ``error`` instead."""
     runners: dict[str, Runner] = {}
-    for impl in impls:
+    for impl, row in rows.items():
         try:
             runner = Runner(impl, case, args.d_model, args.causal, device, args.seed)
             runner.forward()
             runner.forward_backward()
             runners[impl] = runner
-        except RuntimeError as err:  # e.g. a backend that does not support this case
-            rows[impl]["error"] = str(err).strip().splitlines()[0][:300]
+        except RuntimeError as err:
+            row["error"] = str(err).strip().splitlines()[0][:300]
+            row["note"] = "n/a: " + row["error"][:40]
+    return runners
+
+
+def run_case(case: Case, args, device) -> list[dict]:
+    impls, warmup, repeats = case_settings(case, args, device)
+    rows = {impl: {**asdict(case), "impl": impl, "repeats": repeats} for impl in impls}
+    runners = make_runners(case, rows, args, device)
     fwd = _bench.interleaved({k: r.forward for k, r in runners.items()}, device, warmup, repeats)
     fwd_bwd = _bench.interleaved(
         {k: r.forward_backward for k, r in runners.items()}, device, warmup, repeats
@@ -327,16 +301,18 @@ def run_case(case: Case, args, device) -> list[dict]:
         rows[impl]["fwd_ms"] = 1e3 * _bench.median(fwd[impl])
         rows[impl]["fwd_bwd_ms"] = 1e3 * _bench.median(fwd_bwd[impl])
         rows[impl]["fwd_bwd_ms_runs"] = [1e3 * t for t in fwd_bwd[impl]]
+    if args.profile:
+        fns = {k: r.forward_backward for k, r in runners.items()}
+        title = f"{case}, forward+backward, "
+        for impl, ops in _bench.profile_ops(fns, device, args.profile_rows, title).items():
+            rows[impl]["profile"] = ops
     measure_memory = device.type == "cuda" or case.length in args.mem_lengths
     for impl in runners if measure_memory else ():
         if device.type == "cuda":
-            rows[impl].update(memory_cuda(runners[impl], device))
+            rows[impl].update(peak_growth(runners[impl], device))
         else:
             rows[impl].update(memory_cpu(impl, case, args))
     del runners
-    for row in rows.values():
-        if "error" in row:
-            row["note"] = "n/a: " + row["error"][:40]
     torch_row, manual_row = rows.get("torch", {}), rows.get("manual", {})
     for row in rows.values():
         row["fwd_bwd_vs_torch"] = _bench.ratio(row.get("fwd_bwd_ms"), torch_row.get("fwd_bwd_ms"))
@@ -359,11 +335,10 @@ def summarise(rows: list[dict]) -> dict:
         if key[0] == 2048 and impls.get("sdpa", {}).get("mem_vs_manual") is not None
     ]
     mem_cases.sort(key=lambda item: (item[0][1] != REFERENCE_HEADS, item[0][1]))
+    mem = mem_cases[0][1]["sdpa"]["mem_vs_manual"] if mem_cases else None
     return {
         "mha_fwd_bwd_time_sdpa_vs_torch": _bench.geomean(time_ratios),
-        "peak_mem_2048_sdpa_vs_manual": mem_cases[0][1]["sdpa"]["mem_vs_manual"]
-        if mem_cases
-        else None,
+        "peak_mem_2048_sdpa_vs_manual": mem,
     }
 
 

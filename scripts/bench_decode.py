@@ -11,11 +11,14 @@ sentence runs to its length limit; the default limit ``--max-len-a 1.0 --max-len
 the output as long as the source (a trained De-En model writes about 0.9x the source). The
 sources are fixed synthetic token ids with Multi30k-like lengths, or, with a checkpoint, the
 first ``--sentences`` lines of ``--src-file`` (default: the sample corpus's German test side)
-encoded with the checkpoint's tokenizer; the limits then default to ``conf/decode`` (1.5, 10).
+encoded with the checkpoint's tokenizer; the limits then default to the checkpoint's own decode
+settings (``conf/decode``: 1.5, 10), and the model is loaded as ``translate.evaluate`` loads it
+(:func:`translate.decoding.translator.load_translator`).
 
-Sentences are batched as ``translate.inference.Translator`` batches them: sorted by length and
-cut so that each batch holds at most ``--max-tokens`` padded source tokens (``--batch-size N``
-instead takes fixed batches of N in the given order; 1 gives latency). The three modes run
+Sentences are batched as :class:`translate.decoding.translator.Translator` batches them, by
+:func:`translate.data.batching.length_sorted_batches`: sorted by length and cut so that each
+batch holds at most ``--max-tokens`` padded source tokens (``--batch-size N`` instead takes
+fixed batches of N in the given order; 1 gives latency). The three modes run
 interleaved (rounds A B C, B C A, ...) and each reports the median sentences/s. ``without
 cache`` re-runs the decoder over the whole prefix at every step (``greedy_search(...,
 use_cache=False)``); both greedy modes must produce the same tokens.
@@ -35,15 +38,27 @@ import _bench
 import numpy as np
 import torch
 
-from translate.data import collate
-from translate.model import Seq2SeqTransformer
+from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.sources import read_lines, sample_dir
+from translate.data.tokenizer import Tokenizer
+from translate.decoding.search import beam_search, greedy_search
+from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import autocast, resolve_precision
-from translate.search import beam_search, greedy_search
-from translate.sources import read_lines, sample_dir
-from translate.tokenizer import Tokenizer
 
 TARGETS = {"greedy_cache_speedup": (">=", 3.0)}
 MODES = ("greedy_no_cache", "greedy_cache", "beam5")
+COLUMNS = [
+    ("impl", "impl", ""),
+    ("mode", "mode", ""),
+    ("sentences_per_s", "sent/s", ".4g"),
+    ("ms_per_sentence", "ms/sent", ".3g"),
+    ("mean_output_len", "out len", ".1f"),
+    ("speedup_vs_no_cache", "cache speed-up", ".2f"),
+    ("same_output", "same tokens", ""),
+]
+
+
+# ---------------------------------------------------------------------------- models, sources
 
 
 def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
@@ -53,25 +68,108 @@ def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
     return [rng.integers(4, vocab, int(n_tok)) for n_tok in lengths]
 
 
-def length_batches(sources: list[np.ndarray], max_tokens: int) -> list[list[int]]:
-    """Indices sorted by length, cut at ``max_tokens`` padded tokens (``Translator._batches``)."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    batches, current, width = [], [], 0
-    for i in order:
-        new_width = max(width, len(sources[i]) + 1)
-        if current and new_width * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, new_width = [], len(sources[i]) + 1
-        current.append(i)
-        width = new_width
-    return batches + [current] if current else batches
+def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
+    """One seeded random model per ``--impls`` entry and synthetic sources; the length limit
+    defaults to the source length (``1.0 * src + 0``)."""
+    models = {}
+    for impl in args.impls:
+        torch.manual_seed(args.seed)
+        models[impl] = Seq2SeqTransformer(
+            args.vocab,
+            d_model=args.d_model,
+            num_heads=args.heads,
+            num_encoder_layers=args.layers,
+            num_decoder_layers=args.layers,
+            d_ff=args.d_ff,
+            attention_impl=impl,
+            pad_id=Tokenizer.PAD,
+        )
+        models[impl].to(device).eval()
+    args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
+    args.max_len_b = 0.0 if args.max_len_b is None else args.max_len_b
+    sources = synthetic_sources(args.sentences, args.vocab, args.seed)
+    return models, sources, "random (seeded)"
 
 
-def load_checkpoint_model(path: Path, device: torch.device):
-    from translate.checkpoint import load_checkpoint, restore_model
+def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
+    """The checkpoint's model, the first ``--sentences`` lines of ``--src-file`` in its
+    tokenizer, and its own decode settings' length limit unless given."""
+    from translate.decoding.translator import load_translator
 
-    model, tokenizer, _ = restore_model(load_checkpoint(path), device)
-    return model, tokenizer
+    loaded = load_translator(args.checkpoint, device=str(device), precision=args.precision)
+    decode = loaded.translator.decode
+    args.max_len_a = decode.max_len_a if args.max_len_a is None else args.max_len_a
+    args.max_len_b = decode.max_len_b if args.max_len_b is None else args.max_len_b
+    texts = read_lines(args.src_file)[: args.sentences]
+    sources = [np.asarray(ids) for ids in loaded.tokenizer.encode(texts)]
+    model = loaded.model
+    return {model.encoder_layers[0].self_attn.impl: model}, sources, f"trained ({args.checkpoint})"
+
+
+def make_batches(sources: list[np.ndarray], args, device) -> tuple[list[list[int]], list[Batch]]:
+    """Index groups and their padded batches: ``length_sorted_batches`` over the source lengths
+    with EOS (as :class:`~translate.decoding.translator.Translator`), or fixed groups of
+    ``--batch-size`` in the given order."""
+    if args.batch_size:
+        n, size = len(sources), args.batch_size
+        groups = [list(range(k, min(k + size, n))) for k in range(0, n, size)]
+    else:
+        groups = length_sorted_batches([len(s) + 1 for s in sources], None, args.max_tokens)
+    batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
+    return groups, batches
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+def decode_all(model, batches: list[Batch], mode: str, args, device, precision) -> list:
+    """Every batch decoded in ``mode``; the hypotheses in batch order."""
+    special = dict(bos_id=Tokenizer.BOS, eos_id=Tokenizer.EOS, pad_id=Tokenizer.PAD)
+    limits = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    hyps = []
+    with autocast(device, precision):
+        for b in batches:
+            if mode == "beam5":
+                hyps += beam_search(
+                    model, b.src, b.src_padding_mask, beam_size=args.beam_size, **special, **limits
+                )
+            else:
+                use_cache = mode == "greedy_cache"
+                hyps += greedy_search(
+                    model, b.src, b.src_padding_mask, use_cache=use_cache, **special, **limits
+                )
+    return hyps
+
+
+def time_modes(impl, model, batches, n_sentences: int, args, device, precision) -> list[dict]:
+    """The three modes of one model, interleaved; one row per mode."""
+    outputs = {}
+
+    def run(mode: str) -> None:
+        outputs[mode] = decode_all(model, batches, mode, args, device, precision)
+
+    fns = {mode: (lambda m=mode: run(m)) for mode in MODES}
+    times = _bench.interleaved(fns, device, args.warmup, args.rounds)
+    rows = []
+    for mode in MODES:
+        seconds = _bench.median(times[mode])
+        rows.append(
+            {
+                "impl": impl,
+                "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
+                "sentences_per_s": n_sentences / seconds,
+                "ms_per_sentence": 1e3 * seconds / n_sentences,
+                "mean_output_len": float(np.mean([len(h) for h in outputs[mode]])),
+                "seconds_runs": times[mode],
+            }
+        )
+    no_cache, cached = rows[0], rows[1]
+    cached["speedup_vs_no_cache"] = cached["sentences_per_s"] / no_cache["sentences_per_s"]
+    cached["same_output"] = outputs["greedy_cache"] == outputs["greedy_no_cache"]
+    return rows
+
+
+# ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -97,11 +195,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sentences = args.sentences or (48 if args.quick else 200)
     args.rounds = args.rounds or (3 if args.quick else 5)
-    trained = args.checkpoint is not None
-    if args.max_len_a is None:
-        args.max_len_a = 1.5 if trained else 1.0
-    if args.max_len_b is None:
-        args.max_len_b = 10.0 if trained else 0.0
     return args
 
 
@@ -111,96 +204,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     with _bench.Session(args) as session:
         device = session.device
         precision = resolve_precision(args.precision, device)
-        if args.checkpoint is not None:
-            model, tokenizer = load_checkpoint_model(args.checkpoint, device)
-            texts = read_lines(args.src_file)[: args.sentences]
-            sources = [np.asarray(ids) for ids in tokenizer.encode(texts)]
-            models = {model.encoder_layers[0].self_attn.impl: model}
-            weights = f"trained ({args.checkpoint})"
-        else:
-            sources = synthetic_sources(args.sentences, args.vocab, args.seed)
-            models = {}
-            for impl in args.impls:
-                torch.manual_seed(args.seed)
-                models[impl] = Seq2SeqTransformer(
-                    args.vocab,
-                    d_model=args.d_model,
-                    num_heads=args.heads,
-                    num_encoder_layers=args.layers,
-                    num_decoder_layers=args.layers,
-                    d_ff=args.d_ff,
-                    attention_impl=impl,
-                    pad_id=Tokenizer.PAD,
-                )
-                models[impl].to(device).eval()
-            weights = "random (seeded)"
-        if args.batch_size:
-            n, size = len(sources), args.batch_size
-            groups = [list(range(k, min(k + size, n))) for k in range(0, n, size)]
-        else:
-            groups = length_batches(sources, args.max_tokens)
-        batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
-        special = dict(bos_id=Tokenizer.BOS, eos_id=Tokenizer.EOS, pad_id=Tokenizer.PAD)
-        limits = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
-
-        rows, outputs = [], {}
+        load = random_models if args.checkpoint is None else trained_model
+        models, sources, weights = load(args, device)
+        groups, batches = make_batches(sources, args, device)
+        rows = []
         for impl, model in models.items():
-
-            def decode_all(mode: str, model=model, impl=impl) -> None:
-                hyps = []
-                with autocast(device, precision):
-                    for b in batches:
-                        if mode == "beam5":
-                            hyps += beam_search(
-                                model,
-                                b.src,
-                                b.src_padding_mask,
-                                beam_size=args.beam_size,
-                                **special,
-                                **limits,
-                            )
-                        else:
-                            hyps += greedy_search(
-                                model,
-                                b.src,
-                                b.src_padding_mask,
-                                use_cache=mode == "greedy_cache",
-                                **special,
-                                **limits,
-                            )
-                outputs[impl, mode] = hyps
-
-            times = _bench.interleaved(
-                {mode: (lambda m=mode: decode_all(m)) for mode in MODES},
-                device,
-                args.warmup,
-                args.rounds,
-            )
-            for mode in MODES:
-                seconds = _bench.median(times[mode])
-                hyps = outputs[impl, mode]
-                rows.append(
-                    {
-                        "impl": impl,
-                        "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
-                        "sentences_per_s": len(sources) / seconds,
-                        "ms_per_sentence": 1e3 * seconds / len(sources),
-                        "mean_output_len": float(np.mean([len(h) for h in hyps])),
-                        "seconds_runs": times[mode],
-                    }
-                )
-            cached = rows[-2]["sentences_per_s"]
-            rows[-2]["speedup_vs_no_cache"] = cached / rows[-3]["sentences_per_s"]
-            rows[-2]["same_output"] = (
-                outputs[impl, "greedy_cache"] == outputs[impl, "greedy_no_cache"]
-            )
-        first = next(iter(models))
-        speedup = next(
-            r["speedup_vs_no_cache"]
-            for r in rows
-            if r["impl"] == first and r["mode"] == "greedy_cache"
-        )
-        summary = {"greedy_cache_speedup": speedup}
+            rows += time_modes(impl, model, batches, len(sources), args, device, precision)
+        first = next(r for r in rows if "speedup_vs_no_cache" in r)  # the first model's
+        summary = {"greedy_cache_speedup": first["speedup_vs_no_cache"]}
         src_lens = [len(s) + 1 for s in sources]
         sizes = "/".join(str(len(g)) for g in groups)
         title = (
@@ -208,19 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"average with EOS), {len(batches)} batches of {sizes}, {weights} weights, "
             f"max length {args.max_len_a} * src + {args.max_len_b}, precision {precision}"
         )
-        _bench.print_table(
-            rows,
-            [
-                ("impl", "impl", ""),
-                ("mode", "mode", ""),
-                ("sentences_per_s", "sent/s", ".4g"),
-                ("ms_per_sentence", "ms/sent", ".3g"),
-                ("mean_output_len", "out len", ".1f"),
-                ("speedup_vs_no_cache", "cache speed-up", ".2f"),
-                ("same_output", "same tokens", ""),
-            ],
-            title=title,
-        )
+        _bench.print_table(rows, COLUMNS, title=title)
         _bench.print_summary(summary, TARGETS)
         result = _bench.report(
             "bench_decode",

@@ -3,24 +3,32 @@
 
     python scripts/bench_train.py --json outputs/bench/train.json
     python scripts/bench_train.py --quick
+    python scripts/bench_train.py --cpu-time --profile
     python scripts/bench_train.py --device cuda --precision bf16 --compile --max-tokens 8192
 
 The sizes default to ``experiment=multi30k_cpu`` (d_model 256, 8 heads, 2+2 layers, ffn 512,
 5k vocabulary, dropout 0.1, attention and activation dropout 0, pre-norm, 2048-token batches).
-The baseline has the same widths, depths, dropouts and norm placement, the same tied embedding
-table scaled by ``sqrt(d_model)`` plus sinusoidal positions, and the same tied output
-projection, so both have the same parameter count. All three train on the same batches with the
-same :class:`translate.trainer.Trainer` (Adam, label smoothing 0.1, clipping at 1.0), precision
-and thread count. A timed step is ``Trainer.step``: forward, loss, backward, clipping and the
-optimizer update.
+The baseline has the same widths, depths, dropouts and norm placement, and wraps
+``nn.Transformer`` in our own :class:`translate.nn.model.TokenEmbedding` (the tied table scaled
+by ``sqrt(d_model)`` plus sinusoidal positions, and the tied output projection) initialised by
+our :func:`translate.nn.model.init_weights`, so both have the same parameter count and
+initialisation. All three train on the same batches with the same
+:class:`translate.training.step.Trainer`, with the optimiser settings of ``--optim`` (default
+``conf/optim/adam_inverse_sqrt.yaml``: Adam, inverse-sqrt schedule, label smoothing 0.1,
+clipping at 1.0), precision and thread count. A timed step is ``Trainer.step``: forward, loss,
+backward, clipping and the optimizer update.
 
 Batches are synthetic token ids (``--data synthetic``, the default) with a length distribution
 like Multi30k's under its joint 5k SentencePiece model (``_bench.multi30k_lengths``), cut by
-:class:`translate.data.TokenBatchSampler`, or the built-in sample corpus (``--data sample``).
+:class:`translate.data.batching.TokenBatchSampler`, or the built-in sample corpus
+(``--data sample``).
 Runs are interleaved step by step (A B C on one batch, B C A on the next, ...): each round
 trains every model once on each of the same ``--batches`` batches; a model's tokens/s in a round
 is its source + target non-pad tokens over its summed step times, and the table shows the
-median over rounds.
+median over rounds. ``--cpu-time`` adds the same figures by process CPU time
+(``time.process_time``), which other jobs on a shared machine barely move. ``--profile`` then
+trains one more round per model under ``torch.profiler`` and prints its top operators by self
+time.
 
 ``summary``: ``train_tokens_per_s_sdpa_vs_torch`` (target >= 1.0) and
 ``train_tokens_per_s_manual_vs_torch`` (target >= 0.8).
@@ -29,9 +37,8 @@ median over rounds.
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import sys
-import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,35 +46,40 @@ from pathlib import Path
 import _bench
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from translate.config import OptimSettings
-from translate.data import Batch, TokenBatchSampler, collate
-from translate.layers import SinusoidalPositionalEncoding
-from translate.model import Seq2SeqTransformer, count_parameters
+from translate.data.batching import Batch, TokenBatchSampler, collate
+from translate.data.tokenizer import Tokenizer
+from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
 from translate.runtime import resolve_precision
-from translate.tokenizer import Tokenizer
-from translate.trainer import Trainer
+from translate.schema import OptimSettings
+from translate.settings import build as build_settings
+from translate.training.step import Trainer
 
 MODELS = ("torch", "manual", "sdpa")
 TARGETS = {
     "train_tokens_per_s_sdpa_vs_torch": (">=", 1.0),
     "train_tokens_per_s_manual_vs_torch": (">=", 0.8),
 }
-# conf/optim/adam_inverse_sqrt.yaml
-OPTIM = OptimSettings(
-    lr=7e-4,
-    betas=[0.9, 0.98],
-    eps=1e-9,
-    weight_decay=0.0,
-    warmup_steps=4000,
-    label_smoothing=0.1,
-    clip_norm=1.0,
-)
+OPTIM_CONF = _bench.ROOT / "conf" / "optim" / "adam_inverse_sqrt.yaml"
+COLUMNS = [
+    ("model", "model", ""),
+    ("params", "params", ""),
+    ("tokens_per_s", "tokens/s", ".4g"),
+    ("step_s", "s/step", ".3g"),
+    ("vs_torch", "vs torch", ".3f"),
+]
+CPU_COLUMNS = [
+    ("cpu_tokens_per_s", "tokens/CPU-s", ".4g"),
+    ("cpu_step_s", "CPU-s/step", ".3g"),
+    ("cpu_vs_torch", "CPU vs torch", ".3f"),
+]
+GPU_COLUMNS = [("tflops", "TFLOP/s", ".3g"), ("mfu", "MFU", ".1%")]
 
 
 class TorchTransformer(nn.Module):
-    """The baseline: ``torch.nn.Transformer`` inside the same embedding/projection as ours.
+    """The baseline: ``torch.nn.Transformer`` inside our :class:`TokenEmbedding`.
 
     ``nn.Transformer`` uses one dropout rate for residuals, attention weights and the
     feed-forward; the latter two are set afterwards to match our separate rates. Post-norm
@@ -90,10 +102,7 @@ class TorchTransformer(nn.Module):
         pad_id: int,
     ) -> None:
         super().__init__()
-        self.d_model, self.pad_id = d_model, pad_id
-        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        self.positions = SinusoidalPositionalEncoding(d_model)
-        self.embed_dropout = nn.Dropout(dropout)
+        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
         with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": inference only
             warnings.filterwarnings("ignore", message="enable_nested_tensor")
             self.transformer = nn.Transformer(
@@ -115,31 +124,20 @@ class TorchTransformer(nn.Module):
         if not norm_first:
             self.transformer.encoder.norm = None
             self.transformer.decoder.norm = None
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        nn.init.normal_(self.embed.weight, mean=0.0, std=d_model**-0.5)
-        with torch.no_grad():
-            self.embed.weight[pad_id].zero_()
-
-    def _embed(self, tokens: Tensor) -> Tensor:
-        x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, T, D)
-        return self.embed_dropout(x + self.positions(tokens.size(1)).to(x.dtype))
+        init_weights(self)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None):
         T = tgt_in.size(1)
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
         out = self.transformer(
-            self._embed(src),
-            self._embed(tgt_in),
+            self.embedding(src),
+            self.embedding(tgt_in),
             tgt_mask=causal,
             src_key_padding_mask=src_padding_mask,
             memory_key_padding_mask=src_padding_mask,
             tgt_is_causal=True,
         )  # (B, T, D)
-        return out @ self.embed.weight.t()  # (B, T, V)
+        return self.embedding.project(out)  # (B, T, V)
 
 
 # ---------------------------------------------------------------------------- batches
@@ -158,13 +156,13 @@ def synthetic_batches(args, vocab: int) -> list[Batch]:
 
 
 def sample_batches(args) -> tuple[list[Batch], int]:
-    from omegaconf import OmegaConf
-
-    from translate.data import load_corpus, make_loader
+    from translate.data.batching import make_loader
+    from translate.data.corpus import load_corpus
+    from translate.settings import data_settings
 
     cfg = OmegaConf.load(_bench.ROOT / "conf" / "data" / "sample.yaml")
     cfg.cache_dir = str(args.cache_dir)
-    corpus = load_corpus(cfg)
+    corpus = load_corpus(data_settings(cfg))
     loader = make_loader(corpus.splits["train"], args.max_tokens, shuffle=True, seed=args.seed)
     batches = []
     for batch in loader:
@@ -174,7 +172,18 @@ def sample_batches(args) -> tuple[list[Batch], int]:
     return batches, corpus.tokenizer.vocab_size
 
 
+def load_batches(args) -> tuple[list[Batch], int]:
+    if args.data == "sample":
+        return sample_batches(args)
+    return synthetic_batches(args, args.vocab), args.vocab
+
+
 # ---------------------------------------------------------------------------- models
+
+
+def load_optim(path: Path) -> OptimSettings:
+    """The optimiser settings of a ``conf/optim`` file, typed and checked by the package."""
+    return build_settings(OptimSettings, OmegaConf.load(path), "optim")
 
 
 def model_kwargs(args, vocab: int) -> dict:
@@ -201,6 +210,18 @@ def build(name: str, kwargs: dict, seed: int) -> nn.Module:
     return Seq2SeqTransformer(**kwargs, attention_impl=name)
 
 
+def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
+    """``({name: Trainer}, {name: parameter count})`` for ``args.models``."""
+    kwargs = model_kwargs(args, vocab)
+    trainers, params = {}, {}
+    for name in args.models:
+        model = build(name, kwargs, args.seed).to(device)
+        params[name] = count_parameters(model)
+        compiled = torch.compile(model) if args.compile else None
+        trainers[name] = Trainer(model, optim, device, precision, Tokenizer.PAD, compiled)
+    return trainers, params
+
+
 def train_flops(batch: Batch, args, vocab: int) -> float:
     """Matmul FLOPs of one forward+backward (3x forward) over the padded batch; an estimate
     that ignores norms, softmax, the loss and the optimizer."""
@@ -216,6 +237,121 @@ def train_flops(batch: Batch, args, vocab: int) -> float:
     return 3 * 2 * macs
 
 
+# ---------------------------------------------------------------------------- timing
+
+
+def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device) -> None:
+    """Kernels, allocator, Adam state; compiled models see every batch shape twice (the second
+    distinct shape recompiles with dynamic sizes), so no compile is timed."""
+    warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
+    for trainer in trainers.values():
+        for i in range(warmup):
+            trainer.step([batches[i % len(batches)]])
+    _bench.sync(device)
+
+
+def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device):
+    """``(wall, cpu)``: per model, tokens per second of each round by wall-clock and by process
+    CPU time. Interleaved at the step: in round r every batch is trained on by every model in
+    turn, starting with model (r + batch index) mod 3, so a few seconds of interference from
+    elsewhere on the machine fall on all models alike."""
+    names = list(trainers)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        seconds = {name: [0.0, 0.0] for name in names}
+        tokens = dict.fromkeys(names, 0)
+        for i, batch in enumerate(batches):
+            shift = (r + i) % len(names)
+            for name in names[shift:] + names[:shift]:
+                result, w, c = _bench.timed(lambda t=trainers[name], b=batch: t.step([b]), device)
+                tokens[name] += result.tokens
+                seconds[name][0] += w
+                seconds[name][1] += c
+        for name in names:
+            wall[name].append(tokens[name] / seconds[name][0])
+            cpu[name].append(tokens[name] / max(seconds[name][1], 1e-9))
+    return wall, cpu
+
+
+def profile_round(trainers: dict[str, Trainer], batches: list[Batch], args, device) -> dict:
+    """One more round per model (a step on each batch) under ``torch.profiler``."""
+    fns = {
+        name: (lambda t=trainer: [t.step([b]) for b in batches])
+        for name, trainer in trainers.items()
+    }
+    return _bench.profile_ops(fns, device, args.profile_rows, title="Training round, ")
+
+
+# ---------------------------------------------------------------------------- results
+
+
+def make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device) -> list[dict]:
+    tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
+    flops_per_round = sum(train_flops(b, args, vocab) for b in batches)
+    peak = args.peak_tflops or _bench.bf16_peak_tflops(device)
+    rows = []
+    for name in runs:
+        tps = _bench.median(runs[name])
+        achieved = flops_per_round * tps / tokens_per_round / 1e12  # TFLOP/s
+        row = {
+            "model": name if name == "torch" else f"ours ({name})",
+            "impl": name,
+            "params": params[name],
+            "tokens_per_s": tps,
+            "tokens_per_s_runs": runs[name],
+            "step_s": tokens_per_round / tps / len(batches),
+            "tflops": achieved,
+            "mfu": achieved / peak if peak and precision == "bf16" else None,
+        }
+        if args.cpu_time:
+            cpu_tps = _bench.median(cpu_runs[name])
+            row["cpu_tokens_per_s"] = cpu_tps
+            row["cpu_tokens_per_s_runs"] = cpu_runs[name]
+            row["cpu_step_s"] = tokens_per_round / cpu_tps / len(batches)
+        rows.append(row)
+    add_ratios(rows, runs, "tokens_per_s", "vs_torch")
+    if args.cpu_time:
+        add_ratios(rows, cpu_runs, "cpu_tokens_per_s", "cpu_vs_torch")
+    return rows
+
+
+def add_ratios(rows: list[dict], runs: dict, key: str, out: str) -> None:
+    """``row[out]``: ``row[key]`` over the torch baseline's, and, as a cross-check, the median
+    of the same ratio within each round (``row[out + "_median_of_rounds"]``)."""
+    base = next((r[key] for r in rows if r["impl"] == "torch"), None)
+    for row in rows:
+        row[out] = _bench.ratio(row[key], base)
+        if "torch" in runs:
+            paired = [a / b for a, b in zip(runs[row["impl"]], runs["torch"])]
+            row[out + "_median_of_rounds"] = _bench.median(paired)
+
+
+def print_rows(rows: list[dict], batches: list[Batch], args, precision: str) -> None:
+    tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
+    padded = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
+    shapes = [tuple(b.src.shape) + (b.tgt_in.size(1),) for b in batches]
+    title = (
+        f"\nTraining step, {args.data} batches (B, S, T) {shapes}, "
+        f"{tokens} tokens/round ({tokens / padded:.0%} of padded), "
+        f"precision {precision}, {torch.get_num_threads()} threads"
+    )
+    columns = COLUMNS + (CPU_COLUMNS if args.cpu_time else []) + GPU_COLUMNS
+    _bench.print_table(rows, columns, title=title)
+
+
+def batch_shapes(batches: list[Batch]) -> list[dict]:
+    return [
+        {
+            "src_shape": list(b.src.shape),
+            "tgt_shape": list(b.tgt_in.shape),
+            "src_tokens": b.num_src_tokens,
+            "tgt_tokens": b.num_tgt_tokens,
+        }
+        for b in batches
+    ]
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -225,6 +361,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
     parser.add_argument("--compile", action="store_true", help="torch.compile every model")
+    parser.add_argument("--optim", type=Path, default=OPTIM_CONF, help="a conf/optim file")
     parser.add_argument("--data", choices=["synthetic", "sample"], default="synthetic")
     parser.add_argument("--cache-dir", type=Path, default=_bench.ROOT / "outputs" / "cache")
     parser.add_argument("--vocab", type=int, default=5000, help="synthetic data only")
@@ -242,6 +379,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--activation", choices=["relu", "gelu"], default="relu")
     parser.add_argument("--post-norm", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=None, help="for the MFU estimate")
+    parser.add_argument(
+        "--cpu-time", action="store_true", help="also report tokens per process CPU second"
+    )
+    _bench.add_profile_args(parser, "one training round per model")
     args = parser.parse_args(argv)
     args.batches = args.batches or (2 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
@@ -251,99 +392,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    optim = load_optim(args.optim)
     with _bench.Session(args) as session:
         device = session.device
         precision = resolve_precision(args.precision, device)
-        if args.data == "sample":
-            batches, vocab = sample_batches(args)
-        else:
-            vocab = args.vocab
-            batches = synthetic_batches(args, vocab)
-        kwargs = model_kwargs(args, vocab)
-        trainers, params = {}, {}
-        for name in args.models:
-            model = build(name, kwargs, args.seed).to(device)
-            params[name] = count_parameters(model)
-            compiled = torch.compile(model) if args.compile else None
-            trainers[name] = Trainer(model, OPTIM, device, precision, Tokenizer.PAD, compiled)
-        # Warm-up: kernels, allocator, Adam state; compiled models see every batch shape twice
-        # (the second distinct shape recompiles with dynamic sizes), so no compile is timed.
-        warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
-        for trainer in trainers.values():
-            for i in range(warmup):
-                trainer.step([batches[i % len(batches)]])
-        _bench.sync(device)
-
-        # Interleaved at the step: in round r every batch is trained on by every model in
-        # turn, starting with model (r + batch index) mod 3, so a few seconds of interference
-        # from elsewhere on the machine fall on all models alike.
-        names = list(trainers)
-        runs: dict[str, list[float]] = {name: [] for name in names}
-        for r in range(args.rounds):
-            seconds = dict.fromkeys(names, 0.0)
-            tokens = dict.fromkeys(names, 0)
-            for i, batch in enumerate(batches):
-                shift = (r + i) % len(names)
-                for name in names[shift:] + names[:shift]:
-                    _bench.sync(device)
-                    start = time.perf_counter()
-                    tokens[name] += trainers[name].step([batch]).tokens
-                    _bench.sync(device)
-                    seconds[name] += time.perf_counter() - start
-            for name in names:
-                runs[name].append(tokens[name] / seconds[name])
-
-        tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
-        padded = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
-        flops_per_round = sum(train_flops(b, args, vocab) for b in batches)
-        peak = args.peak_tflops or _bench.bf16_peak_tflops(device)
-        rows = []
-        for name in names:
-            tps = _bench.median(runs[name])
-            step_s = tokens_per_round / tps / len(batches)
-            achieved = flops_per_round * tps / tokens_per_round / 1e12  # TFLOP/s
-            rows.append(
-                {
-                    "model": name if name == "torch" else f"ours ({name})",
-                    "impl": name,
-                    "params": params[name],
-                    "tokens_per_s": tps,
-                    "tokens_per_s_runs": runs[name],
-                    "step_s": step_s,
-                    "tflops": achieved,
-                    "mfu": achieved / peak if peak and precision == "bf16" else None,
-                }
-            )
-        torch_tps = next((r["tokens_per_s"] for r in rows if r["impl"] == "torch"), None)
-        for row in rows:
-            row["vs_torch"] = _bench.ratio(row["tokens_per_s"], torch_tps)
-            if "torch" in runs:  # a cross-check: the same ratio within each round
-                paired = [a / b for a, b in zip(runs[row["impl"]], runs["torch"])]
-                row["vs_torch_median_of_rounds"] = _bench.median(paired)
+        batches, vocab = load_batches(args)
+        trainers, params = make_trainers(args, vocab, optim, device, precision)
+        warm_up(trainers, batches, args, device)
+        runs, cpu_runs = train_rounds(trainers, batches, args.rounds, device)
+        rows = make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device)
         by_impl = {row["impl"]: row for row in rows}
         summary = {
-            "train_tokens_per_s_sdpa_vs_torch": by_impl.get("sdpa", {}).get("vs_torch"),
-            "train_tokens_per_s_manual_vs_torch": by_impl.get("manual", {}).get("vs_torch"),
+            f"train_tokens_per_s_{impl}_vs_torch": by_impl.get(impl, {}).get("vs_torch")
+            for impl in ("sdpa", "manual")
         }
-        shapes = [tuple(b.src.shape) + (b.tgt_in.size(1),) for b in batches]
-        title = (
-            f"Training step, {args.data} batches (B, S, T) {shapes}, "
-            f"{tokens_per_round} tokens/round ({tokens_per_round / padded:.0%} of padded), "
-            f"precision {precision}, {torch.get_num_threads()} threads"
-        )
-        _bench.print_table(
-            rows,
-            [
-                ("model", "model", ""),
-                ("params", "params", ""),
-                ("tokens_per_s", "tokens/s", ".4g"),
-                ("step_s", "s/step", ".3g"),
-                ("vs_torch", "vs torch", ".3f"),
-                ("tflops", "TFLOP/s", ".3g"),
-                ("mfu", "MFU", ".1%"),
-            ],
-            title=title,
-        )
+        profiles = profile_round(trainers, batches, args, device) if args.profile else None
+        print_rows(rows, batches, args, precision)
         _bench.print_summary(summary, TARGETS)
         result = _bench.report(
             "bench_train",
@@ -353,19 +417,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             summary,
             targets={k: list(v) for k, v in TARGETS.items()},
             precision=precision,
-            batches=[
-                {
-                    "src_shape": list(b.src.shape),
-                    "tgt_shape": list(b.tgt_in.shape),
-                    "src_tokens": b.num_src_tokens,
-                    "tgt_tokens": b.num_tgt_tokens,
-                }
-                for b in batches
-            ],
-            tokens_per_round=tokens_per_round,
-            model_flops_per_round=flops_per_round,
-            bf16_peak_tflops=peak,
+            optim=dataclasses.asdict(optim),
+            batches=batch_shapes(batches),
+            tokens_per_round=sum(b.num_src_tokens + b.num_tgt_tokens for b in batches),
+            model_flops_per_round=sum(train_flops(b, args, vocab) for b in batches),
+            bf16_peak_tflops=args.peak_tflops or _bench.bf16_peak_tflops(device),
             rows=rows,
+            **({"profile": profiles} if profiles is not None else {}),
         )
     _bench.write_json(args.json, result)
     return result

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,27 @@ TINY = [
     "trainer.val_bleu_sentences=20",
     "data.tokenizer.vocab_size=300",
 ]
+
+# What the shared trained run decodes with; evaluate/translate tests that compare against its
+# results pass the same limits.
+SHORT_DECODE = ["decode.max_len_a=0", "decode.max_len_b=4"]
+
+
+def run_cli(module: str, *args: str, stdin: str | None = None, timeout: int = 120):
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+
+
+def assert_one_line_error(proc, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for fragment in fragments:
+        assert fragment in errors[0]
 
 
 def compose_config(config_name: str, overrides: list[str]):
@@ -45,3 +69,25 @@ def tiny_train_cfg(tmp_path, cache_dir):
         return compose_config("train", [*base, *overrides])
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, cache_dir):
+    """``(run_dir, results)`` of one tiny training run, shared by every test that only reads
+    its outputs (results, checkpoints, evaluate, translate, analyze).
+
+    8 updates with a validation every 4; an untrained model decodes to the length limit, so
+    4 output tokens (``decode.max_len_*``) keep every decode of this checkpoint short.
+    """
+    from translate.train import train
+
+    run = tmp_path_factory.mktemp("trained")
+    overrides = [
+        *TINY,
+        f"run_dir={run}",
+        f"data.cache_dir={cache_dir}",
+        "trainer.max_steps=8",
+        "trainer.val_every_n_steps=4",
+        *SHORT_DECODE,
+    ]
+    return run, train(compose_config("train", overrides))

@@ -1,4 +1,5 @@
-"""Device, precision, seeds and RNG state: the run-time environment a job needs."""
+"""Device, precision, seeds, RNG state, eval mode and peak memory: the run-time environment
+a job needs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import random
 import resource
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -64,9 +66,12 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict:
+    """Every generator's state as tensors and plain values, so that a checkpoint holding it
+    loads with ``torch.load(weights_only=True)`` (numpy's key array becomes a tensor)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -76,10 +81,23 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    keys = np.asarray(keys.numpy() if isinstance(keys, torch.Tensor) else keys, dtype=np.uint32)
+    np.random.set_state((name, keys, int(pos), int(has_gauss), float(cached)))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` in eval mode for the block, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 _PROC_STATUS = Path("/proc/self/status")

@@ -14,39 +14,29 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.checkpoint import load_checkpoint, restore_model
-from translate.config import decode_settings
-from translate.errors import UserError, exit_on_user_error
-from translate.inference import Translator
-from translate.runtime import resolve_device, resolve_precision
-from translate.sources import read_lines
+from translate.cli import exit_on_user_error
+from translate.data.sources import read_lines
+from translate.decoding.translator import load_translator
+from translate.settings import checkpoint_command, decode_settings, optional_path
 
 
 def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
-    if cfg.checkpoint is None:
-        raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
-    device = resolve_device(cfg.device)
-    precision = resolve_precision(cfg.precision, device)
-    model, tokenizer, train_cfg = restore_model(load_checkpoint(cfg.checkpoint), device)
-    translator = Translator(
-        model,
-        tokenizer,
-        decode_settings(cfg.decode),
-        device,
-        precision,
-        int(train_cfg.data.eval_max_tokens),
-        train_cfg.data.filter.max_src_len,
+    command = checkpoint_command(cfg)
+    loaded = load_translator(
+        command.checkpoint, command.device, command.precision, decode_settings(cfg.decode)
     )
-    return translator.translate(lines)
+    return loaded.translator.translate(lines)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="translate")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
-    lines = read_lines(Path(cfg.input)) if cfg.input else sys.stdin.read().splitlines()
+    source = optional_path(cfg, "input")
+    lines = read_lines(Path(source)) if source else sys.stdin.read().splitlines()
     text = "".join(line + "\n" for line in translate_lines(cfg, lines))
-    if cfg.output:
-        Path(cfg.output).write_text(text, encoding="utf-8")
+    target = optional_path(cfg, "output")
+    if target:
+        Path(target).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
 

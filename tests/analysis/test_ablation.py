@@ -1,0 +1,234 @@
+"""The heads-ablation report: rows, seeds statistics, significance, failed and missing jobs."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import logging
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, TINY
+from omegaconf import OmegaConf
+
+from translate.analysis.ablation import build_report
+from translate.sweeps import AblationReportCallback, expected_jobs, write_report
+
+REFS = [f"the cat number {i} sits on the mat near house {i % 7} today ." for i in range(40)]
+BAD = [f"dog {i} runs" for i in range(40)]
+
+
+def make_job(sweep: Path, heads: int, seed: int, bleu: float | None, params: int = 1000, **kw):
+    """A job dir as a training job leaves it; ``bleu=None`` makes a failed job."""
+    job = sweep / f"heads={heads},seed={seed}"
+    (job / ".hydra").mkdir(parents=True)
+    overrides = [f"heads={heads}", f"seed={seed}", "experiment=quickstart"]
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if bleu is None:
+        (job / "train.log").write_text("[2026][translate.train][ERROR] - error: out of memory\n")
+        return job
+    results = {
+        "status": "completed",
+        "heads": heads,
+        "d_k": 64 // heads,
+        "params": params,
+        "seed": seed,
+        "bleu": bleu,
+        "chrf": bleu + 20,
+        "dev_bleu": bleu + 1,
+        "latency_ms": 10.0 * heads,
+        "sentences_per_s": 100.0 / heads,
+        "tokens_per_s": 5000.0,
+        "peak_mem_mb": 300.0,
+        "train_minutes": 13.0,
+        "steps": 1000,
+        "device": "cpu",
+        "precision": "32",
+        "test_split": "test",
+        "beam_size": 5,
+        "head_summary": {
+            "entropy": {"encoder": 1.0 + heads, "decoder_self": 0.5, "decoder_cross": 2.0},
+            "degenerate_heads": heads // 4,
+            "total_heads": 6 * heads,
+        },
+        **kw,
+    }
+    (job / "results.json").write_text(json.dumps(results))
+    hyps = REFS if heads == 8 else [r if i % 3 else b for i, (r, b) in enumerate(zip(REFS, BAD))]
+    (job / "test.hyp.txt").write_text("".join(h + "\n" for h in hyps))
+    (job / "test.ref.txt").write_text("".join(r + "\n" for r in REFS))
+    return job
+
+
+def write_multirun_yaml(sweep: Path, params: dict, task: list[str]) -> None:
+    cfg = {
+        "hydra": {
+            "sweeper": {
+                "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                "params": params,
+            },
+            "overrides": {"task": task},
+        }
+    }
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(cfg))
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """heads 1/4/8 x seeds 1/2 finished, heads=16 seed 1 failed, heads=16 seed 2 never ran."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    write_multirun_yaml(sweep, {"heads": "1,4,8,16", "seed": "1,2"}, ["experiment=quickstart"])
+    for heads, bleus in ((1, (20.0, 22.0)), (4, (25.0, 26.0)), (8, (27.0, 27.5))):
+        for seed, bleu in zip((1, 2), bleus):
+            make_job(sweep, heads, seed, bleu)
+    make_job(sweep, 16, 1, None)
+    return sweep
+
+
+def test_report_rows_means_std_and_missing_and_failed_jobs(sweep):
+    report = write_report(sweep, bootstrap_samples=200)
+    assert [r["heads"] for r in report.rows] == [1, 4, 8]
+    one = report.rows[0]
+    assert one["n"] == 2 and one["d_k"] == 64 and one["params"] == 1000
+    assert one["bleu_mean"] == pytest.approx(21.0)
+    assert one["bleu_std"] == pytest.approx(statistics.stdev([20.0, 22.0]))
+    assert (one["bleu_seed1"], one["bleu_seed2"]) == (20.0, 22.0)
+    assert one["latency_ms_mean"] == pytest.approx(10.0) and one["chrf_mean"] == 41.0
+    assert one["entropy_encoder"] == pytest.approx(2.0) and one["degenerate_heads"] == 0
+    assert [j.name for j in report.failed] == ["heads=16,seed=1"]
+    assert "out of memory" in report.failed[0].error
+    assert report.missing == ["heads=16,seed=2"]
+    assert report.params_equal and "1,000" in report.params_message
+    # Significance against the 8-head run of the same seed: far worse output -> small p.
+    assert report.rows[2]["p_vs_8"] == "baseline"
+    assert 0 < one["p_vs_8"] < 0.05 and 0 < one["p_vs_8_seed1"] < 0.05
+
+    rows = list(csv.DictReader((sweep / "ablation.csv").open()))
+    assert [r["heads"] for r in rows] == ["1", "4", "8"]
+    assert float(rows[1]["bleu_mean"]) == pytest.approx(25.5)
+    assert rows[1]["bleu_seed2"] == "26"
+    md = (sweep / "ablation.md").read_text()
+    assert "21.00 ± 1.41" in md and "heads=16,seed=1`: failed" in md
+    assert "heads=16,seed=2`: not run" in md and "WARNING" not in md
+    assert (sweep / "ablation.png").stat().st_size > 0
+
+
+def test_single_seed_rows_have_no_std(tmp_path):
+    make_job(tmp_path, 4, 1, 25.0)
+    make_job(tmp_path, 8, 1, 27.0)
+    report = build_report(tmp_path, bootstrap_samples=100)
+    assert report.rows[0]["bleu_std"] is None and report.missing == [] and not report.failed
+
+
+def test_unequal_parameter_counts_fail_loudly(tmp_path, caplog, capsys):
+    make_job(tmp_path, 4, 1, 25.0, params=1000)
+    make_job(tmp_path, 8, 1, 27.0, params=1200)
+    with caplog.at_level(logging.WARNING, logger="translate.sweeps"):
+        report = write_report(tmp_path, bootstrap_samples=100)
+    assert not report.params_equal
+    assert "PARAMETER COUNTS DIFFER" in caplog.text and "heads=8: 1,200" in caplog.text
+    assert "> **WARNING: PARAMETER COUNTS DIFFER" in (tmp_path / "ablation.md").read_text()
+    # The command-line report says so on stderr and exits non-zero (after writing the report).
+    spec = importlib.util.spec_from_file_location(
+        "ablation_report", ROOT / "scripts/ablation_report.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(tmp_path), "--bootstrap-samples", "100"]) == 1
+    assert "PARAMETER COUNTS DIFFER" in capsys.readouterr().err
+    assert script.main([str(tmp_path / "nope")]) == 2
+
+
+def test_expected_jobs_expand_config_and_command_line_sweeps(tmp_path):
+    write_multirun_yaml(tmp_path, {"heads": "1,4,8,16", "seed": "1,2,3"}, ["seed=1", "x=2"])
+    keys, jobs = expected_jobs(tmp_path)
+    assert keys == ["heads"]  # seed=1 on the command line overrides the config's sweep
+    assert [j["heads"] for j in jobs] == ["1", "4", "8", "16"]
+
+
+def _hydra_config(tmp_path, mode="MULTIRUN", config_name="train", job="heads=4,seed=1"):
+    return OmegaConf.create(
+        {
+            "hydra": {
+                "mode": mode,
+                "job": {"config_name": config_name},
+                "runtime": {"cwd": str(tmp_path), "output_dir": str(tmp_path / "sweep" / job)},
+                "sweep": {"dir": "sweep", "subdir": job},
+            }
+        }
+    )
+
+
+def test_callback_records_a_failed_job_and_writes_the_report(tmp_path):
+    from hydra.core.utils import JobReturn, JobStatus
+
+    make_job(tmp_path / "sweep", 8, 1, 27.0)
+    failed = make_job(tmp_path / "sweep", 4, 1, None)
+    callback = AblationReportCallback(bootstrap_samples=100)
+    ret = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("heads=3 is bad"))
+    callback.on_job_end(_hydra_config(tmp_path), ret)
+    assert "ValueError: heads=3 is bad" in (failed / "error.txt").read_text()
+    md = (tmp_path / "sweep" / "ablation.md").read_text()
+    assert "heads=4,seed=1`: failed: ValueError: heads=3 is bad" in md
+    # Single runs and other commands' multiruns are left alone.
+    (tmp_path / "sweep" / "ablation.md").unlink()
+    callback.on_multirun_end(_hydra_config(tmp_path, "RUN"))
+    callback.on_multirun_end(_hydra_config(tmp_path, config_name="evaluate"))
+    assert not (tmp_path / "sweep" / "ablation.md").exists()
+    callback.on_multirun_end(_hydra_config(tmp_path))
+    assert (tmp_path / "sweep" / "ablation.md").exists()
+
+
+def test_heads_ablation_preset_declares_the_sweep_on_the_iwslt_recipe():
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        cfg = compose("train", ["experiment=heads_ablation"], return_hydra_config=True)
+        iwslt = compose("train", ["experiment=iwslt2017"])
+    assert dict(cfg.hydra.sweeper.params) == {"heads": "1,4,8,16", "seed": "1,2,3"}
+    assert cfg.data.source == "iwslt2017" and cfg.model.d_model == 512
+    assert cfg.trainer.max_steps == iwslt.trainer.max_steps and cfg.optim == iwslt.optim
+    callbacks = cfg.hydra.callbacks.ablation_report
+    assert callbacks._target_ == "translate.sweeps.AblationReportCallback"
+
+
+@pytest.mark.slow
+def test_a_tiny_real_sweep_writes_the_report_despite_a_failed_job(tmp_path, cache_dir):
+    """heads=1,3,4 through Hydra's multirun: heads=3 does not divide d_model=32 and fails;
+    Hydra then raises and skips on_multirun_end, and the per-job report still has 2 rows."""
+    # An untrained model decodes to the length limit: keep that short (4 tokens).
+    shrink = [o for o in TINY if not o.startswith("heads=")]
+    shrink += ["trainer.max_steps=4", "decode.max_len_a=0", "decode.max_len_b=4"]
+    # Name the job dirs as a real sweep's (heads=1, ...): leave the shrinking out of the names.
+    hidden = ["experiment", "data.cache_dir", *(o.split("=")[0] for o in shrink)]
+    command = [
+        sys.executable,
+        "-m",
+        "translate.train",
+        "-m",
+        *shrink,
+        "heads=1,3,4",
+        f"data.cache_dir={cache_dir}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"hydra.job.config.override_dirname.exclude_keys=[{','.join(hidden)}]",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0, done.stderr[-2000:]  # the failed job fails the sweep
+    sweep = tmp_path / "sweep"
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == [
+        "heads=1",
+        "heads=3",
+        "heads=4",
+    ]
+    rows = list(csv.DictReader((sweep / "ablation.csv").open()))
+    assert [r["heads"] for r in rows] == ["1", "4"], done.stderr[-2000:]
+    assert all(r["params"] == rows[0]["params"] for r in rows)
+    md = (sweep / "ablation.md").read_text()
+    assert "not divisible by heads=3" in md and "failed" in md
+    assert "entropy" in md and (sweep / "ablation.png").is_file()

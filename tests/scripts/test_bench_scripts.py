@@ -1,0 +1,215 @@
+"""The benchmark scripts' machinery at tiny sizes: they run, print and write well-formed JSON
+with the ``summary`` ratios. No timing assertions: numbers from a shared CPU mean nothing here."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from translate.data.batching import length_sorted_batches
+from translate.nn.model import TokenEmbedding
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "scripts"
+NAMES = ("_bench", "bench_attention", "bench_train", "bench_decode")
+TINY_TRAIN = [
+    "--quick", "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64",
+    "--vocab", "100", "--max-tokens", "128", "--warmup", "1", "--threads", "1",
+]  # fmt: skip
+
+
+def load_script(name: str):
+    """A script as a module, from its file; registered under its name first, so the scripts'
+    ``import _bench`` finds the sibling loaded before them (no ``sys.path`` change)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    try:
+        yield {name: load_script(name) for name in NAMES}
+    finally:
+        for name in NAMES:
+            sys.modules.pop(name, None)
+
+
+def check_report(path: Path, result: dict, keys: set[str], script: str) -> dict:
+    written = json.loads(path.read_text())
+    assert written["summary"] == pytest.approx(result["summary"])
+    assert set(written["summary"]) == keys
+    for key, value in written["summary"].items():
+        assert isinstance(value, float) and math.isfinite(value) and value > 0, (key, value)
+    machine = written["machine"]
+    assert machine["torch"] == torch.__version__
+    assert {"date", "device_name", "threads"} <= set(machine)
+    assert written["command"].startswith(f"python scripts/{script}.py")
+    assert written["rows"]
+    return written
+
+
+def test_bench_attention_tiny(scripts, tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    threads = torch.get_num_threads()
+    result = scripts["bench_attention"].main(
+        [
+            "--d-model", "32", "--heads", "2", "--lengths", "16", "2048", "--tokens", "64",
+            "--repeats", "1", "--warmup", "0", "--threads", "1", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert torch.get_num_threads() == threads  # restored for the rest of the session
+    written = check_report(
+        out,
+        result,
+        {"mha_fwd_bwd_time_sdpa_vs_torch", "peak_mem_2048_sdpa_vs_manual"},
+        "bench_attention",
+    )
+    impls = {row["impl"] for row in written["rows"]}
+    assert {"torch", "manual", "sdpa", "sdpa:math"} <= impls
+    # The CPU offers no memory-efficient kernel: the row says why instead of failing the run.
+    assert all("error" in r or "fwd_bwd_ms" in r for r in written["rows"])
+    at_2048 = [r for r in written["rows"] if r["length"] == 2048 and "fwd_bwd_ms" in r]
+    assert all(r["fwd_bwd_mb"] > 0 for r in at_2048)
+    assert "fwd+bwd MiB" in capsys.readouterr().out
+
+
+def test_bench_train_tiny(scripts, tmp_path, capsys):
+    out = tmp_path / "train.json"
+    result = scripts["bench_train"].main(
+        [
+            "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--vocab", "100",
+            "--max-tokens", "128", "--batches", "2", "--rounds", "2", "--warmup", "1",
+            "--threads", "1", "--json", str(out),
+        ]
+    )  # fmt: skip
+    written = check_report(
+        out,
+        result,
+        {"train_tokens_per_s_sdpa_vs_torch", "train_tokens_per_s_manual_vs_torch"},
+        "bench_train",
+    )
+    rows = {row["impl"]: row for row in written["rows"]}
+    assert set(rows) == {"torch", "manual", "sdpa"}
+    # Same architecture: the nn.Transformer baseline has exactly our parameter count.
+    assert len({row["params"] for row in rows.values()}) == 1
+    assert all(len(row["tokens_per_s_runs"]) == 2 for row in rows.values())
+    assert "vs torch" in capsys.readouterr().out
+
+
+def test_bench_decode_tiny(scripts, tmp_path):
+    out = tmp_path / "decode.json"
+    result = scripts["bench_decode"].main(
+        [
+            "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--vocab", "100",
+            "--sentences", "5", "--batch-size", "2", "--rounds", "1", "--warmup", "0",
+            "--impls", "sdpa", "manual", "--threads", "1", "--json", str(out),
+        ]
+    )  # fmt: skip
+    written = check_report(out, result, {"greedy_cache_speedup"}, "bench_decode")
+    cached = [r for r in written["rows"] if r["mode"] == "greedy_cache"]
+    assert len(cached) == 2 and all(r["same_output"] for r in cached)
+    assert {r["mode"] for r in written["rows"]} == {"greedy_no_cache", "greedy_cache", "beam5"}
+
+
+def test_scripts_run_from_the_command_line(tmp_path):
+    out = tmp_path / "decode.json"
+    cmd = [
+        sys.executable, str(SCRIPTS / "bench_decode.py"), "--d-model", "16", "--heads", "2",
+        "--layers", "1", "--d-ff", "32", "--vocab", "50", "--sentences", "2", "--rounds", "1",
+        "--threads", "1", "--json", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "greedy_cache_speedup" in json.loads(out.read_text())["summary"]
+
+
+def check_profile(profile: dict, names: set[str], rows: int) -> None:
+    assert set(profile) == names
+    for ops in profile.values():
+        assert 0 < len(ops) <= rows
+        assert all(op["op"] and op["calls"] >= 1 and op["self_ms"] >= 0 for op in ops)
+        shares = [op["self_pct"] for op in ops]
+        assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
+
+
+def test_bench_train_cpu_time_and_profile(scripts, tmp_path, capsys):
+    out = tmp_path / "train.json"
+    argv = [*TINY_TRAIN, "--cpu-time", "--profile", "--profile-rows", "5", "--json", str(out)]
+    scripts["bench_train"].main(argv)
+    written = json.loads(out.read_text())
+    rows = {row["impl"]: row for row in written["rows"]}
+    for row in rows.values():
+        assert row["cpu_tokens_per_s"] > 0 and row["cpu_step_s"] > 0
+        assert len(row["cpu_tokens_per_s_runs"]) == len(row["tokens_per_s_runs"]) == 3
+    assert rows["torch"]["cpu_vs_torch"] == pytest.approx(1.0)
+    assert rows["sdpa"]["cpu_vs_torch"] == pytest.approx(
+        rows["sdpa"]["cpu_tokens_per_s"] / rows["torch"]["cpu_tokens_per_s"]
+    )
+    check_profile(written["profile"], {"torch", "manual", "sdpa"}, rows=5)
+    printed = capsys.readouterr().out
+    assert "CPU vs torch" in printed and "torch.profiler" in printed
+
+
+def test_bench_train_uses_the_package(scripts):
+    """The optimiser comes from conf/optim and the baseline from translate.nn's embedding."""
+    bench_train = scripts["bench_train"]
+    optim = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/optim/adam_inverse_sqrt.yaml"))
+    args = bench_train.parse_args(TINY_TRAIN)
+    assert dataclasses.asdict(bench_train.load_optim(args.optim)) == optim
+    baseline = bench_train.build("torch", bench_train.model_kwargs(args, 100), seed=0)
+    assert isinstance(baseline.embedding, TokenEmbedding)
+    src = torch.randint(4, 100, (2, 5))
+    assert baseline(src, src[:, :3]).shape == (2, 3, 100)
+
+
+def test_bench_train_runs_without_cpu_time_or_profile(scripts, tmp_path, capsys):
+    out = tmp_path / "train.json"
+    scripts["bench_train"].main([*TINY_TRAIN, "--models", "torch", "sdpa", "--json", str(out)])
+    written = json.loads(out.read_text())
+    assert "profile" not in written
+    assert all("cpu_tokens_per_s" not in row for row in written["rows"])
+    printed = capsys.readouterr().out
+    assert "CPU vs torch" not in printed and "torch.profiler" not in printed
+
+
+def test_bench_attention_profile(scripts, tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    scripts["bench_attention"].main(
+        [
+            "--quick", "--d-model", "32", "--heads", "2", "--lengths", "16", "--tokens", "64",
+            "--repeats", "1", "--warmup", "0", "--threads", "1", "--profile", "--profile-rows",
+            "4", "--json", str(out),
+        ]
+    )  # fmt: skip
+    rows = json.loads(out.read_text())["rows"]
+    check_profile({row["impl"]: row["profile"] for row in rows}, {"torch", "manual", "sdpa"}, 4)
+    assert "forward+backward, sdpa: torch.profiler" in capsys.readouterr().out
+
+
+def test_bench_decode_batches_as_the_translator(scripts, tmp_path):
+    """Length-sorted batches from translate.data.batching, over the sources with their EOS."""
+    out = tmp_path / "decode.json"
+    scripts["bench_decode"].main(
+        [
+            "--quick", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
+            "--vocab", "50", "--sentences", "9", "--max-tokens", "60", "--rounds", "1",
+            "--warmup", "0", "--threads", "1", "--json", str(out),
+        ]
+    )  # fmt: skip
+    written = json.loads(out.read_text())
+    sources = scripts["bench_decode"].synthetic_sources(9, 50, seed=0)
+    expected = length_sorted_batches([len(s) + 1 for s in sources], None, 60)
+    assert written["batch_sizes"] == [len(b) for b in expected]
+    assert len(expected) > 1

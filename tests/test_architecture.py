@@ -1,0 +1,123 @@
+"""The package's layout rules, checked on its source: layers, import cycles, sizes.
+
+- ``translate/nn/`` imports nothing from the rest of the package (torch only).
+- Only ``settings.py`` and the entry-point layer import omegaconf or hydra.
+- Lower layers never import higher ones, so the module graph has no cycle.
+- No function is longer than 60 lines, no module longer than 400.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "translate"
+# Modules that may read Hydra/OmegaConf: the one settings reader and the command-line layer.
+ENTRY_LAYER = {
+    "translate.settings",
+    "translate.cli",
+    "translate.sweeps",
+    "translate.train",
+    "translate.evaluate",
+    "translate.translate",
+    "translate.analyze",
+    "translate.data.__main__",
+}
+# Each package may import only the packages listed for it (and the top-level base modules).
+BASE = {"translate.errors", "translate.io", "translate.runtime", "translate.metrics"}
+ALLOWED = {
+    "nn": set(),
+    "data": {"schema", "settings"},
+    "decoding": {"nn", "data", "schema", "settings", "checkpoint"},
+    "analysis": {"nn", "data", "decoding", "schema", "settings"},
+    "training": {"nn", "data", "decoding", "analysis", "schema", "settings", "checkpoint"},
+}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module name imported anywhere in the file (also inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def own_imports(path: Path, known: set[str]) -> set[str]:
+    return {n for n in imports_of(path) if n in known}
+
+
+def test_nn_imports_nothing_else_of_the_package():
+    mods = modules()
+    for name, path in mods.items():
+        if name.startswith("translate.nn"):
+            foreign = {m for m in own_imports(path, set(mods)) if not m.startswith("translate.nn")}
+            assert not foreign, f"{name} imports {sorted(foreign)}"
+
+
+def test_only_settings_and_entry_points_import_hydra_or_omegaconf():
+    for name, path in modules().items():
+        config_libs = {n for n in imports_of(path) if n.split(".")[0] in ("hydra", "omegaconf")}
+        if name not in ENTRY_LAYER:
+            assert not config_libs, f"{name} imports {sorted(config_libs)}"
+
+
+def test_packages_import_only_lower_layers():
+    mods = modules()
+    for name, path in mods.items():
+        package = name.split(".")[1] if "." in name else None
+        if package not in ALLOWED or name in ENTRY_LAYER:
+            continue
+        for imported in own_imports(path, set(mods)):
+            target = imported.split(".")[1]
+            if target == package or imported in BASE or imported == "translate":
+                continue
+            assert target in ALLOWED[package], f"{name} imports {imported}"
+
+
+def test_no_import_cycle():
+    mods = modules()
+    graph = {name: own_imports(path, set(mods)) - {name} for name, path in mods.items()}
+    state: dict[str, str] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                cycle = stack[stack.index(nxt) :] + [nxt] if nxt in stack else [node, nxt]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_functions_fit_on_a_screen_and_modules_in_a_sitting():
+    too_long = []
+    for name, path in modules().items():
+        source = path.read_text()
+        if len(source.splitlines()) > 400:
+            too_long.append(f"module {name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{name}.{node.name}: {length} lines")
+    assert not too_long, too_long

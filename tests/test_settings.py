@@ -1,0 +1,54 @@
+"""Typed settings: every value is checked by type and range before any work, one line each."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TINY, compose_config
+
+from translate.errors import UserError
+from translate.settings import train_settings
+
+
+def settings(*overrides: str):
+    return train_settings(compose_config("train", [*TINY, "run_dir=unused", *overrides]))
+
+
+def test_the_presets_compose_into_valid_settings():
+    for preset, extra in (
+        ("quickstart", []),
+        ("multi30k_cpu", ["data.dir=m30k"]),
+        ("iwslt2017", []),
+    ):
+        overrides = [f"experiment={preset}", "run_dir=unused", *extra]
+        s = train_settings(compose_config("train", overrides))
+        assert s.model.num_heads == s.config["heads"] and isinstance(s.optim.lr, float)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("decode.beam_size=2.5", "decode.beam_size=2.5 must be an integer"),
+        ("decode.length_penalty=abc", "decode.length_penalty='abc' must be a number"),
+        ("heads=abc", "model.num_heads='abc' must be an integer"),
+        ("optim.lr=abc", "optim.lr='abc' must be a number"),
+        ("seed=abc", "seed='abc' must be an integer"),
+        ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),
+        ("trainer.resume=maybe", "trainer.resume='maybe' must be true or false"),
+        ("data.splits.test=null", "data.splits.test is null"),
+        ("data.splits.valid=null", "data.splits.valid is null"),
+        ("trainer.max_steps=0", "trainer.max_steps=0 must be > 0"),
+        ("+model.depth=3", "unknown key model.depth"),
+        ("optim.betas=[0.9]", "optim.betas=[0.9] must be two numbers"),
+        ("data=multi30k", "data.dir is not set: add data.dir=<value> to the command"),
+    ],
+)
+def test_bad_values_are_one_line_errors_before_any_work(override, message):
+    with pytest.raises(UserError) as err:
+        settings(override)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_numbers_where_text_is_expected_are_read_as_text():
+    """``trainer.precision=32`` arrives from the command line as the integer 32."""
+    assert settings("trainer.precision=32").trainer.precision == "32"
+    assert settings("optim.lr=1").optim.lr == 1.0

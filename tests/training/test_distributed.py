@@ -1,0 +1,313 @@
+"""Data-parallel training through torchrun (gloo, two CPU processes) and sweeps through
+hydra-submitit-launcher's local launcher. See docs/scale_out.md."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, TINY, compose_config
+from hydra import compose, initialize_config_dir
+
+from translate.checkpoint import load_checkpoint
+from translate.data.corpus import EncodedSplit, load_corpus
+from translate.errors import UserError
+from translate.settings import data_settings
+from translate.train import train
+from translate.training.distributed import Dist, from_env, shard
+from translate.training.progress import TrainBatches
+
+# Short decoding: validation, test scoring and latency are not what these tests are about.
+FAST = [
+    *TINY,
+    "trainer.val_bleu_sentences=4",
+    "trainer.latency_sentences=1",
+    "decode.max_len_a=0",
+    "decode.max_len_b=8",
+]
+# Dropout off: a single process cannot draw the random masks that two ranks draw.
+EXACT = [
+    *FAST,
+    "model.dropout=0",
+    "model.attention_dropout=0",
+    "model.activation_dropout=0",
+    "trainer.num_threads=1",
+    "trainer.val_every_n_steps=3",
+]
+TRACE = re.compile(r"rank (\d+) update: loss (\S+) \| params (\S+) \| examples (.*)$")
+
+
+def _env() -> dict[str, str]:
+    drop = ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+# ---------------------------------------------------------------- sharding
+
+
+def test_shards_are_disjoint_covering_deterministic_and_equal():
+    order = list(range(23))
+    for n in (1, 2, 3, 4, 8):
+        shares = [shard(order, r, n) for r in range(n)]
+        assert len({len(s) for s in shares}) == 1  # every rank takes the same number of steps
+        flat = [i for s in shares for i in s]
+        assert len(flat) == len(set(flat))  # disjoint
+        assert sorted(flat) == order[: len(order) - len(order) % n]  # all but the ragged tail
+        assert shares == [shard(order, r, n) for r in range(n)]  # deterministic
+    assert shard(order, 0, 1) == order
+
+
+def _split(n: int = 300) -> EncodedSplit:
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 60, rng.integers(1, 30)).astype(np.int32) for _ in range(n)]
+    tgt = [rng.integers(4, 60, rng.integers(1, 30)).astype(np.int32) for _ in range(n)]
+    return EncodedSplit("train", [""] * n, [""] * n, src, tgt)
+
+
+def test_two_ranks_split_each_update_of_one_process_and_resume_in_global_counts():
+    split = _split()
+    single = list(TrainBatches(split, 128, seed=3).epoch(1, 0, 2))
+    ranks = [TrainBatches(split, 128, seed=3, rank=r, world_size=2) for r in (0, 1)]
+    shares = [list(tb.epoch(1, 0, 1)) for tb in ranks]
+    assert len(shares[0]) == len(shares[1]) >= len(single) - 1 > 5
+    for k, (a, b) in enumerate(zip(*shares)):
+        # update k of two ranks = update k of one process accumulating two micro-batches
+        assert [a[0].indices, b[0].indices] == [m.indices for m in single[k]]
+        assert not set(a[0].indices) & set(b[0].indices)
+    # A resumed rank skips the micro-batches that all ranks consumed (the saved, global count).
+    skip = 3 * ranks[1].consumed(shares[1][0])
+    assert skip == 6
+    resumed = [g[0].indices for g in ranks[1].epoch(1, skip, 1)]
+    assert resumed == [g[0].indices for g in shares[1][3:]]
+    # Another epoch, another order; the same epoch, the same order.
+    assert [g[0].indices for g in ranks[0].epoch(2, 0, 1)] != [g[0].indices for g in shares[0]]
+    assert [g[0].indices for g in ranks[0].epoch(1, 0, 1)] == [g[0].indices for g in shares[0]]
+
+
+def test_too_few_batches_for_the_ranks_is_a_user_error():
+    with pytest.raises(UserError, match="fewer than the 8 processes"):
+        TrainBatches(_split(5), 4096, seed=0, rank=0, world_size=8)
+
+
+def test_torchrun_environment_is_detected():
+    assert from_env({}) == Dist() and not Dist().enabled and Dist().is_main
+    d = from_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "x"})
+    assert d == Dist(rank=1, local_rank=1, world_size=2) and d.enabled and not d.is_main
+    with pytest.raises(UserError, match="outside WORLD_SIZE"):
+        from_env({"RANK": "2", "WORLD_SIZE": "2"})
+
+
+def test_a_late_rank_moves_its_log_into_rank_0s_run_dir(tmp_path, monkeypatch):
+    """Hydra names the run dir after the second each rank started: a rank that started later
+    follows rank 0, and the dir Hydra made for it (config copies and its log) disappears."""
+    from translate.training import distributed
+
+    main_dir, own = tmp_path / "18-00-00", tmp_path / "18-00-01"
+    (own / ".hydra").mkdir(parents=True)
+    main_dir.mkdir()
+    (own / ".hydra" / "config.yaml").write_text("x: 1\n")
+    monkeypatch.setattr(distributed, "broadcast", lambda obj: str(main_dir))
+    root = logging.getLogger()
+    handler = logging.FileHandler(own / "train.log")
+    root.addHandler(handler)
+    try:
+        assert distributed.adopt_run_dir(Dist(1, 1, 2), own) == main_dir
+        files = [h.baseFilename for h in root.handlers if isinstance(h, logging.FileHandler)]
+        assert handler not in root.handlers
+        assert [f for f in files if f.startswith(str(tmp_path))] == [str(main_dir / "train.log")]
+    finally:
+        for h in root.handlers[:]:
+            if isinstance(h, logging.FileHandler) and "18-00-0" in h.baseFilename:
+                root.removeHandler(h)
+                h.close()
+    assert not own.exists()
+    # A dir holding anything else is left alone; rank 0 keeps its own.
+    (own / "notes.txt").parent.mkdir()
+    (own / "notes.txt").write_text("mine")
+    assert distributed.adopt_run_dir(Dist(1, 1, 2), own) == main_dir and own.exists()
+    assert distributed.adopt_run_dir(Dist(0, 0, 2), main_dir) == main_dir
+
+
+# ---------------------------------------------------------------- torchrun end to end
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _updates(lines) -> dict[int, list[tuple[float, str, list[list[int]]]]]:
+    """rank -> [(loss, params checksum, examples per micro-batch)] in update order."""
+    out: dict[int, list] = {}
+    for line in lines:
+        m = TRACE.search(line)
+        if m:
+            rank, loss, params, examples = m.groups()
+            out.setdefault(int(rank), []).append((float(loss), params, json.loads(examples)))
+    return out
+
+
+def _torchrun(run_dir: Path, cache_dir: Path, *overrides: str) -> None:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        "-m", "translate.train", *EXACT, f"data.cache_dir={cache_dir}",
+        f"hydra.run.dir={run_dir}", "hydra.verbose=translate.training.step", *overrides,
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env()
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+@pytest.fixture(scope="module")
+def ddp_vs_single(tmp_path_factory, cache_dir):
+    """One process accumulating 2 micro-batches for 6 updates; two torchrun ranks with 1 each
+    for 3 updates, then resumed to 6. Returns both run dirs, the traces, and the first DDP
+    run's files."""
+    root = tmp_path_factory.mktemp("ddp")
+    logger = logging.getLogger("translate.training.step")
+    handler, level, threads = _Lines(), logger.level, torch.get_num_threads()
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:  # in-process; also warms the tokenizer cache the ranks then share
+        single = train(
+            compose_config(
+                "train",
+                [
+                    *EXACT,
+                    f"data.cache_dir={cache_dir}",
+                    f"run_dir={root / 'single'}",
+                    "trainer.accumulate_grad_batches=2",
+                    "trainer.max_steps=6",
+                ],
+            )
+        )
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        torch.set_num_threads(threads)  # trainer.num_threads=1 is global
+    ddp = root / "ddp"
+    _torchrun(ddp, cache_dir, "trainer.max_steps=3")
+    first_files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    _torchrun(ddp, cache_dir, "trainer.max_steps=6", "trainer.resume=true")
+    log_lines = (ddp / "train.log").read_text().splitlines()
+    return {
+        "root": root,
+        "single": (root / "single", single, _updates(handler.lines)[0]),
+        "ddp": (ddp, json.loads((ddp / "results.json").read_text()), _updates(log_lines)),
+        "first_files": first_files,
+    }
+
+
+@pytest.mark.slow
+def test_ranks_see_different_batches_and_keep_identical_weights(ddp_vs_single):
+    _, _, ranks = ddp_vs_single["ddp"]
+    assert sorted(ranks) == [0, 1] and len(ranks[0]) == len(ranks[1]) == 6
+    for (loss0, params0, ex0), (loss1, params1, ex1) in zip(ranks[0], ranks[1]):
+        assert not set(sum(ex0, [])) & set(sum(ex1, []))  # different examples
+        assert params0 == params1  # same weights after every update, to the last bit
+        assert loss0 == loss1  # both report the loss of the whole (global) batch
+
+
+@pytest.mark.slow
+def test_two_ranks_train_exactly_like_one_process_with_the_same_global_batch(ddp_vs_single):
+    single_dir, single, single_updates = ddp_vs_single["single"]
+    ddp_dir, results, ranks = ddp_vs_single["ddp"]
+    assert len(single_updates) == 6
+    for k, (loss, _, examples) in enumerate(single_updates):
+        assert examples == ranks[0][k][2] + ranks[1][k][2]  # the same global batch
+        assert ranks[0][k][0] == pytest.approx(loss, rel=1e-5)
+    a = load_checkpoint(single_dir / "checkpoints" / "last.pt")
+    b = load_checkpoint(ddp_dir / "checkpoints" / "last.pt")
+    assert b["model"].keys() == a["model"].keys()  # no DDP "module." prefix
+    for name, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][name], tensor, rtol=1e-4, atol=1e-6, msg=name)
+    # Counters in global terms: the resumed run went on where the first stopped.
+    for key in ("step", "epoch", "batches_in_epoch", "tokens"):
+        assert b["progress"][key] == a["progress"][key], key
+    assert len(b["rng_ranks"]) == 2
+    assert results["steps"] == single["steps"] == 6
+    # tokens/s counts both ranks' tokens: the same tokens as the single process trained on
+    tokens = results["tokens_per_s"] * results["train_minutes"] * 60
+    assert tokens == pytest.approx(a["progress"]["tokens"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_only_rank_0_writes_the_run_files(ddp_vs_single):
+    files = ddp_vs_single["first_files"]
+    ddp = [f for f in files if f.startswith("ddp/")]
+    assert sum(f.endswith("results.json") for f in files) == 2  # the single run's and rank 0's
+    assert "ddp/results.json" in ddp and "ddp/test.hyp.txt" in ddp
+    assert sum("tfevents" in f for f in ddp) == 1
+    # one checkpoint set: step_3 (final validation), last and best
+    ckpts = sorted(f for f in ddp if f.startswith("ddp/checkpoints/"))
+    assert ckpts == [
+        "ddp/checkpoints/best.pt",
+        "ddp/checkpoints/last.pt",
+        "ddp/checkpoints/step_00000003.pt",
+    ]
+    log = (ddp_vs_single["root"] / "ddp" / "train.log").read_text()
+    assert log.count("test BLEU") == 2  # one per torchrun (rank 0), not one per rank
+    assert "DistributedDataParallel: 2 processes, backend gloo" in log
+
+
+# ---------------------------------------------------------------- SLURM sweep, run locally
+
+
+@pytest.mark.slow
+def test_submitit_local_sweep_runs_one_job_per_head_count(tmp_path, cache_dir):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    overrides = [o for o in FAST if not o.startswith("heads=")]
+    overrides += [f"data.cache_dir={cache_dir}", "trainer.max_steps=2", "trainer.num_threads=1"]
+    load_corpus(data_settings(compose_config("train", overrides).data))  # a warm shared cache
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, "-m", "translate.train", "-m", "hydra/launcher=local",
+        f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}", *overrides,
+        "heads=1,4",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env()
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
+    assert sorted(r["heads"] for r in results) == [1, 4]
+    assert all(r["steps"] == 2 for r in results)
+    assert any((sweep / ".submitit").iterdir())  # the jobs went through submitit
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        hydra_cfg = compose("train", overrides, return_hydra_config=True).hydra
+    if "ablation_report" in (hydra_cfg.get("callbacks") or {}):
+        assert (sweep / "ablation.csv").is_file()  # the sweep's callback ran at its end
+
+
+def test_slurm_launcher_config_fits_the_plugin_and_requires_a_partition():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from dataclasses import fields
+
+    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        slurm = compose("train", ["hydra/launcher=slurm"], return_hydra_config=True)
+        local = compose("train", ["hydra/launcher=local"], return_hydra_config=True)
+    launcher = slurm.hydra.launcher
+    # slurm.yaml spells the plugin's config out (see its header): no key the plugin lacks
+    assert set(launcher) <= {f.name for f in fields(SlurmQueueConf)}
+    assert launcher._target_ == SlurmQueueConf._target_
+    assert launcher.gpus_per_task == 1 and launcher.tasks_per_node == 1
+    assert OmegaConf.is_missing(launcher, "partition")
+    assert local.hydra.launcher._target_ == LocalQueueConf._target_

@@ -1,0 +1,242 @@
+"""Faults a user meets: interrupted runs, bad configs, bad data, bad checkpoints, bad numerics.
+
+The command line is the interface for exit codes and messages, so those tests run the real
+commands in subprocesses. See docs/reliability.md for the table of faults and tests.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, TINY, assert_one_line_error, run_cli
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from translate import checkpoint as checkpoint_module
+from translate.checkpoint import load_checkpoint
+from translate.data.batching import collate
+from translate.errors import UserError
+from translate.schema import ModelSettings, OptimSettings
+from translate.train import train
+from translate.training.checkpoints import CheckpointManager
+from translate.training.step import Trainer
+
+
+@pytest.fixture
+def checkpoint(trained_run) -> Path:
+    return trained_run[0] / "checkpoints" / "best.pt"
+
+
+# ---------------------------------------------------------------- command-line errors
+
+
+@pytest.mark.parametrize(
+    "overrides,fragments",
+    [
+        (["heads=3"], ["model.d_model=128 is not divisible by heads=3"]),
+        (["model.attention_impl=fast"], ["model.attention_impl=fast is unknown"]),
+        (["trainer.precision=fp16"], ["fp16 needs a CUDA GPU"]),
+        (["data.max_tokens=16"], ["data.max_tokens=16 is smaller than the longest allowed"]),
+        (["data=multi30k", "data.dir=/nonexistent/m30k"], ["/nonexistent/m30k"]),
+    ],
+)
+def test_train_cli_rejects_bad_input_with_one_line(overrides, fragments, tmp_path):
+    proc = run_cli(
+        "translate.train", "experiment=quickstart", f"hydra.run.dir={tmp_path}", *overrides
+    )
+    assert_one_line_error(proc, *fragments)
+
+
+def test_evaluate_cli_missing_and_corrupt_checkpoints(tmp_path):
+    proc = run_cli(
+        "translate.evaluate", f"checkpoint={tmp_path / 'nope.pt'}", f"hydra.run.dir={tmp_path}"
+    )
+    assert_one_line_error(proc, "checkpoint not found")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x00not a checkpoint" * 100)
+    proc = run_cli("translate.evaluate", f"checkpoint={garbage}", f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "truncated or corrupt")
+
+
+def test_truncated_checkpoint_and_foreign_file_are_user_errors(checkpoint, tmp_path):
+    data = checkpoint.read_bytes()
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match="truncated or corrupt"):
+        load_checkpoint(truncated)
+    foreign = tmp_path / "weights.pt"
+    torch.save({"weight": torch.zeros(2)}, foreign)
+    with pytest.raises(UserError, match="not a translate checkpoint"):
+        load_checkpoint(foreign)
+
+
+def test_translate_cli_keeps_lines_aligned(checkpoint):
+    lines = [
+        "Der Hund schläft.",
+        "",
+        "   ",
+        "Die Katze 😺 sieht Привет 你好",
+        "Hund " * 100,
+        "Ende.",
+    ]
+    proc = run_cli(
+        "translate.translate",
+        f"checkpoint={checkpoint}",
+        "decode=greedy",
+        stdin="\n".join(lines) + "\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines)
+    assert out[1] == "" and out[2] == ""
+    assert "truncated" in proc.stderr and "line 5" in proc.stderr
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_crash_while_saving_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    state = {"format_version": 1, "model": {}, "config": {}, "tokenizer": b"", "step": 1}
+    manager.save(state, 1, is_best=True)
+    before = manager.last.read_bytes()
+
+    def crash(obj, f):
+        f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", crash)
+    with pytest.raises(OSError):
+        manager.save({**state, "step": 2}, 2, is_best=True)
+    assert manager.last.read_bytes() == before and manager.best.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt", "step_00000001.pt"]
+
+
+def test_resume_refuses_a_different_model_config(tiny_train_cfg, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_train_cfg("trainer.max_steps=2", run_dir=run))
+    with pytest.raises(UserError, match="does not fit this model config"):
+        train(
+            tiny_train_cfg(
+                "trainer.max_steps=4", "trainer.resume=true", "model.d_ff=48", run_dir=run
+            )
+        )
+
+
+def test_resume_without_a_checkpoint_says_which_file_is_missing(tiny_train_cfg, tmp_path):
+    with pytest.raises(UserError, match="last.pt does not exist"):
+        train(tiny_train_cfg("trainer.resume=true", run_dir=tmp_path / "empty"))
+
+
+# ---------------------------------------------------------------- numerics
+
+
+def test_non_finite_loss_skips_the_update():
+    torch.manual_seed(0)
+    model = ModelSettings(16, 2, 1, 1, 32, 0.0, 0.0, 0.0, "relu", True, "manual").build(30, 0)
+    trainer = Trainer(model, OptimSettings(1e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.1, 1.0),
+                      torch.device("cpu"), "32", pad_id=0)  # fmt: skip
+    before = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad():
+        model.embedding.embed.weight[5, 0] = float("nan")
+    batch = collate([(0, [5, 6, 7], [8, 9])])
+    result = trainer.step([batch])
+    assert result.skipped
+    changed = [not torch.equal(a, b) for a, b in zip(before, model.parameters())]
+    assert sum(changed) == 1  # only the weight we poisoned
+    assert trainer.scheduler.last_epoch == 0
+
+
+def test_run_stops_after_consecutive_nan_losses(tiny_train_cfg, monkeypatch):
+    import translate.training.step as trainer_module
+
+    def nan_loss(logits, target, pad_id, label_smoothing=0.0):
+        nan = logits.sum() * float("nan")
+        return nan, nan.detach()
+
+    monkeypatch.setattr(trainer_module, "sequence_loss", nan_loss)
+    with pytest.raises(UserError, match="3 consecutive steps had a NaN/Inf loss") as err:
+        train(tiny_train_cfg("trainer.max_bad_steps=3", "trainer.max_steps=50"))
+    assert "trainer.precision=bf16" in str(err.value)
+
+
+# ---------------------------------------------------------------- interruption
+
+
+def start_training(run_dir: Path, cache_dir: Path, *extra: str) -> subprocess.Popen:
+    args = [
+        *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",
+        "trainer.max_steps=100000", "trainer.val_every_n_steps=100000",
+        "trainer.checkpoint_every_n_steps=5", *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "translate.train", *args],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+
+
+def resume_training(run_dir: Path, cache_dir: Path, max_steps: int):
+    """``python -m translate.train ... trainer.resume=true`` on ``run_dir`` up to ``max_steps``."""
+    return run_cli(
+        "translate.train", *TINY, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",
+        "trainer.resume=true", f"trainer.max_steps={max_steps}",
+    )  # fmt: skip
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return {e.step: e.value for e in events.Scalars("train/loss")}
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_cleanly_then_resumes(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    proc = start_training(run, cache_dir)
+    wait_for_checkpoint(proc, run / "checkpoints" / "last.pt")
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    assert "Traceback" not in output and "trainer.resume=true" in output
+    step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+    assert step >= 5
+    resumed = resume_training(run, cache_dir, max_steps=step + 3)
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == step + 3
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_resumes_from_the_last_checkpoint(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    proc = start_training(run, cache_dir)
+    wait_for_checkpoint(proc, run / "checkpoints" / "step_00000010.pt")
+    proc.kill()
+    proc.wait(timeout=30)
+    saved = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+    assert saved >= 10
+    # Train on to an even step: TINY logs the loss every 2 steps, and the last one must be logged.
+    target = (saved // 2 + 3) * 2
+    resumed = resume_training(run, cache_dir, max_steps=target)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout + resumed.stderr
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == target
+    losses = train_losses(run)
+    assert max(losses) == target
+    before = [v for s, v in losses.items() if s <= saved]
+    after = [v for s, v in losses.items() if s > saved]
+    # The curve continues from where it stopped instead of starting again from the top.
+    assert after and before and after[0] < before[0]
+    assert abs(after[0] - before[-1]) < 0.5 * (before[0] - before[-1]) + 0.5

@@ -1,0 +1,224 @@
+"""The training application end to end on the sample corpus, shrunk to seconds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import SHORT_DECODE, compose_config
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from translate.checkpoint import load_checkpoint
+from translate.data.batching import collate
+from translate.evaluate import evaluate
+from translate.schema import ModelSettings, OptimSettings
+from translate.train import train
+from translate.training.optim import inverse_sqrt_factor
+from translate.training.step import Trainer
+from translate.translate import translate_lines
+
+RESULT_KEYS = {
+    "heads",
+    "d_model",
+    "layers",
+    "params",
+    "attention_impl",
+    "precision",
+    "device",
+    "steps",
+    "train_minutes",
+    "tokens_per_s",
+    "peak_mem_mb",
+    "dev_bleu",
+    "bleu",
+    "chrf",
+    "sacrebleu_signature",
+    "beam_size",
+    "latency_ms",
+    "sentences_per_s",
+}
+
+
+def test_quickstart_config_is_the_sample_recipe():
+    cfg = compose_config("train", ["experiment=quickstart"])
+    assert cfg.data.source == "sample" and cfg.model.num_heads == cfg.heads == 4
+    default = compose_config("train", [])
+    assert default.data.source == "iwslt2017" and default.model.d_model == 512
+    assert default.model.num_heads == 8 and default.model.num_encoder_layers == 2
+    assert compose_config("train", ["heads=16"]).model.num_heads == 16
+
+
+def test_train_writes_results_checkpoints_and_tensorboard(trained_run):
+    run, results = trained_run
+    on_disk = json.loads((run / "results.json").read_text())
+    assert set(on_disk) >= RESULT_KEYS and on_disk == results
+    assert results["steps"] == 8 and results["heads"] == 2 and results["params"] > 0
+    assert results["attention_impl"] == "sdpa" and results["device"] == "cpu"
+    assert "tok:13a" in results["sacrebleu_signature"]
+    assert (run / "checkpoints" / "last.pt").is_file() and (
+        run / "checkpoints" / "best.pt"
+    ).is_file()
+    hyps = (run / "test.hyp.txt").read_text().splitlines()
+    assert len(hyps) == 200
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    tags = events.Tags()
+    for scalar in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "dev/loss",
+                   "dev/ppl", "dev/bleu", "dev/chrf"):  # fmt: skip
+        assert scalar in tags["scalars"], scalar
+    assert [e.step for e in events.Scalars("dev/bleu")] == [4, 8]
+    heatmaps = {f"attention/{kind}/layer{i}" for kind in ("encoder_self", "decoder_self",
+                "decoder_cross") for i in (0, 1)}  # fmt: skip
+    assert heatmaps <= set(tags["images"])
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+
+
+def test_checkpoint_is_self_contained(trained_run):
+    run, results = trained_run
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert ckpt["step"] == 8 and ckpt["config"]["heads"] == 2
+    for key in ("optimizer", "scheduler", "scaler", "rng", "tokenizer", "progress"):
+        assert key in ckpt
+
+
+def test_evaluate_reproduces_the_training_bleu(trained_run, tmp_path):
+    run, results = trained_run
+    cfg = compose_config(
+        "evaluate",
+        [
+            f"checkpoint={results['checkpoint']}",
+            f"output_dir={tmp_path}",
+            "decode=greedy",
+            *SHORT_DECODE,
+        ],
+    )
+    scores = evaluate(cfg)
+    assert scores["bleu"] == pytest.approx(results["bleu"], abs=1e-9)
+    assert (tmp_path / "hyp.txt").read_text() == (run / "test.hyp.txt").read_text()
+
+
+def test_translate_keeps_one_line_per_input_line(trained_run, capsys):
+    run, results = trained_run
+    overrides = [f"checkpoint={results['checkpoint']}", "decode=greedy", *SHORT_DECODE]
+    cfg = compose_config("translate", overrides)
+    lines = ["Der Hund schläft.", "", "   ", "Die Frau liest 📚 ein Buch. Привет", "Hund " * 80]
+    out = translate_lines(cfg, lines)
+    assert len(out) == len(lines)
+    assert out[1] == "" and out[2] == ""
+    assert all("\n" not in line for line in out)
+    assert "truncat" in capsys.readouterr().err
+
+
+def test_loss_falls_when_overfitting_a_handful_of_pairs():
+    torch.manual_seed(0)
+    model = ModelSettings(32, 2, 1, 1, 64, 0.0, 0.0, 0.0, "relu", True, "manual").build(40, 0)
+    optim = OptimSettings(3e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.0, 1.0)
+    trainer = Trainer(model, optim, torch.device("cpu"), "32", pad_id=0)
+    g = torch.Generator().manual_seed(0)
+    pairs = [
+        (
+            i,
+            torch.randint(4, 40, (5,), generator=g).tolist(),
+            torch.randint(4, 40, (4,), generator=g).tolist(),
+        )
+        for i in range(6)
+    ]
+    batch = collate(pairs)
+    losses = [trainer.step([batch]).loss for _ in range(60)]
+    assert losses[-1] < 0.1 * losses[0]
+
+
+def test_gradient_accumulation_equals_one_large_batch():
+    def fresh():
+        torch.manual_seed(0)
+        model = ModelSettings(16, 2, 1, 1, 32, 0.0, 0.0, 0.0, "relu", True, "manual").build(30, 0)
+        # eps=1 keeps Adam's first step smooth in the gradient (with a tiny eps it is ~sign(g),
+        # which turns rounding noise on near-zero gradients into whole-lr differences).
+        optim = OptimSettings(1e-3, [0.9, 0.98], 1.0, 0.0, 0, 0.1, 0.0)
+        return Trainer(model, optim, torch.device("cpu"), "32", pad_id=0)
+
+    g = torch.Generator().manual_seed(1)
+    pairs = [
+        (
+            i,
+            torch.randint(4, 30, (3 + i,), generator=g).tolist(),
+            torch.randint(4, 30, (2 + i,), generator=g).tolist(),
+        )
+        for i in range(4)
+    ]
+    whole, split = fresh(), fresh()
+    whole.step([collate(pairs)])
+    split.step([collate(pairs[:2]), collate(pairs[2:])])
+    for a, b in zip(whole.model.parameters(), split.model.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_inverse_sqrt_schedule_warms_up_then_decays():
+    f = inverse_sqrt_factor(100)
+    assert f(0) == pytest.approx(0.01) and f(99) == pytest.approx(1.0)
+    assert f(399) == pytest.approx(0.5) and inverse_sqrt_factor(0)(1000) == 1.0
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path):
+    common = ["trainer.val_every_n_steps=3", "model.dropout=0.1", "trainer.keep_last_checkpoints=2"]
+    straight = train(tiny_train_cfg(*common, "trainer.max_steps=6", run_dir=tmp_path / "a"))
+    train(tiny_train_cfg(*common, "trainer.max_steps=3", run_dir=tmp_path / "b"))
+    first = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")
+    lr_at_3 = first["optimizer"]["param_groups"][0]["lr"]
+    resumed = train(
+        tiny_train_cfg(
+            *common, "trainer.max_steps=6", "trainer.resume=true", run_dir=tmp_path / "b"
+        )
+    )
+    assert resumed["steps"] == 6
+    a = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")
+    for name, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][name], tensor, msg=name)
+    # The learning-rate curve continues: the resumed run's first update used step 3's lr.
+    warmup = OmegaConf.to_container(tiny_train_cfg().optim)["warmup_steps"]
+    peak = tiny_train_cfg().optim.lr
+    assert lr_at_3 == pytest.approx(peak * inverse_sqrt_factor(warmup)(3))
+    assert resumed["bleu"] == pytest.approx(straight["bleu"])
+    assert len(list((tmp_path / "b" / "checkpoints").glob("step_*.pt"))) == 2
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("heads=3", "model.d_model=32 is not divisible by heads=3"),
+        ("heads=0", "heads=0 must be >= 1"),
+        ("model.attention_impl=flash", "model.attention_impl=flash is unknown"),
+        ("trainer.precision=fp16", "fp16 needs a CUDA GPU"),
+        ("trainer.precision=int8", "trainer.precision=int8 is unknown"),
+        ("model.d_ff=-5", "model.d_ff=-5 must be > 0"),
+    ],
+)
+def test_config_errors_are_one_readable_line(tiny_train_cfg, override, message):
+    from translate.errors import UserError
+
+    with pytest.raises(UserError) as err:
+        train(tiny_train_cfg(override))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sequence_loss_equals_torch_cross_entropy():
+    from translate.nn.loss import sequence_loss
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g)
+    target = torch.randint(1, 11, (3, 5), generator=g)
+    target[0, 3:] = 0
+    for eps in (0.0, 0.1):
+        loss, nll = sequence_loss(logits, target, pad_id=0, label_smoothing=eps)
+        ref = torch.nn.functional.cross_entropy(
+            logits.view(-1, 11), target.view(-1), ignore_index=0, label_smoothing=eps,
+            reduction="sum",
+        )  # fmt: skip
+        torch.testing.assert_close(loss, ref)
+        plain = torch.nn.functional.cross_entropy(
+            logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum"
+        )
+        torch.testing.assert_close(nll, plain)

@@ -1,0 +1,337 @@
+"""The heads-ablation report: one row per head count, from a Hydra multirun's job dirs.
+
+:func:`build_report` reads every job dir's ``results.json`` and ``.hydra/overrides.yaml`` under
+a sweep dir and groups the finished jobs by head count. Failed jobs (a job dir without
+``results.json``) and jobs the sweep defines but never started (the caller's ``expected_jobs``,
+e.g. :func:`translate.sweeps.expected_jobs` from ``multirun.yaml``) are listed, never dropped
+silently. BLEU differences are tested against the 8-head rows with sacreBLEU's paired bootstrap
+on the test hypotheses each job wrote (``test.hyp.txt``).
+
+Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
+writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra nor OmegaConf.
+
+It is imported when Hydra starts (for the callback): keep heavy imports (matplotlib,
+sacreBLEU, torch) inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from translate.errors import UserError
+
+BASELINE_HEADS = 8
+# (swept_keys, one {key: value} per job) the sweep defines; see translate.sweeps.expected_jobs.
+ExpectedJobs = Callable[[Path], tuple[list[str], list[dict[str, str]]]]
+# results.json keys averaged over seeds -> whether the row also gets their standard deviation.
+METRICS = {
+    "bleu": True,
+    "chrf": True,
+    "dev_bleu": True,
+    "latency_ms": True,
+    "sentences_per_s": False,
+    "tokens_per_s": False,
+    "peak_mem_mb": False,
+    "train_minutes": False,
+    "steps": False,
+}
+
+
+@dataclass
+class Job:
+    """One job dir of the sweep."""
+
+    name: str  # its path under the sweep dir, e.g. "heads=4,seed=2"
+    path: Path
+    overrides: dict[str, str]  # from .hydra/overrides.yaml, e.g. {"heads": "4", "seed": "2"}
+    results: dict | None  # results.json, None if it has none
+    error: str | None = None  # why it has no (completed) results
+
+    @property
+    def completed(self) -> bool:
+        return self.results is not None and self.results.get("status", "completed") == "completed"
+
+
+@dataclass
+class Report:
+    sweep_dir: Path
+    rows: list[dict]  # one per head count, ascending
+    jobs: list[Job]
+    failed: list[Job]
+    missing: list[str]  # swept overrides of jobs the sweep defines but that have no dir
+    seeds: list
+    params_equal: bool
+    params_message: str
+    warnings: list[str] = field(default_factory=list)
+    bootstrap_signature: str | None = None
+
+
+# ------------------------------------------------------------------------ reading jobs
+
+
+def parse_overrides(lines) -> dict[str, str]:
+    """``["heads=4", "+x=1"]`` -> ``{"heads": "4", "x": "1"}`` (Hydra override strings)."""
+    out = {}
+    for line in lines or []:
+        key, sep, value = str(line).partition("=")
+        if sep:
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def _failure_reason(job_dir: Path) -> str:
+    error = job_dir / "error.txt"  # written by translate.sweeps' callback when the job raised
+    if error.is_file():
+        return error.read_text(encoding="utf-8").strip().splitlines()[-1]
+    for log_file in sorted(job_dir.glob("*.log")):
+        text = log_file.read_text(errors="replace").splitlines()
+        lines = [ln for ln in text if "[ERROR]" in ln or "error:" in ln]
+        if lines:
+            return lines[-1].strip()
+    return "no results.json: the job failed or was stopped before it finished (see its log)"
+
+
+def find_jobs(sweep_dir: Path) -> list[Job]:
+    """Every job dir under ``sweep_dir``: those with ``.hydra/overrides.yaml`` or results."""
+    dirs = {p.parent.parent for p in sweep_dir.rglob("overrides.yaml") if p.parent.name == ".hydra"}
+    dirs |= {p.parent for p in sweep_dir.rglob("results.json")}
+    dirs.discard(sweep_dir)
+    jobs = []
+    for job_dir in sorted(dirs):
+        overrides_file = job_dir / ".hydra" / "overrides.yaml"
+        overrides = {}
+        if overrides_file.is_file():
+            overrides = parse_overrides(yaml.safe_load(overrides_file.read_text()))
+        results, error = None, None
+        results_file = job_dir / "results.json"
+        if results_file.is_file():
+            try:
+                results = json.loads(results_file.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                error = f"results.json is not valid JSON ({err})"
+        job = Job(str(job_dir.relative_to(sweep_dir)), job_dir, overrides, results, error)
+        if not job.completed and job.error is None:
+            job.error = (
+                _failure_reason(job_dir)
+                if results is None
+                else f"status {results.get('status')!r} in results.json"
+            )
+        jobs.append(job)
+    return jobs
+
+
+def _label(overrides: dict[str, str], keys: list[str]) -> str:
+    return ",".join(f"{k}={overrides.get(k, '?')}" for k in keys)
+
+
+# ------------------------------------------------------------------------ statistics
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _std(values: list) -> float | None:
+    """Sample standard deviation over seeds; None with fewer than two values."""
+    values = [v for v in values if v is not None]
+    return statistics.stdev(values) if len(values) >= 2 else None
+
+
+def check_equal_params(jobs: list[Job]) -> tuple[bool, str]:
+    """Whether every finished job has the same parameter count, and a sentence saying so."""
+    by_heads: dict[int, set[int]] = {}
+    for job in jobs:
+        if job.completed:
+            by_heads.setdefault(int(job.results["heads"]), set()).add(job.results.get("params"))
+    counts = {p for ps in by_heads.values() for p in ps}
+    if not counts:
+        return True, "no finished jobs to compare"
+    if len(counts) == 1:
+        (params,) = counts
+        return True, (
+            f"every run has the same parameter count, {params:,}: the head count only splits the "
+            "same width d_model into heads of d_k = d_model / heads"
+        )
+    detail = "; ".join(
+        f"heads={h}: {', '.join(f'{p:,}' for p in sorted(ps))}"
+        for h, ps in sorted(by_heads.items())
+    )
+    return False, (
+        f"PARAMETER COUNTS DIFFER ({detail}): the rows are not models of equal size, so BLEU "
+        "differences cannot be put down to the number of heads alone"
+    )
+
+
+def _read_lines(path: Path) -> list[str] | None:
+    if not path.is_file():
+        return None
+    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def _significance(groups, baseline_heads, n_samples, warnings) -> tuple[dict, str | None]:
+    """``{heads: {"pooled": p, seed: p, ...}}``: paired bootstrap of each run's test
+    hypotheses against the baseline run of the same seed, per seed and with seeds pooled."""
+    from translate.metrics import paired_bootstrap
+
+    base = {}
+    for job in groups.get(baseline_heads, []):
+        base.setdefault(job.results.get("seed"), job)
+    out, signature = {}, None
+    for heads, jobs in groups.items():
+        if heads == baseline_heads or not base:
+            continue
+        per_seed, pooled = {}, ([], [], [])
+        for job in jobs:
+            seed = job.results.get("seed")
+            other = base.get(seed)
+            if other is None or seed in per_seed:
+                continue
+            hyp, ref = (
+                _read_lines(job.path / "test.hyp.txt"),
+                _read_lines(job.path / "test.ref.txt"),
+            )
+            base_hyp = _read_lines(other.path / "test.hyp.txt")
+            base_ref = _read_lines(other.path / "test.ref.txt")
+            if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
+                warnings.append(
+                    f"no significance test for {job.name} against {other.name}: test.hyp.txt / "
+                    "test.ref.txt missing, of different length or with different references"
+                )
+                continue
+            test = paired_bootstrap(base_hyp, {"run": hyp}, ref, n_samples=n_samples)["run"]
+            per_seed[seed], signature = test["p_value"], test["signature"]
+            for part, lines in zip(pooled, (base_hyp, hyp, ref)):
+                part.extend(lines)
+        if len(per_seed) > 1:
+            test = paired_bootstrap(pooled[0], {"run": pooled[1]}, pooled[2], n_samples=n_samples)
+            per_seed["pooled"] = test["run"]["p_value"]
+        elif per_seed:
+            per_seed["pooled"] = next(iter(per_seed.values()))
+        out[heads] = per_seed
+    return out, signature
+
+
+def _missing(sweep_dir, jobs, expected_jobs, warnings) -> list[str]:
+    """Labels of the jobs ``expected_jobs`` says the sweep defines that have no job dir."""
+    keys, expected = [], []
+    if expected_jobs is not None:
+        try:
+            keys, expected = expected_jobs(sweep_dir)
+        except Exception as err:  # a malformed multirun.yaml must not cost the report
+            warnings.append(f"could not read the sweep's job list from multirun.yaml ({err})")
+    if not keys:  # a one-job "sweep" defines nothing beyond the dir it made
+        return []
+    found = {_label(j.overrides, keys) for j in jobs}
+    return [lbl for lbl in (_label(e, keys) for e in expected) if lbl not in found]
+
+
+def _group_by_heads(done: list[Job], warnings: list[str]) -> dict[int, list[Job]]:
+    """The finished jobs by head count, sorted by seed; warns when the sweep varies more."""
+    groups: dict[int, list[Job]] = {}
+    for job in done:
+        groups.setdefault(int(job.results["heads"]), []).append(job)
+    for heads, members in groups.items():
+        members.sort(key=lambda j: (str(j.results.get("seed")), j.name))
+        seeds = [j.results.get("seed") for j in members]
+        if len(set(seeds)) < len(seeds):
+            warnings.append(
+                f"heads={heads} has several jobs with the same seed "
+                f"({', '.join(j.name for j in members)}): the sweep varies more than heads and "
+                "seed, and this row averages over it"
+            )
+    others = {
+        json.dumps(
+            {k: v for k, v in j.overrides.items() if k not in ("heads", "seed")}, sort_keys=True
+        )
+        for j in done
+        if j.overrides
+    }
+    if len(others) > 1:
+        warnings.append(f"the finished jobs differ in more than heads and seed: {sorted(others)}")
+    return groups
+
+
+def build_report(
+    sweep_dir: str | Path,
+    baseline_heads: int = BASELINE_HEADS,
+    bootstrap_samples: int = 1000,
+    *,
+    expected_jobs: ExpectedJobs | None = None,
+) -> Report:
+    """Read the sweep and compute the rows; writes nothing.
+
+    ``expected_jobs(sweep_dir)`` lists the jobs the sweep defines, so that the ones without a
+    job dir are reported as missing; without it no job is missing.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise UserError(f"sweep dir {sweep_dir} does not exist")
+    jobs = find_jobs(sweep_dir)
+    warnings: list[str] = []
+    missing = _missing(sweep_dir, jobs, expected_jobs, warnings)
+    done = [j for j in jobs if j.completed]
+    groups = _group_by_heads(done, warnings)
+    params_equal, params_message = check_equal_params(jobs)
+    if not params_equal:
+        warnings.insert(0, params_message)
+    p_values, signature = _significance(groups, baseline_heads, bootstrap_samples, warnings)
+    all_seeds = sorted({j.results.get("seed") for j in done}, key=str)
+    rows = [
+        _row(heads, groups[heads], all_seeds, p_values.get(heads), heads == baseline_heads)
+        for heads in sorted(groups)
+    ]
+    failed = [j for j in jobs if not j.completed]
+    return Report(
+        sweep_dir,
+        rows,
+        jobs,
+        failed,
+        missing,
+        all_seeds,
+        params_equal,
+        params_message,
+        warnings,
+        signature,
+    )
+
+
+def _row(heads: int, jobs: list[Job], seeds: list, p_values: dict | None, is_base: bool) -> dict:
+    res = [j.results for j in jobs]
+    params = sorted({r.get("params") for r in res}, key=str)
+    row = {
+        "heads": heads,
+        "d_k": res[0].get("d_k"),
+        "params": params[0] if len(params) == 1 else " / ".join(str(p) for p in params),
+        "seeds": " ".join(str(r.get("seed")) for r in res),
+        "n": len(res),
+    }
+    for key, with_std in METRICS.items():
+        values = [r.get(key) for r in res]
+        row[f"{key}_mean"] = _mean(values)
+        if with_std:
+            row[f"{key}_std"] = _std(values)
+    by_seed = {r.get("seed"): r.get("bleu") for r in res}
+    for seed in seeds:
+        row[f"bleu_seed{seed}"] = by_seed.get(seed)
+    # Imported here, not at the top: translate.nn.model imports torch, and this module is
+    # imported when Hydra starts (for the callback), which must stay cheap.
+    from translate.nn.model import HEAD_MASK_KEYS
+
+    summaries = [r.get("head_summary") or {} for r in res]
+    for kind in HEAD_MASK_KEYS:
+        row[f"entropy_{kind}"] = _mean([s.get("entropy", {}).get(kind) for s in summaries])
+    row["degenerate_heads"] = _mean([s.get("degenerate_heads") for s in summaries])
+    row["total_heads"] = _mean([s.get("total_heads") for s in summaries])
+    p_values = p_values or {}
+    row["p_vs_8"] = "baseline" if is_base else p_values.get("pooled")
+    for seed in seeds:
+        row[f"p_vs_8_seed{seed}"] = "baseline" if is_base else p_values.get(seed)
+    return row

@@ -1,0 +1,101 @@
+"""Head importance by masking (Michel et al., 2019) and the pruning curve.
+
+Each head is scored by how much worse the model gets when that head alone is masked at
+inference (its output zeroed before the output projection, ``Seq2SeqTransformer``'s
+``head_mask``): the increase of the dev loss and, optionally, the drop of dev BLEU. Masking
+heads in order of increasing importance gives the pruning curve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor, nn
+
+from translate.analysis.heads import head_ids, head_mask_without
+from translate.decoding.translator import Translator
+from translate.metrics import score
+from translate.nn.model import Seq2SeqTransformer
+
+
+class HeadMasked(nn.Module):
+    """``model`` with a fixed ``head_mask``, for :class:`Translator` and the search functions.
+
+    It has the ``encode`` / ``decode`` / ``new_cache`` interface search uses and passes the mask
+    into every call, so decoding runs the real model with those heads' outputs zeroed.
+    """
+
+    def __init__(self, model: Seq2SeqTransformer, head_mask: dict[str, Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self.head_mask = head_mask
+
+    def encode(self, src: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
+        return self.model.encode(src, src_padding_mask, self.head_mask)
+
+    def decode(self, tgt, memory, memory_padding_mask=None, cache=None) -> Tensor:
+        return self.model.decode(tgt, memory, memory_padding_mask, cache, self.head_mask)
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+
+class MaskedBleu:
+    """BLEU of ``translator``'s model on fixed sources under a head mask (None = unmasked)."""
+
+    def __init__(self, translator: Translator, src_ids: Sequence, refs: list[str]) -> None:
+        self.translator, self.src_ids, self.refs = translator, list(src_ids), refs
+
+    def __call__(self, head_mask: dict[str, Tensor] | None) -> float:
+        if not self.src_ids:
+            return float("nan")
+        base = self.translator
+        model = base.model if head_mask is None else HeadMasked(base.model, head_mask)
+        masked = Translator(
+            model,
+            base.tokenizer,
+            base.decode,
+            base.device,
+            base.precision,
+            base.max_tokens,
+            base.max_src_len,
+        )
+        hyps = base.tokenizer.decode(masked.translate_ids(self.src_ids))
+        return score(hyps, self.refs)["bleu"]
+
+
+def importance(model: Seq2SeqTransformer, loss_fn, bleu_fn=None, device="cpu") -> tuple[dict, dict]:
+    """Each head's loss increase (and BLEU drop) when it alone is masked (Michel et al. 2019).
+
+    Returns ``(base, {head_id: {"loss_increase", "bleu_drop"}})`` with
+    ``base = {"loss", "bleu"}`` for the unmasked model.
+    """
+    base = {"loss": loss_fn(None), "bleu": bleu_fn(None) if bleu_fn else None}
+    scores = {}
+    for hid in head_ids(model):
+        mask = head_mask_without(model, [hid], device)
+        scores[hid] = {
+            "loss_increase": loss_fn(mask) - base["loss"],
+            "bleu_drop": base["bleu"] - bleu_fn(mask) if bleu_fn else None,
+        }
+    return base, scores
+
+
+def pruning_curve(model, order: list, fractions, loss_fn, bleu_fn, device="cpu") -> list[dict]:
+    """Mask the first heads of ``order`` (least important first) to keep each fraction."""
+    total = len(order)
+    curve = []
+    for fraction in sorted({float(f) for f in fractions}, reverse=True):
+        kept = round(fraction * total)
+        removed = order[: total - kept]
+        mask = head_mask_without(model, removed, device)
+        curve.append(
+            {
+                "fraction_kept": kept / total,
+                "heads_kept": kept,
+                "bleu": bleu_fn(mask),
+                "loss": loss_fn(mask),
+                "removed": [list(h) for h in removed],
+            }
+        )
+    return curve

@@ -1,0 +1,147 @@
+"""Figures: attention heatmaps (one panel per head, token labels on both axes), the per-head
+grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBoard."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: training boxes and CI have no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from translate.data.tokenizer import Tokenizer  # noqa: E402
+from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer  # noqa: E402
+from translate.runtime import eval_mode  # noqa: E402
+
+
+def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title: str):
+    """A grid with one heatmap per head. ``weights (H, T, S)`` for ``T`` queries, ``S`` keys."""
+    heads = weights.size(0)
+    cols = min(heads, 4)
+    rows = math.ceil(heads / cols)
+    size = max(2.5, 0.22 * max(len(keys), len(queries)))
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    data = weights.float().cpu().numpy()
+    for h, ax in enumerate(axes.flat):
+        if h >= heads:
+            ax.axis("off")
+            continue
+        ax.imshow(data[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_title(f"head {h}", fontsize=8)
+        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(queries)), queries, fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def attention_figures(maps: AttentionMaps, src: list[str], tgt: list[str], index: int = 0):
+    """``{tag: figure}`` for every layer of every attention type, for batch row ``index``.
+
+    ``src`` labels the encoder positions, ``tgt`` the decoder input positions.
+    """
+    figures = {}
+    kinds = (
+        ("encoder_self", maps.encoder, src, src),
+        ("decoder_self", maps.decoder_self, tgt, tgt),
+        ("decoder_cross", maps.decoder_cross, src, tgt),
+    )
+    for kind, layers, keys, queries in kinds:
+        for layer, weights in enumerate(layers):
+            w = weights[index, :, : len(queries), : len(keys)]  # (H, T, S), padding cut off
+            tag = f"attention/{kind}/layer{layer}"
+            figures[tag] = attention_figure(w, keys, queries, tag)
+    return figures
+
+
+@torch.no_grad()
+def sentence_figures(
+    model: Seq2SeqTransformer, src_ids, tgt_ids, tokenizer: Tokenizer, device
+) -> dict:
+    """``{tag: figure}`` of every head of every layer for one sentence pair (ids without
+    specials): the model sees ``src + EOS`` and ``BOS + tgt``, labelled with their pieces."""
+    tok = tokenizer
+    src = torch.tensor([[*src_ids, tok.EOS]], device=device)  # (1, S)
+    tgt_in = torch.tensor([[tok.BOS, *tgt_ids]], device=device)  # (1, T)
+    with eval_mode(model):
+        maps = model.attention_maps(src, tgt_in)
+    src_labels = [*tok.pieces(src_ids), "</s>"]
+    tgt_labels = ["<s>", *tok.pieces(tgt_ids)]
+    return attention_figures(maps, src_labels, tgt_labels)
+
+
+def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int) -> None:
+    """Heatmaps of every head of every layer for one sentence pair, to TensorBoard."""
+    for tag, figure in sentence_figures(model, src_ids, tgt_ids, tokenizer, device).items():
+        writer.add_figure(tag, figure, step)  # closes the figure
+
+
+def log_hparams(writer, hparams: dict, metrics: dict) -> None:
+    """Write the HParams-dashboard summaries into this run's own event file, so
+    ``tensorboard --logdir <sweep_dir>`` lists one row per job."""
+    from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+    experiment, session_start, session_end = hparams_summary(hparams, metrics)
+    file_writer = writer._get_file_writer()
+    for summary in (experiment, session_start, session_end):
+        file_writer.add_summary(summary)
+    for name, value in metrics.items():
+        writer.add_scalar(name, value)
+
+
+def figure_pixels(fig) -> np.ndarray:
+    """The figure rendered once as ``(H, W, 3)`` uint8 pixels, then closed: drawing dominates
+    (a second or so per grid), so PNG and TensorBoard share one rendering."""
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]  # (H, W, 3)
+    plt.close(fig)
+    return pixels
+
+
+def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
+    """Two grids, one row per attention module, one column per head: normalised entropy and
+    importance (loss increase when masked); degenerate heads are marked with x."""
+    rows = [(k, n) for k in HEAD_MASK_KEYS for n in range(num_layers[k])]
+    index = {(s.kind, s.layer, s.head): s for s in stats}
+    panels = (
+        ("normalised entropy H / log S", lambda s: s.normalized_entropy, "viridis"),
+        ("importance: dev loss increase when masked", lambda s: s.extra["loss_increase"], "magma"),
+    )
+    width = max(4.0, 0.45 * num_heads + 2.5)
+    fig, axes = plt.subplots(1, 2, figsize=(2 * width, 0.45 * len(rows) + 1.8), squeeze=False)
+    for ax, (title, value, cmap) in zip(axes[0], panels):
+        grid = [[value(index[k, n, h]) for h in range(num_heads)] for k, n in rows]
+        im = ax.imshow(grid, cmap=cmap, aspect="auto")
+        fig.colorbar(im, ax=ax, fraction=0.04)
+        for r, (k, n) in enumerate(rows):
+            for h in range(num_heads):
+                if index[k, n, h].degenerate:
+                    ax.text(h, r, "x", ha="center", va="center", color="red", fontsize=9)
+        ax.set_yticks(range(len(rows)), [f"{k} L{n}" for k, n in rows], fontsize=7)
+        ax.set_xticks(range(num_heads), [str(h) for h in range(num_heads)], fontsize=7)
+        ax.set_xlabel("head")
+        ax.set_title(title, fontsize=9)
+    fig.suptitle(f"{num_heads} heads per module (x = degenerate)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def pruning_figure(curve: list[dict], num_heads: int):
+    """BLEU (left axis) and dev loss (right axis) against the fraction of heads kept."""
+    x = [100 * p["fraction_kept"] for p in curve]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(x, [p["bleu"] for p in curve], "o-", color="tab:blue", label="dev BLEU")
+    ax.set_xlabel("heads kept (%), least important masked first")
+    ax.set_ylabel("dev BLEU", color="tab:blue")
+    ax.invert_xaxis()  # read left to right as pruning proceeds
+    loss_ax = ax.twinx()
+    loss_ax.plot(x, [p["loss"] for p in curve], "s--", color="tab:red", label="dev loss")
+    loss_ax.set_ylabel("dev loss (nats/token)", color="tab:red")
+    ax.set_title(f"Pruning curve, {num_heads} heads per module", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

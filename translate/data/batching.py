@@ -1,0 +1,166 @@
+"""Batching: token-bounded batches of similar length, and padding them into tensors.
+
+:func:`cut_batches` is the one rule every batch follows (training, validation, test decoding,
+translation, head statistics and the decode benchmark): walk the examples in length order and
+start a new batch when ``rows * longest`` would pass ``max_tokens`` on either side.
+:func:`length_sorted_batches` applies it to sentences sorted by length;
+:class:`TokenBatchSampler` adds the seeded per-epoch shuffle that training needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from translate.data.tokenizer import Tokenizer
+from translate.errors import UserError
+
+
+def cut_batches(
+    order: Sequence[int], src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int
+) -> list[list[int]]:
+    """``order`` cut into consecutive batches whose padded size, ``len(batch) * longest``,
+    stays within ``max_tokens`` on the source and the target side (a longer example alone)."""
+    batches, batch, max_src, max_tgt = [], [], 0, 0
+    for i in order:
+        s, t = max(max_src, int(src_lens[i])), max(max_tgt, int(tgt_lens[i]))
+        if batch and (len(batch) + 1) * max(s, t) > max_tokens:
+            batches.append(batch)
+            batch, s, t = [], int(src_lens[i]), int(tgt_lens[i])
+        batch.append(i)
+        max_src, max_tgt = s, t
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def length_sorted_batches(
+    src_lens: Sequence[int], tgt_lens: Sequence[int] | None, max_tokens: int
+) -> list[list[int]]:
+    """Indices sorted by length (target, then source; stable) and cut by :func:`cut_batches`.
+    ``tgt_lens=None`` for sources alone (decoding). Lengths as the model sees them."""
+    src = np.asarray(src_lens, dtype=np.int64)
+    tgt = np.zeros_like(src) if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
+    order = np.lexsort((src, tgt)).tolist()
+    return cut_batches(order, src, tgt, max_tokens)
+
+
+class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches of indices whose padded size, ``len(batch) * max(len)``, stays within
+    ``max_tokens`` for source and target alike.
+
+    ``shuffle=True``: indices sorted by length (target, then source) with ties broken at random,
+    cut into batches, and the batches shuffled, all from ``(seed, epoch)``; call
+    :meth:`set_epoch` each epoch. ``shuffle=False``: consecutive batches in the original order.
+    Lengths are as the model sees them (:attr:`EncodedSplit.src_lens`).
+    """
+
+    def __init__(self, src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int = 0):
+        self.src_lens = np.asarray(src_lens, dtype=np.int64)
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+        if self.src_lens.shape != self.tgt_lens.shape:
+            raise ValueError("src_lens and tgt_lens differ in length")
+        self.max_tokens, self.shuffle, self.seed = int(max_tokens), shuffle, int(seed)
+        self.epoch = 0
+        longest = np.maximum(self.src_lens, self.tgt_lens)
+        if len(longest) and longest.max() > self.max_tokens:
+            i = int(longest.argmax())
+            raise UserError(
+                f"pair {i} is {longest[i]} tokens long, more than max_tokens={self.max_tokens}; "
+                "raise data.max_tokens / data.eval_max_tokens or lower data.filter.max_*_len"
+            )
+        self._cached: tuple[int, list[list[int]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _batches(self) -> list[list[int]]:
+        if self._cached is not None and self._cached[0] == self.epoch:
+            return self._cached[1]
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            perm = rng.permutation(len(self.src_lens))
+            order = perm[np.lexsort((self.src_lens[perm], self.tgt_lens[perm]))]
+        else:
+            order = np.arange(len(self.src_lens))
+        batches = cut_batches(order.tolist(), self.src_lens, self.tgt_lens, self.max_tokens)
+        if self.shuffle:
+            rng.shuffle(batches)
+        self._cached = (self.epoch, batches)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (B, S) long: subwords + EOS, PAD after
+    src_padding_mask: torch.Tensor  # (B, S) bool, True at PAD
+    tgt_in: torch.Tensor  # (B, T) long: BOS + subwords, PAD after
+    tgt_out: torch.Tensor  # (B, T) long: subwords + EOS, PAD after
+    indices: list[int]  # positions in the split, to restore its order
+    num_src_tokens: int  # non-PAD tokens in src
+    num_tgt_tokens: int  # non-PAD tokens in tgt_out (what the loss counts)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        move = {"device": device, "non_blocking": non_blocking}
+        return Batch(
+            self.src.to(**move),
+            self.src_padding_mask.to(**move),
+            self.tgt_in.to(**move),
+            self.tgt_out.to(**move),
+            self.indices,
+            self.num_src_tokens,
+            self.num_tgt_tokens,
+        )
+
+
+def collate(
+    examples: Sequence[tuple[int, Sequence[int], Sequence[int]]],
+    pad_id: int = Tokenizer.PAD,
+    bos_id: int = Tokenizer.BOS,
+    eos_id: int = Tokenizer.EOS,
+) -> Batch:
+    """``[(index, src_ids, tgt_ids), ...]`` (ids without specials) -> a padded :class:`Batch`."""
+    B = len(examples)
+    S = max(len(src) for _, src, _ in examples) + 1
+    T = max(len(tgt) for _, _, tgt in examples) + 1
+    src = torch.full((B, S), pad_id, dtype=torch.long)
+    tgt_in = torch.full((B, T), pad_id, dtype=torch.long)
+    tgt_out = torch.full((B, T), pad_id, dtype=torch.long)
+    for row, (_, s, t) in enumerate(examples):
+        s, t = torch.as_tensor(np.asarray(s, np.int64)), torch.as_tensor(np.asarray(t, np.int64))
+        src[row, : len(s)], src[row, len(s)] = s, eos_id
+        tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = bos_id, t
+        tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, eos_id
+    mask = src == pad_id
+    return Batch(
+        src=src,
+        src_padding_mask=mask,
+        tgt_in=tgt_in,
+        tgt_out=tgt_out,
+        indices=[int(i) for i, _, _ in examples],
+        num_src_tokens=int((~mask).sum()),
+        num_tgt_tokens=int((tgt_out != pad_id).sum()),
+    )
+
+
+def make_loader(
+    split: torch.utils.data.Dataset,
+    max_tokens: int,
+    shuffle: bool,
+    seed: int = 0,
+    num_workers: int = 0,
+) -> torch.utils.data.DataLoader:
+    """A DataLoader of :class:`Batch`; call ``loader.batch_sampler.set_epoch(e)`` per epoch."""
+    sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, shuffle, seed)
+    return torch.utils.data.DataLoader(
+        split, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
+    )

@@ -1,0 +1,232 @@
+"""The corpus: a configured source -> one joint tokenizer -> encoded, filtered splits.
+
+:func:`load_corpus` takes the typed ``data`` settings (:class:`~translate.schema.DataSettings`)
+and returns a
+:class:`Corpus` whose splits are keyed by role (``train``, ``valid``, ``test``). Ids are stored
+without specials; the model sees the source with EOS appended and the target as
+``tgt_in = [BOS] + tgt`` / ``tgt_out = tgt + [EOS]``, so every length used for filtering and
+batching is ``len(ids) + 1`` (:attr:`EncodedSplit.src_lens`, :attr:`EncodedSplit.tgt_lens`).
+
+Run ``python -m translate.data data=<source> [overrides]`` to check a corpus before training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from translate.data import sources
+from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.tokenizer import (
+    Tokenizer,
+    encode_cached,
+    text_fingerprint,
+    train_or_load_tokenizer,
+)
+from translate.errors import UserError
+from translate.schema import DataSettings, FilterSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EncodedSplit:
+    """The kept pairs of one split, in their original order; ids without BOS/EOS."""
+
+    name: str  # the corpus's own split name, e.g. "val" or "test_2016_flickr"
+    src_text: list[str]
+    tgt_text: list[str]
+    src_ids: list[np.ndarray]  # 1-D int32 arrays
+    tgt_ids: list[np.ndarray]
+    num_raw: int = 0  # pairs before filtering
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> pairs; {} if not filtered
+    filtered: bool = True  # False for roles outside data.filter.roles (kept whole for scoring)
+
+    def __len__(self) -> int:
+        return len(self.src_ids)
+
+    def __getitem__(self, i: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(i, src_ids, tgt_ids)``: the example :func:`collate` takes (a map-style dataset)."""
+        return i, self.src_ids[i], self.tgt_ids[i]
+
+    @property
+    def src_lens(self) -> np.ndarray:
+        """Source lengths as the model sees them: subwords + EOS."""
+        return np.fromiter((len(x) + 1 for x in self.src_ids), np.int64, len(self.src_ids))
+
+    @property
+    def tgt_lens(self) -> np.ndarray:
+        """Target lengths as the model sees them: subwords + BOS (tgt_in) or + EOS (tgt_out)."""
+        return np.fromiter((len(x) + 1 for x in self.tgt_ids), np.int64, len(self.tgt_ids))
+
+    def batches(self, max_tokens: int) -> Iterator[Batch]:
+        """Padded batches sorted by length (for the loss on valid/test); a pair longer than
+        ``max_tokens`` forms a batch of its own, so evaluation never stops on a long line."""
+        for idx in length_sorted_batches(self.src_lens, self.tgt_lens, max_tokens):
+            yield collate([self[i] for i in idx])
+
+
+@dataclass
+class Corpus:
+    tokenizer: Tokenizer
+    tokenizer_path: str
+    splits: dict[str, EncodedSplit]  # keyed by role: "train", "valid", "test"
+    src_lang: str
+    tgt_lang: str
+    max_tokens: int = 4096  # data.max_tokens: training batch size in (padded) tokens
+    eval_max_tokens: int = 8192  # data.eval_max_tokens
+    max_src_len: int | None = None  # data.filter.max_src_len (counts the EOS)
+    max_tgt_len: int | None = None  # data.filter.max_tgt_len (counts the BOS/EOS)
+
+
+# ------------------------------------------------------------------------ loading
+
+
+def load_corpus(data: DataSettings) -> Corpus:
+    """Read, tokenize (training or reusing the cached SentencePiece model), encode (cached) and
+    filter every split named in ``data.splits``; logs kept/dropped counts per split."""
+    names, langs = data.split_names, (data.src_lang, data.tgt_lang)
+    texts = _read_texts(data, names, langs)
+    if not texts["train"][data.src_lang]:
+        raise UserError(f"the training split {names['train']!r} of data={data.source} has no pairs")
+    prints = {role: text_fingerprint(cols) for role, cols in texts.items()}
+    cache_dir = Path(data.cache_dir)
+    tok = data.tokenizer
+    tokenizer, tok_path = train_or_load_tokenizer(
+        lambda: (s for lang in sorted(texts["train"]) for s in texts["train"][lang]),
+        cache_dir=cache_dir,
+        key_parts={"source": data.source, "fingerprint": prints["train"]},
+        vocab_size=tok.vocab_size,
+        model_type=tok.model_type,
+        character_coverage=tok.character_coverage,
+        input_sentence_size=tok.input_sentence_size,
+        seed=tok.seed,
+    )
+    splits = {}
+    for role, cols in texts.items():
+        ids = encode_cached(tokenizer, cols, prints[role], cache_dir)
+        splits[role] = _kept(names[role], cols, ids, data, role in set(data.filter.roles))
+        split = splits[role]
+        why = ", ".join(f"{r} {n}" for r, n in split.dropped.items()) or "not filtered"
+        log.info(
+            "data %s (%s): %d pairs, kept %d, dropped %d (%s)",
+            role,
+            split.name,
+            split.num_raw,
+            len(split),
+            split.num_raw - len(split),
+            why,
+        )
+    if not splits["train"].src_ids:
+        raise UserError(
+            f"data.filter dropped all {splits['train'].num_raw} training pairs "
+            f"({splits['train'].dropped}); raise data.filter.max_src_len / max_tgt_len"
+        )
+    return Corpus(
+        tokenizer,
+        str(tok_path),
+        splits,
+        data.src_lang,
+        data.tgt_lang,
+        max_tokens=data.max_tokens,
+        eval_max_tokens=data.eval_max_tokens,
+        max_src_len=data.filter.max_src_len,
+        max_tgt_len=data.filter.max_tgt_len,
+    )
+
+
+def _kept(name: str, cols, ids, data: DataSettings, apply_filter: bool) -> EncodedSplit:
+    """The pairs of one split that pass ``data.filter`` (all of them if not ``apply_filter``)."""
+    src_ids, tgt_ids = ids[data.src_lang], ids[data.tgt_lang]
+    keep, dropped = _filter(src_ids, tgt_ids, data.filter, apply_filter)
+    return EncodedSplit(
+        name=name,
+        src_text=[t for t, k in zip(cols[data.src_lang], keep) if k],
+        tgt_text=[t for t, k in zip(cols[data.tgt_lang], keep) if k],
+        src_ids=[x for x, k in zip(src_ids, keep) if k],
+        tgt_ids=[x for x, k in zip(tgt_ids, keep) if k],
+        num_raw=len(src_ids),
+        dropped=dropped,
+        filtered=apply_filter,
+    )
+
+
+def load_raw_split(data: DataSettings, role: str) -> tuple[str, list[str], list[str]]:
+    """A split's name, sources and references as read (unfiltered, no tokenizer)."""
+    name = data.split_names.get(role)
+    if name is None:
+        raise UserError(f"data.splits.{role} is null: name the split to use")
+    texts = _read_texts(data, {role: name}, (data.src_lang, data.tgt_lang))[role]
+    return name, texts[data.src_lang], texts[data.tgt_lang]
+
+
+def _read_texts(
+    data: DataSettings, names: dict[str, str], langs: tuple[str, str]
+) -> dict[str, dict[str, list[str]]]:
+    """``{role: {lang: sentences}}``, each distinct split read once."""
+    unique = list(dict.fromkeys(names.values()))
+    if data.source == "iwslt2017" and data.path is None:
+        hub = data.hub
+        if hub is None:
+            raise UserError("data=iwslt2017 needs data.hub.* or data.path=<release archive>")
+        base = f"hf://datasets/{hub.repo}@{hub.revision}/{hub.config}"
+        by_name = sources.load_iwslt_hub({n: f"{base}/{n}/{hub.file}" for n in unique}, langs)
+    elif data.source == "iwslt2017":
+        release = sources.IwsltRelease(_path(data.path, "path"), pair=data.pair)
+        by_name = {n: release.split(n, langs) for n in unique}
+    else:
+        if data.source == "sample" and data.dir is None:
+            folder = sources.sample_dir()
+        else:
+            folder = _path(data.dir, "dir")
+        read = sources.read_jsonl if data.source == "jsonl" else sources.read_text_pair
+        by_name = {n: read(folder, n, langs) for n in unique}
+    columns = {n: _columns(ds, langs) for n, ds in by_name.items()}
+    return {role: columns[name] for role, name in names.items()}
+
+
+def _path(value: str | None, key: str) -> Path:
+    if value is None:
+        raise UserError(f"data.{key} is not set: add data.{key}=<path> to the command")
+    return Path(os.path.expanduser(value))
+
+
+def _columns(ds, langs: tuple[str, str]) -> dict[str, list[str]]:
+    table = ds.flatten().data
+    return {
+        lang: [(s or "").strip() for s in table.column(f"translation.{lang}").to_pylist()]
+        for lang in langs
+    }
+
+
+def _filter(
+    src_ids: list[np.ndarray], tgt_ids: list[np.ndarray], limits: FilterSettings, apply: bool
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Keep mask and ``{reason: dropped}``: empty side, too long (with EOS/BOS), length ratio."""
+    n = len(src_ids)
+    if not apply:
+        return np.ones(n, bool), {}
+    s = np.fromiter(map(len, src_ids), np.int64, n)
+    t = np.fromiter(map(len, tgt_ids), np.int64, n)
+    empty = (s == 0) | (t == 0)
+    too_long = np.zeros(n, bool)
+    if limits.max_src_len is not None:
+        too_long |= s + 1 > limits.max_src_len
+    if limits.max_tgt_len is not None:
+        too_long |= t + 1 > limits.max_tgt_len
+    too_long &= ~empty
+    ratio = np.zeros(n, bool)
+    if limits.max_len_ratio is not None:
+        ratio = np.maximum(s, t) > limits.max_len_ratio * np.minimum(s, t)
+        ratio &= ~empty & ~too_long
+    dropped = {
+        "empty": int(empty.sum()),
+        "too_long": int(too_long.sum()),
+        "ratio": int(ratio.sum()),
+    }
+    return ~(empty | too_long | ratio), dropped

@@ -1,0 +1,209 @@
+"""One joint SentencePiece model for both languages, with fixed special ids, cached on disk.
+
+The model is trained on the training split of both languages and stored under ``cache_dir`` by a
+key made of the data source, a fingerprint of its training text and the tokenizer settings, never
+the model settings: every job of a sweep that shares the data shares one file. The file is written
+to a temporary name and renamed, so a concurrent job sees either no file or a complete one.
+Checkpoints embed :attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
+
+:func:`encode_cached` caches the ids of a split the same way, keyed by the model's bytes and the
+text's fingerprint, so a second run skips encoding too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import logging
+import os
+import re
+import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+from translate.errors import UserError
+from translate.io import atomic_write
+
+log = logging.getLogger(__name__)
+
+
+class Tokenizer:
+    """A SentencePiece model with ``PAD, UNK, BOS, EOS = 0, 1, 2, 3``."""
+
+    PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+    def __init__(self, proto: bytes):
+        self._proto = bytes(proto)
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(self._proto)
+        except RuntimeError as err:
+            raise UserError(f"not a SentencePiece model ({err})") from err
+        ids = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
+        if ids != (self.PAD, self.UNK, self.BOS, self.EOS):
+            raise UserError(
+                f"the SentencePiece model has pad/unk/bos/eos ids {ids}, expected (0, 1, 2, 3); "
+                "train it with translate.data.tokenizer.train_or_load_tokenizer"
+            )
+
+    @classmethod
+    def from_model_proto(cls, proto: bytes) -> Tokenizer:
+        return cls(proto)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> Tokenizer:
+        return cls(Path(path).read_bytes())
+
+    @property
+    def model_proto(self) -> bytes:
+        return self._proto
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Subword ids of each text, without BOS/EOS."""
+        return self._sp.encode(list(texts), out_type=int, num_threads=_threads())
+
+    def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
+        """Text of each id sequence: cut at the first EOS, PAD and BOS dropped."""
+        specials = (self.PAD, self.BOS)
+        kept = []
+        for seq in ids:
+            out = []
+            for i in seq:
+                i = int(i)
+                if i == self.EOS:
+                    break
+                if i not in specials:
+                    out.append(i)
+            kept.append(out)
+        return self._sp.decode(kept)
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """One label per id (``<pad>``, ``<s>``, ``</s>``, ``▁Haus``), for attention heatmaps."""
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+
+def _threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def tokenizer_key(key_parts: Mapping[str, object], settings: Mapping[str, object]) -> str:
+    """Hex digest naming a tokenizer: what the data is (``key_parts``) and how it is split."""
+    blob = json.dumps({"data": dict(key_parts), "settings": dict(settings)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def train_or_load_tokenizer(
+    train_texts: Callable[[], Iterable[str]],
+    *,
+    cache_dir: str | os.PathLike,
+    key_parts: Mapping[str, object],
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 0,
+    seed: int = 0,
+) -> tuple[Tokenizer, Path]:
+    """Load the cached model for ``key_parts`` + settings, or train it on ``train_texts()``.
+
+    ``key_parts`` identifies the data (e.g. ``{"source": "multi30k", "fingerprint": "ab12…"}``);
+    ``train_texts`` is only called when there is no cached model. ``input_sentence_size`` > 0
+    trains on a seeded random sample of that many sentences. Returns the tokenizer and its path.
+    """
+    if model_type not in ("unigram", "bpe"):
+        raise UserError(f"data.tokenizer.model_type must be unigram or bpe, not {model_type!r}")
+    settings = {
+        "vocab_size": int(vocab_size),
+        "model_type": model_type,
+        "character_coverage": float(character_coverage),
+        "input_sentence_size": int(input_sentence_size),
+        "seed": int(seed),
+    }
+    key = tokenizer_key(key_parts, settings)
+    name = str(key_parts.get("source", "data"))
+    path = Path(cache_dir) / f"spm-{name}-{model_type}{vocab_size}-{key[:16]}.model"
+    if path.is_file():
+        log.info("tokenizer: reusing %s", path)
+        return Tokenizer.from_file(path), path
+
+    log.info("tokenizer: training SentencePiece %s, vocab %d -> %s", model_type, vocab_size, path)
+    proto = _train(train_texts(), settings)
+    atomic_write(path, proto)
+    return Tokenizer(proto), path
+
+
+def _train(texts: Iterable[str], settings: Mapping[str, object]) -> bytes:
+    model = io.BytesIO()
+    spm.set_random_generator_seed(int(settings["seed"]))
+    size = int(settings["input_sentence_size"])
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=(t for t in texts if t),
+            model_writer=model,
+            vocab_size=int(settings["vocab_size"]),
+            model_type=str(settings["model_type"]),
+            character_coverage=float(settings["character_coverage"]),
+            input_sentence_size=size,
+            shuffle_input_sentence=size > 0,
+            pad_id=Tokenizer.PAD,
+            unk_id=Tokenizer.UNK,
+            bos_id=Tokenizer.BOS,
+            eos_id=Tokenizer.EOS,
+            num_threads=_threads(),
+            minloglevel=2,
+        )
+    except RuntimeError as err:
+        too_high = re.search(r"size (?:is )?too high \((\d+)\).*?<= (\d+)", str(err))
+        if too_high:
+            raise UserError(
+                f"data.tokenizer.vocab_size={too_high[1]} is too large for this training data; "
+                f"set it to at most {too_high[2]}"
+            ) from err
+        msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise UserError(f"SentencePiece training failed: {msg} (see data.tokenizer.*)") from err
+    return model.getvalue()
+
+
+def text_fingerprint(columns: Mapping[str, Sequence[str]]) -> str:
+    """sha256 of the text of every language (sorted, so de->en and en->de share it)."""
+    digest = hashlib.sha256()
+    for lang in sorted(columns):
+        digest.update(f"{lang}\0{len(columns[lang])}\0".encode())
+        digest.update("\n".join(columns[lang]).encode())
+    return digest.hexdigest()
+
+
+def encode_cached(
+    tokenizer: Tokenizer, columns: Mapping[str, list[str]], fingerprint: str, cache_dir: Path
+) -> dict[str, list[np.ndarray]]:
+    """Ids of every sentence, cached by (tokenizer model bytes, text fingerprint)."""
+    model_hash = hashlib.sha256(tokenizer.model_proto).hexdigest()
+    key = hashlib.sha256(f"{model_hash}:{fingerprint}".encode()).hexdigest()[:24]
+    path = cache_dir / f"encoded-{key}.npz"
+    arrays = None
+    if path.is_file():
+        try:
+            with np.load(path) as stored:
+                arrays = {name: stored[name] for name in stored.files}
+        except (OSError, ValueError, zipfile.BadZipFile):
+            log.warning("tokenizer: ignoring unreadable cache file %s", path)
+    if arrays is None:
+        arrays = {}
+        for lang, texts in columns.items():
+            ids = tokenizer.encode(texts)
+            arrays[f"{lang}.offsets"] = np.cumsum([0] + [len(x) for x in ids], dtype=np.int64)
+            arrays[f"{lang}.ids"] = np.fromiter(itertools.chain.from_iterable(ids), np.int32)
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        atomic_write(path, buffer.getvalue())
+    return {
+        lang: np.split(arrays[f"{lang}.ids"], arrays[f"{lang}.offsets"][1:-1]) for lang in columns
+    }

@@ -1,0 +1,397 @@
+"""Greedy and batched beam search over the decoder's incremental cache.
+
+Both searches encode the source once and feed one new target token per step; the decoder cache
+(:meth:`Seq2SeqTransformer.new_cache`) keeps self-attention keys/values and the encoder's
+projected keys/values (fairseq's contract). Rows whose sentence is finished are dropped from the
+batch with :meth:`DecoderCache.reorder`, so long sentences do not make short ones pay.
+
+Conventions shared by both searches:
+
+* Output: per input row, in input order, the generated ids without BOS and EOS.
+* Maximum output length per sentence: ``int(max_len_a * src_len + max_len_b)`` where
+  ``src_len`` counts non-pad source tokens (fairseq's ``--max-len-a/--max-len-b``). A sentence
+  that reaches it stops there, without EOS, and no EOS log-probability is added to its score.
+* PAD and BOS are never generated (their log-probabilities are ``-inf``).
+* The model runs in whatever dtype/autocast the caller set; log-softmax and scores are float32.
+
+Beam search scores a finished hypothesis with fairseq's length normalisation,
+``sum(log p) / len ** length_penalty``, where ``len`` counts the generated tokens including the
+EOS (fairseq's ``--lenpen``; not GNMT's ``((5 + len) / 6) ** alpha``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from translate.nn.model import DecoderCache
+
+# Beam search's finished hypotheses: per original sentence, (normalised score, ids) in the order
+# they finished.
+_Finished = list[list[tuple[float, list[int]]]]
+
+
+def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float) -> list[int]:
+    """Per-row output limit ``int(a * src_len + b)`` (at least 0); ``src (B, S)``."""
+    if src_padding_mask is None:
+        src_lens = [src.size(1)] * src.size(0)
+    else:
+        src_lens = (~src_padding_mask).sum(dim=1).tolist()
+    return [max(0, int(a * n + b)) for n in src_lens]
+
+
+def _log_probs(logits: Tensor, pad_id: int, bos_id: int) -> Tensor:
+    """Float32 log-softmax of ``logits (N, V)`` with PAD and BOS excluded."""
+    lprobs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    lprobs[:, pad_id] = float("-inf")
+    lprobs[:, bos_id] = float("-inf")
+    return lprobs
+
+
+@torch.no_grad()
+def greedy_search(
+    model,
+    src: Tensor,
+    src_padding_mask: Tensor | None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Most probable next token at every step.
+
+    Args:
+        src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
+        use_cache: feed one token per step through the cache; ``False`` re-runs the decoder on
+            the whole prefix every step (same tokens, for benchmarking the cache).
+
+    Returns:
+        ``B`` lists of token ids (no BOS/EOS), in input order.
+    """
+    B = src.size(0)
+    if B == 0:
+        return []
+    limits = torch.tensor(max_lengths(src, src_padding_mask, max_len_a, max_len_b))
+    memory = model.encode(src, src_padding_mask)  # (B, S, D)
+    mask = src_padding_mask
+    cache = model.new_cache() if use_cache else None
+    tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (n, t + 1)
+    rows = torch.arange(B)  # original index of each live row (CPU)
+    out: list[list[int]] = [[] for _ in range(B)]
+    keep = limits > 0
+    t = 0
+    while True:
+        if not keep.all():  # drop finished rows from the batch and the cache
+            rows = rows[keep]
+            if rows.numel() == 0:
+                break
+            index = keep.nonzero().squeeze(1).to(src.device)  # (n',)
+            memory, tokens = memory.index_select(0, index), tokens.index_select(0, index)
+            mask = None if mask is None else mask.index_select(0, index)
+            if cache is not None:
+                cache.reorder(index)
+        new = tokens[:, -1:] if use_cache else tokens  # (n, 1) or (n, t + 1)
+        logits = model.decode(new, memory, mask, cache=cache)[:, -1]  # (n, V)
+        next_tokens = _log_probs(logits, pad_id, bos_id).argmax(dim=-1)  # (n,)
+        tokens = torch.cat([tokens, next_tokens.unsqueeze(1)], dim=1)  # (n, t + 2)
+        ended = (next_tokens == eos_id).cpu()
+        for row, token, is_eos in zip(rows.tolist(), next_tokens.tolist(), ended.tolist()):
+            if not is_eos:
+                out[row].append(token)
+        t += 1
+        keep = ~ended & (limits[rows] > t)
+    return out
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    src: Tensor,
+    src_padding_mask: Tensor | None,
+    *,
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+) -> list[list[int]]:
+    """Batched beam search: ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows.
+
+    Each step takes the top ``2K`` extensions of a sentence's ``K`` beams (fairseq): EOS among
+    the first ``K`` becomes a finished hypothesis, the first ``K`` non-EOS extensions stay live.
+    A sentence stops when it has ``K`` finished hypotheses and its best live beam, normalised at
+    its current length, scores no better than the worst of them (Hugging Face's default
+    stopping rule: exact for ``length_penalty <= 0``, a heuristic above 0, where a longer
+    hypothesis could still gain from the normalisation), or when it reaches its maximum length,
+    where the live beams are finished without EOS. With ``K = 1`` this is greedy search.
+
+    Args:
+        src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
+        beam_size: ``K``; length_penalty: exponent of the length normalisation (0 = raw sum).
+
+    Returns:
+        ``B`` lists of token ids (no BOS/EOS), in input order: each sentence's best finished
+        hypothesis by normalised score.
+    """
+    best = scored_beam_search(
+        model,
+        src,
+        src_padding_mask,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+    )
+    return [hyp for _, hyp in best]
+
+
+@dataclass
+class _Beams:
+    """The live part of a batched beam search: ``n`` sentences times ``K`` beams.
+
+    Row ``i * K + k`` of ``memory``, ``mask``, ``tokens`` and the cache is beam ``k`` of live
+    sentence ``i``.
+    """
+
+    memory: Tensor  # (n*K, S, D)
+    mask: Tensor | None  # (n*K, S), True = pad
+    cache: DecoderCache
+    tokens: Tensor  # (n*K, t + 1): BOS, then each beam's prefix
+    scores: Tensor  # (n, K) summed float32 log-probs; -inf for a beam that is not live
+    sents: Tensor  # (n,) original index of each live sentence (CPU)
+    done: Tensor  # (n,) bool, finished and not yet dropped (CPU)
+
+
+def _start_beams(
+    model, src: Tensor, src_padding_mask: Tensor | None, K: int, bos_id: int
+) -> _Beams:
+    """``K`` beams per sentence of ``src (B, S)``, each holding just BOS."""
+    B, device = src.size(0), src.device
+    # Only beam 0 starts live, so the first step does not expand K copies of BOS.
+    scores = torch.full((B, K), float("-inf"), device=device)  # (B, K)
+    scores[:, 0] = 0.0
+    return _Beams(
+        memory=model.encode(src, src_padding_mask).repeat_interleave(K, dim=0),  # (B*K, S, D)
+        mask=None if src_padding_mask is None else src_padding_mask.repeat_interleave(K, dim=0),
+        cache=model.new_cache(),
+        tokens=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),  # (B*K, 1)
+        scores=scores,
+        sents=torch.arange(B),
+        done=torch.zeros(B, dtype=torch.bool),
+    )
+
+
+def _finish_at_limit(
+    beams: _Beams, limits: Tensor, t: int, length_penalty: float, finished: _Finished
+) -> None:
+    """Finish the live beams of sentences at their length limit ``t``, without EOS.
+
+    Appends ``(normalised score, prefix)`` to ``finished[original index]`` and marks the
+    sentences done. The length is ``max(t, 1)`` so that a limit of 0 does not divide by zero.
+    """
+    at_limit = ((limits[beams.sents] <= t) & ~beams.done).nonzero().squeeze(1).tolist()
+    if not at_limit:
+        return
+    K = beams.scores.size(1)
+    prefixes, live_scores = beams.tokens[:, 1:].tolist(), beams.scores.tolist()  # (n*K, t), (n, K)
+    for i in at_limit:
+        for k, score in enumerate(live_scores[i]):
+            if score > float("-inf"):
+                norm = score / max(t, 1) ** length_penalty
+                finished[beams.sents[i].item()].append((norm, prefixes[i * K + k]))
+        beams.done[i] = True
+
+
+def _drop_done(beams: _Beams) -> bool:
+    """Drop done sentences from the batch and the cache; False when none is left live."""
+    if not beams.done.any():
+        return True
+    keep = (~beams.done).nonzero().squeeze(1)  # (n',)
+    beams.sents = beams.sents[keep]
+    if beams.sents.numel() == 0:
+        return False
+    K = beams.scores.size(1)
+    keep = keep.to(beams.tokens.device)
+    rows = (keep.unsqueeze(1) * K + torch.arange(K, device=keep.device)).view(-1)  # (n'*K,)
+    beams.memory = beams.memory.index_select(0, rows)
+    beams.tokens = beams.tokens.index_select(0, rows)
+    beams.mask = None if beams.mask is None else beams.mask.index_select(0, rows)
+    beams.scores = beams.scores.index_select(0, keep)
+    beams.cache.reorder(rows)
+    beams.done = torch.zeros(beams.sents.numel(), dtype=torch.bool)
+    return True
+
+
+def _top_candidates(scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's ``2K`` best one-token extensions of its beams, best first.
+
+    Args:
+        scores: ``(n, K)`` summed log-probs of the beams; lprobs: ``(n*K, V)`` next-token ones.
+
+    Returns:
+        Summed log-prob, source beam and token of each extension, each ``(n, 2K)`` (``(n, K*V)``
+        when ``K*V < 2K``); ties keep :meth:`Tensor.topk`'s order.
+    """
+    n, K = scores.shape
+    V = lprobs.size(1)
+    candidates = (scores.view(n * K, 1) + lprobs).view(n, K * V)  # (n, K*V)
+    top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
+    return top_scores, top_index // V, top_index % V
+
+
+def _finish_eos(
+    beams: _Beams,
+    top_scores: Tensor,
+    top_beams: Tensor,
+    is_eos: Tensor,
+    t: int,
+    length_penalty: float,
+    finished: _Finished,
+) -> None:
+    """EOS among a sentence's first ``K`` candidates: a finished hypothesis of ``t + 1`` tokens.
+
+    The length counts the EOS; the hypothesis is its beam's prefix, so ``beams.tokens`` must not
+    have been advanced yet. Candidates ``(n, 2K)`` as from :func:`_top_candidates`.
+    """
+    K = beams.scores.size(1)
+    finishing = (is_eos[:, :K] & top_scores[:, :K].isfinite()).nonzero().tolist()
+    if not finishing:
+        return
+    prefixes = beams.tokens[:, 1:].tolist()  # (n*K, t)
+    eos_scores, eos_beams = top_scores[:, :K].tolist(), top_beams[:, :K].tolist()
+    for i, j in finishing:
+        norm = eos_scores[i][j] / (t + 1) ** length_penalty
+        finished[beams.sents[i].item()].append((norm, prefixes[i * K + eos_beams[i][j]]))
+
+
+def _advance(
+    beams: _Beams, top_scores: Tensor, top_beams: Tensor, top_tokens: Tensor, is_eos: Tensor
+) -> None:
+    """Make the first ``K`` non-EOS candidates ``(n, 2K)``, in score order, the live beams."""
+    n, K = beams.scores.shape
+    width, device = top_scores.size(1), top_scores.device
+    # Non-EOS candidates sort first, each group keeping its score order.
+    rank = is_eos.long() * width + torch.arange(width, device=device)  # (n, 2K)
+    live = rank.argsort(dim=1)[:, :K]  # (n, K)
+    beams.scores = top_scores.gather(1, live)  # (n, K)
+    parents = top_beams.gather(1, live)  # (n, K)
+    rows = (torch.arange(n, device=device).unsqueeze(1) * K + parents).view(-1)  # (n*K,)
+    new_tokens = top_tokens.gather(1, live).view(n * K, 1)  # (n*K, 1)
+    prefixes = beams.tokens.index_select(0, rows)  # (n*K, t + 1)
+    beams.tokens = torch.cat([prefixes, new_tokens], dim=1)  # (n*K, t + 2)
+    beams.cache.reorder(rows)
+
+
+def _expand(
+    model,
+    beams: _Beams,
+    t: int,
+    length_penalty: float,
+    finished: _Finished,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+) -> None:
+    """One decoder step at output length ``t``: finish EOS candidates, advance the live beams."""
+    new = beams.tokens[:, -1:]  # (n*K, 1)
+    logits = model.decode(new, beams.memory, beams.mask, cache=beams.cache)[:, -1]  # (n*K, V)
+    lprobs = _log_probs(logits, pad_id, bos_id)  # (n*K, V)
+    top_scores, top_beams, top_tokens = _top_candidates(beams.scores, lprobs)  # (n, 2K) each
+    is_eos = top_tokens == eos_id  # (n, 2K)
+    _finish_eos(beams, top_scores, top_beams, is_eos, t, length_penalty, finished)
+    _advance(beams, top_scores, top_beams, top_tokens, is_eos)
+
+
+def _mark_stopped(beams: _Beams, t: int, length_penalty: float, finished: _Finished) -> None:
+    """Mark done the sentences with ``K`` finished hypotheses that the best live beam can't beat.
+
+    The best live beam is normalised at its current length ``t`` (Hugging Face's rule, see
+    :func:`beam_search`).
+    """
+    K = beams.scores.size(1)
+    best_live = (beams.scores[:, 0] / t**length_penalty).tolist()  # (n,)
+    for i, sent in enumerate(beams.sents.tolist()):
+        if len(finished[sent]) >= K:
+            worst_kept = sorted((s for s, _ in finished[sent]), reverse=True)[K - 1]
+            beams.done[i] = best_live[i] <= worst_kept
+
+
+@torch.no_grad()
+def scored_beam_search(
+    model,
+    src: Tensor,
+    src_padding_mask: Tensor | None,
+    *,
+    beam_size: int,
+    length_penalty: float,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_len_a: float,
+    max_len_b: float,
+) -> list[tuple[float, list[int]]]:
+    """:func:`beam_search`, also returning each best hypothesis's normalised score."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    B = src.size(0)
+    if B == 0:
+        return []
+    limits = torch.tensor(max_lengths(src, src_padding_mask, max_len_a, max_len_b))
+    beams = _start_beams(model, src, src_padding_mask, beam_size, bos_id)
+    finished: _Finished = [[] for _ in range(B)]
+    t = 0
+    while True:
+        _finish_at_limit(beams, limits, t, length_penalty, finished)
+        if not _drop_done(beams):
+            break
+        _expand(
+            model, beams, t, length_penalty, finished, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id
+        )
+        t += 1
+        _mark_stopped(beams, t, length_penalty, finished)
+    # max() keeps the first of equal scores, i.e. the one finished earliest.
+    return [max(hyps, key=lambda h: h[0]) for hyps in finished]
+
+
+def generate(
+    model,
+    src: Tensor,
+    src_padding_mask: Tensor | None,
+    *,
+    beam_size: int,
+    length_penalty: float,
+    max_len_a: float,
+    max_len_b: float,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+) -> list[list[int]]:
+    """Greedy search for ``beam_size == 1``, beam search otherwise; same output format."""
+    special = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    if beam_size == 1:
+        return greedy_search(
+            model, src, src_padding_mask, max_len_a=max_len_a, max_len_b=max_len_b, **special
+        )
+    return beam_search(
+        model,
+        src,
+        src_padding_mask,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        **special,
+    )

@@ -1,0 +1,201 @@
+"""Running a trained model on text: batching, decoding, timing, and the one way a checkpoint
+becomes a ready :class:`Translator` (:func:`load_translator`). Shared by training's validation
+and test, ``translate.evaluate``, ``translate.translate`` and ``translate.analyze``."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from translate.checkpoint import load_checkpoint
+from translate.data.batching import collate, length_sorted_batches
+from translate.data.tokenizer import Tokenizer
+from translate.decoding.search import generate
+from translate.errors import UserError
+from translate.nn.model import Seq2SeqTransformer
+from translate.runtime import autocast, eval_mode, resolve_device, resolve_precision
+from translate.schema import DataSettings, DecodeSettings
+from translate.settings import data_settings, decode_settings, model_settings
+
+log = logging.getLogger(__name__)
+
+
+class Translator:
+    """Translate token ids or text with a model, in token-bounded batches of similar length.
+
+    Args:
+        max_tokens: source tokens per batch (padded size).
+        max_src_len: longest source in tokens, EOS included, as in training; longer inputs are
+            truncated to ``max_src_len - 1`` subwords (``translate`` warns); None = no limit.
+    """
+
+    def __init__(
+        self,
+        model: Seq2SeqTransformer,
+        tokenizer: Tokenizer,
+        decode: DecodeSettings,
+        device: torch.device,
+        precision: str,
+        max_tokens: int,
+        max_src_len: int | None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.decode = decode
+        self.device = device
+        self.precision = precision
+        self.max_tokens = max_tokens
+        self.max_src_len = max_src_len
+        self._max_src = None if max_src_len is None else max_src_len - 1  # room for the EOS
+
+    def _batches(self, src_ids: list[list[int]]) -> list[list[int]]:
+        """Indices grouped into batches by length, each within ``max_tokens`` padded tokens."""
+        lengths = [len(ids[: self._max_src]) + 1 for ids in src_ids]  # + EOS
+        return length_sorted_batches(lengths, None, self.max_tokens)
+
+    @torch.no_grad()
+    def translate_ids(
+        self, src_ids: list[list[int]], beam_size: int | None = None, progress: bool = False
+    ) -> list[list[int]]:
+        """Hypothesis ids for each source (no BOS/EOS), in input order."""
+        out: list[list[int]] = [[] for _ in src_ids]
+        beam = self.decode.beam_size if beam_size is None else beam_size
+        bar = tqdm(
+            total=len(src_ids),
+            desc="decoding",
+            unit="sent",
+            disable=not progress,
+            file=sys.stderr,
+            leave=False,
+        )
+        with eval_mode(self.model):
+            for batch in self._batches(src_ids):
+                for i, hyp in zip(batch, self._generate([src_ids[i] for i in batch], beam)):
+                    out[i] = hyp
+                bar.update(len(batch))
+        bar.close()
+        return out
+
+    def _generate(self, src_ids: list[list[int]], beam: int) -> list[list[int]]:
+        # The source gets an EOS appended, as in training, within max_src_len tokens.
+        rows = collate([(i, ids[: self._max_src], []) for i, ids in enumerate(src_ids)])
+        rows = rows.to(self.device)
+        with autocast(self.device, self.precision):
+            return generate(
+                self.model,
+                rows.src,
+                rows.src_padding_mask,
+                beam_size=beam,
+                length_penalty=self.decode.length_penalty,
+                max_len_a=self.decode.max_len_a,
+                max_len_b=self.decode.max_len_b,
+                bos_id=self.tokenizer.BOS,
+                eos_id=self.tokenizer.EOS,
+                pad_id=self.tokenizer.PAD,
+            )
+
+    def translate(self, sentences: list[str], progress: bool = False) -> list[str]:
+        """Detokenized translations, one per input; blank inputs give blank outputs."""
+        src_ids = self.tokenizer.encode([s.strip() for s in sentences])
+        for n, ids in enumerate(src_ids, 1):
+            if self._max_src is not None and len(ids) > self._max_src:
+                print(
+                    f"warning: line {n} has {len(ids)} subword tokens; truncated to the first "
+                    f"{self._max_src} (the model's maximum source length)",
+                    file=sys.stderr,
+                )
+        todo = [i for i, ids in enumerate(src_ids) if ids]
+        hyps = self.translate_ids([src_ids[i] for i in todo], progress=progress)
+        out = [""] * len(sentences)
+        for i, text in zip(todo, self.tokenizer.decode(hyps)):
+            out[i] = text
+        return out
+
+    @torch.no_grad()
+    def latency_ms(self, src_ids: list[list[int]]) -> float:
+        """Median milliseconds to translate one sentence alone (batch size 1)."""
+        self.translate_ids(src_ids[:2])  # warm-up: allocator, kernels, lazy init
+        times = []
+        for ids in src_ids:
+            self._sync()
+            start = time.perf_counter()
+            self.translate_ids([ids])
+            self._sync()
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times)
+
+    def timed_translate_ids(self, src_ids: list[list[int]], progress: bool = False):
+        """``(hypotheses, sentences_per_s)`` at the evaluation batch size."""
+        self._sync()
+        start = time.perf_counter()
+        hyps = self.translate_ids(src_ids, progress=progress)
+        self._sync()
+        return hyps, len(src_ids) / max(time.perf_counter() - start, 1e-9)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+@dataclass
+class Loaded:
+    """A checkpoint made ready to use: its translator and what it was trained with."""
+
+    translator: Translator
+    data: DataSettings  # the training data config, with the command's overrides merged
+    config: dict  # the checkpoint's whole resolved training config
+    step: int
+
+    @property
+    def model(self) -> Seq2SeqTransformer:
+        return self.translator.model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.translator.tokenizer
+
+
+def load_translator(
+    checkpoint: str | Path,
+    device: str = "auto",
+    precision: str = "auto",
+    decode: DecodeSettings | None = None,
+    data_overrides=None,
+) -> Loaded:
+    """Checkpoint -> model in eval mode on ``device`` and a :class:`Translator` over it.
+
+    ``decode`` replaces the checkpoint's decoding settings; ``data_overrides`` (a config node
+    of ``data`` keys) are merged over the checkpoint's data config.
+    """
+    torch_device = resolve_device(device)
+    precision = resolve_precision(precision, torch_device)
+    ckpt = load_checkpoint(checkpoint)
+    config = ckpt["config"]
+    tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])
+    model = model_settings(config["model"]).build(tokenizer.vocab_size, tokenizer.PAD)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise UserError(
+            f"the checkpoint's weights do not fit its own model config ({str(err).splitlines()[0]})"
+        ) from err
+    model.to(torch_device).eval()
+    data = data_settings(config["data"], data_overrides)
+    decode = decode or decode_settings(config["decode"])
+    translator = Translator(
+        model,
+        tokenizer,
+        decode,
+        torch_device,
+        precision,
+        data.eval_max_tokens,
+        data.filter.max_src_len,
+    )
+    return Loaded(translator, data, config, int(ckpt["step"]))

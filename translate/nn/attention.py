@@ -1,0 +1,359 @@
+"""Multi-head attention written out by hand, with an optional fused kernel.
+
+The manual path is the reference: every step of Vaswani et al. (2017) is visible and it can
+return per-head weights. ``impl="sdpa"`` computes the same function through
+``torch.nn.functional.scaled_dot_product_attention`` (Flash / memory-efficient / math kernels,
+chosen by PyTorch for the device). Which path runs is decided by configuration only; the one
+exception is ``need_weights=True`` with ``impl="sdpa"``, which must use the manual path because
+the fused kernels never materialise the weights. That switch is logged (once per process).
+
+Mask conventions are exactly ``torch.nn.MultiheadAttention``'s: a boolean ``True`` means "this
+key is excluded"; a float mask is added to the scores. A query row whose keys are all excluded
+returns zeros (not NaN) and gets all-zero weights.
+
+Incremental decoding follows fairseq's contract: the caller owns an :class:`AttentionCache` per
+attention module, passes it in at every step and it is updated in place. Self-attention appends
+the new step's keys/values; cross-attention (``static=True``) projects the encoder output once
+and reuses it; :meth:`AttentionCache.reorder` selects beams.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+log = logging.getLogger(__name__)
+
+IMPLS = ("manual", "sdpa")
+_logged_weights_fallback = False  # log the sdpa -> manual switch once per process
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Reference attention, step by step.
+
+    Args:
+        q: queries ``(B, H, T, Dh)``.
+        k: keys ``(B, H, S, Dh)``.
+        v: values ``(B, H, S, Dh)``.
+        mask: broadcastable to ``(B, H, T, S)``; boolean ``True`` = excluded, or float added
+            to the scores (``-inf`` = excluded).
+        dropout_p: dropout probability on the attention weights, applied only if ``training``.
+
+    Returns:
+        ``(out, weights)``: ``(B, H, T, Dh)`` and ``(B, H, T, S)``. Rows whose keys are all
+        excluded give zero output and zero weights.
+    """
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    fully_masked = None
+    if mask is not None:
+        excluded = mask if mask.dtype == torch.bool else torch.isneginf(mask)
+        fully_masked = excluded.all(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
+        if mask.dtype == torch.bool:
+            # Un-exclude fully masked rows so softmax stays finite; their weights are zeroed below.
+            scores = scores.masked_fill(mask & ~fully_masked, float("-inf"))
+        else:
+            scores = scores + mask.masked_fill(fully_masked, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    if fully_masked is not None:
+        weights = weights.masked_fill(fully_masked, 0.0)
+    if training and dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # (B, H, T, Dh), (B, H, T, S)
+
+
+@dataclass
+class AttentionCache:
+    """Keys and values kept between decoding steps for one attention module.
+
+    ``static=True`` marks cross-attention: keys/values come from the encoder and are computed
+    once. Otherwise new keys/values are appended at every step.
+    """
+
+    static: bool = False
+    k: Tensor | None = None  # (B, H, S, Dh)
+    v: Tensor | None = None  # (B, H, S, Dh)
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.size(2)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows (beams) given by ``index`` ``(B',)``, in that order."""
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+def _log_weights_fallback() -> None:
+    global _logged_weights_fallback
+    if not _logged_weights_fallback:
+        log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
+        _logged_weights_fallback = True
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, batch-first, ``torch.nn.MultiheadAttention`` semantics.
+
+    Args:
+        embed_dim: model width ``D`` (of queries and of the output); split into ``num_heads``
+            heads of ``D // num_heads``.
+        num_heads: number of heads ``H``.
+        dropout: dropout on the attention weights (training mode only).
+        bias: whether the four projections have biases.
+        impl: ``"manual"`` (reference) or ``"sdpa"`` (fused PyTorch kernel).
+        kdim: width of the keys given to :meth:`forward`; ``None`` = ``embed_dim``.
+        vdim: width of the values given to :meth:`forward`; ``None`` = ``embed_dim``.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        impl: str = "manual",
+        kdim: int | None = None,
+        vdim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if num_heads < 1:
+            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
+                f"choose a head count that divides it"
+            )
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.embed_dim = embed_dim
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        self.impl = impl
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform weights, zero biases (as ``nn.MultiheadAttention`` does)."""
+        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
+            nn.init.xavier_uniform_(proj.weight)
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention, impl: str = "manual") -> MultiHeadAttention:
+        """Build our module with the weights of a ``torch.nn.MultiheadAttention``.
+
+        Handles both the packed ``in_proj_weight`` layout and the separate
+        ``q/k/v_proj_weight`` one that torch uses when ``kdim``/``vdim`` differ from
+        ``embed_dim``. The module must be batch-first, as ours is.
+        """
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
+        if not module.batch_first:
+            raise ValueError(
+                "the nn.MultiheadAttention is seq-first (batch_first=False) but MultiHeadAttention "
+                "is batch-first; construct nn.MultiheadAttention(..., batch_first=True)"
+            )
+        bias = module.in_proj_bias is not None
+        ours = cls(
+            module.embed_dim,
+            module.num_heads,
+            module.dropout,
+            bias=bias,
+            impl=impl,
+            kdim=module.kdim,
+            vdim=module.vdim,
+        )
+        D = module.embed_dim
+        if module._qkv_same_embed_dim:
+            weights = module.in_proj_weight.detach().split(D, dim=0)  # 3 x (D, D)
+        else:
+            # (D, D), (D, kdim), (D, vdim): only k/v widths may differ from D.
+            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+        # torch keeps one packed bias (3D,) in both layouts.
+        biases = module.in_proj_bias.detach().split(D) if bias else (None, None, None)
+        ref = module.out_proj.weight
+        ours.to(device=ref.device, dtype=ref.dtype)
+        with torch.no_grad():
+            for proj, w, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), weights, biases):
+                proj.weight.copy_(w)
+                if b is not None:
+                    proj.bias.copy_(b)
+            ours.out_proj.weight.copy_(module.out_proj.weight)
+            if bias:
+                ours.out_proj.bias.copy_(module.out_proj.bias)
+        return ours
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def _build_mask(
+        self,
+        B: int,
+        T: int,
+        S: int,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        past: int,
+        device: torch.device,
+    ) -> Tensor | None:
+        """Merge the masks into one broadcastable to ``(B, H, T, S)``: bool, or float if any is."""
+        masks = []
+        if key_padding_mask is not None:
+            masks.append(key_padding_mask.view(B, 1, 1, S))  # (B, 1, 1, S)
+        if attn_mask is not None:
+            if attn_mask.dim() == 3:
+                attn_mask = attn_mask.view(B, self.num_heads, T, S)  # (B, H, T, S) from (B*H, T, S)
+            masks.append(attn_mask)
+        if is_causal:
+            # Query t (absolute position past + t) may see keys 0..past + t.
+            rows = torch.arange(past, past + T, device=device).unsqueeze(1)  # (T, 1)
+            masks.append(torch.arange(S, device=device).unsqueeze(0) > rows)  # (T, S)
+        if not masks:
+            return None
+        if any(m.dtype != torch.bool for m in masks):
+            dtype = next(m.dtype for m in masks if m.dtype != torch.bool)
+            as_float = [
+                torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
+                if m.dtype == torch.bool
+                else m
+                for m in masks
+            ]
+            merged = as_float[0]
+            for m in as_float[1:]:
+                merged = merged + m
+            return merged
+        merged = masks[0]
+        for m in masks[1:]:
+            merged = merged | m
+        return merged
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+        cache: AttentionCache | None = None,
+        head_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``query`` to ``key``/``value``.
+
+        Args:
+            query: ``(B, T, D)``.
+            key: ``(B, S, kdim)``; value: ``(B, S, vdim)``. With a static cache that is already
+                filled they are ignored (the cached encoder projections are used).
+            key_padding_mask: ``(B, S_total)``; bool (``True`` = padding, excluded) or float
+                (added to the scores).
+            attn_mask: ``(T, S_total)`` or ``(B*H, T, S_total)``; bool (``True`` = excluded) or
+                float (added to the scores).
+            is_causal: exclude keys after each query's position (offset by the cached length).
+            need_weights: also return per-head weights ``(B, H, T, S_total)``.
+            cache: incremental-decoding state, updated in place.
+            head_mask: ``(H,)`` multiplier per head output (0 removes a head; Michel et al. 2019).
+
+        Returns:
+            ``(output (B, T, D), weights (B, H, T, S_total) or None)``.
+        """
+        B, T, _ = query.shape
+        q = self._split_heads(self.q_proj(query))  # (B, H, T, Dh)
+        k, v, past = self._project_kv(key, value, cache)  # (B, H, S_total, Dh) each
+        # A single new query against a full history needs no causal mask: every key is past.
+        causal = is_causal and not (past > 0 and T == 1)
+        out, weights = self._attend(
+            q, k, v, key_padding_mask, attn_mask, causal, past, need_weights
+        )
+        if head_mask is not None:
+            out = out * head_mask.view(1, self.num_heads, 1, 1).to(out.dtype)  # (1, H, 1, 1)
+        out = out.transpose(1, 2).reshape(B, T, self.embed_dim)  # (B, T, H*Dh)
+        return self.out_proj(out), (weights if need_weights else None)
+
+    def _project_kv(
+        self, key: Tensor, value: Tensor, cache: AttentionCache | None
+    ) -> tuple[Tensor, Tensor, int]:
+        """Keys and values ``(B, H, S_total, Dh)`` for this call, and the cached length before it.
+
+        A filled static cache is reused unchanged; otherwise the new projections are appended to
+        (self-attention) or stored in (first cross-attention step) the cache.
+        """
+        if cache is not None and cache.static and cache.k is not None:
+            return cache.k, cache.v, 0  # encoder keys/values projected at the first step
+        k = self._split_heads(self.k_proj(key))  # (B, H, S, Dh)
+        v = self._split_heads(self.v_proj(value))  # (B, H, S, Dh)
+        past = 0
+        if cache is not None:
+            if not cache.static and cache.k is not None:
+                past = cache.k.size(2)
+                k = torch.cat([cache.k, k], dim=2)  # (B, H, past + S, Dh)
+                v = torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+        return k, v, past
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        causal: bool,
+        past: int,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Per-head outputs ``(B, H, T, Dh)``, and weights ``(B, H, T, S)`` on the manual path."""
+        dropout_p = self.dropout if self.training else 0.0
+        use_manual = self.impl == "manual" or need_weights
+        if need_weights and self.impl == "sdpa":
+            _log_weights_fallback()
+        if (
+            not use_manual
+            and key_padding_mask is None
+            and attn_mask is None
+            and (not causal or past == 0)
+        ):
+            # Mask-free or plain causal: let SDPA pick its fastest kernel (Flash where available).
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
+            return out, None
+        B, _, T, _ = q.shape
+        mask = self._build_mask(
+            B, T, k.size(2), key_padding_mask, attn_mask, causal, past, q.device
+        )
+        if use_manual:
+            return scaled_dot_product_attention(q, k, v, mask, dropout_p, self.training)
+        return self._sdpa(q, k, v, mask, dropout_p), None
+
+    @staticmethod
+    def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float) -> Tensor:
+        """Fused attention with our mask convention; fully masked rows give zeros."""
+        if mask.dtype == torch.bool:
+            fully_masked = mask.all(dim=-1, keepdim=True)
+            allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
+        else:
+            fully_masked = torch.isneginf(mask).all(dim=-1, keepdim=True)
+            additive = mask.masked_fill(fully_masked, 0.0).to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
+        return out.masked_fill(fully_masked, 0.0)  # (B, H, T, Dh)

@@ -1,0 +1,192 @@
+"""Transformer building blocks: sinusoidal positions, feed-forward, encoder and decoder layers.
+
+Every layer supports pre-norm (``norm_first=True``, the default: stable without long warm-up,
+as in fairseq's ``--encoder-normalize-before``) and post-norm (the original paper).
+Each attention call returns per-head weights on request, never stored on the module.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from translate.nn.attention import AttentionCache, MultiHeadAttention
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sin/cos positions (Vaswani et al. 2017, §3.5); a buffer, no parameters.
+
+    The table grows on demand, so sequence length is never capped by a constant.
+    """
+
+    def __init__(self, d_model: int, initial_length: int = 1024) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", self._make_table(initial_length), persistent=False)
+
+    def _make_table(self, length: int) -> Tensor:
+        position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # (L, 1)
+        inv_freq = torch.exp(
+            torch.arange(0, self.d_model, 2, dtype=torch.float32)
+            * (-math.log(10000.0) / self.d_model)
+        )  # (D/2,)
+        table = torch.zeros(length, self.d_model)
+        table[:, 0::2] = torch.sin(position * inv_freq)
+        table[:, 1::2] = torch.cos(position * inv_freq[: self.d_model // 2])
+        return table  # (L, D)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Positions ``offset .. offset + length - 1`` as ``(length, D)``."""
+        if offset + length > self.table.size(0):
+            self.table = self._make_table(2 * (offset + length)).to(self.table.device)
+        return self.table[offset : offset + length]
+
+
+class FeedForward(nn.Module):
+    """Position-wise ``Linear(D, F) -> activation -> dropout -> Linear(F, D)``."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str, activation_dropout: float) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.activation = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.dropout(self.activation(self.fc1(x))))
+
+
+class _Sublayer(nn.Module):
+    """Residual wrapper: ``x + dropout(f(norm(x)))`` (pre-norm) or ``norm(x + dropout(f(x)))``."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, fn) -> tuple[Tensor, Tensor | None]:
+        out, weights = fn(self.norm(x) if self.norm_first else x)
+        x = x + self.dropout(out)
+        return (x if self.norm_first else self.norm(x)), weights
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual sublayer."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        attention_impl: str,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, attention_dropout, impl=attention_impl
+        )
+        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
+        self.attn_block = _Sublayer(d_model, dropout, norm_first)
+        self.ffn_block = _Sublayer(d_model, dropout, norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        padding_mask: Tensor | None,
+        need_weights: bool = False,
+        head_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x (B, S, D)``, ``padding_mask (B, S)`` -> ``(B, S, D)``, weights ``(B, H, S, S)``."""
+        x, weights = self.attn_block(
+            x,
+            lambda h: self.self_attn(
+                h,
+                h,
+                h,
+                key_padding_mask=padding_mask,
+                need_weights=need_weights,
+                head_mask=head_mask,
+            ),
+        )
+        x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the encoder, feed-forward."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        attention_impl: str,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, attention_dropout, impl=attention_impl
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, num_heads, attention_dropout, impl=attention_impl
+        )
+        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
+        self.self_block = _Sublayer(d_model, dropout, norm_first)
+        self.cross_block = _Sublayer(d_model, dropout, norm_first)
+        self.ffn_block = _Sublayer(d_model, dropout, norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None,
+        self_cache: AttentionCache | None = None,
+        cross_cache: AttentionCache | None = None,
+        need_weights: bool = False,
+        self_head_mask: Tensor | None = None,
+        cross_head_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``x (B, T, D)``, ``memory (B, S, D)`` -> ``(B, T, D)``, self ``(B, H, T, past+T)``
+        and cross ``(B, H, T, S)`` weights (``None`` unless ``need_weights``)."""
+        x, self_w = self.self_block(
+            x,
+            lambda h: self.self_attn(
+                h,
+                h,
+                h,
+                is_causal=True,
+                need_weights=need_weights,
+                cache=self_cache,
+                head_mask=self_head_mask,
+            ),
+        )
+        x, cross_w = self.cross_block(
+            x,
+            lambda h: self.cross_attn(
+                h,
+                memory,
+                memory,
+                key_padding_mask=memory_padding_mask,
+                need_weights=need_weights,
+                cache=cross_cache,
+                head_mask=cross_head_mask,
+            ),
+        )
+        x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))
+        return x, self_w, cross_w

@@ -1,0 +1,283 @@
+"""The encoder-decoder Transformer (2 + 2 layers by default) on our own multi-head attention.
+
+Read top-down: :class:`Seq2SeqTransformer` embeds tokens (one table shared by source, target
+and the output projection, since the SentencePiece vocabulary is joint), adds sinusoidal
+positions, runs the encoder and decoder stacks, and projects to the vocabulary.
+
+Initialisation: every weight matrix is Xavier-uniform (Glorot & Bengio 2010), biases zero.
+The shared embedding is normal with std ``d_model ** -0.5`` rather than Xavier: it is scaled by
+``sqrt(d_model)`` on input, so token vectors enter with unit variance, matching the sinusoidal
+positions, and as the tied output projection it starts with logits of unit scale (fairseq's and
+Vaswani et al.'s convention).
+
+Head masking (Michel et al. 2019) is an inference option: ``head_mask`` maps ``"encoder"``,
+``"decoder_self"`` and ``"decoder_cross"`` to a ``(num_layers, H)`` tensor of multipliers
+(0 removes a head's output before the output projection).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from translate.nn.attention import AttentionCache
+from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
+
+HEAD_MASK_KEYS = ("encoder", "decoder_self", "decoder_cross")
+
+
+class TokenEmbedding(nn.Module):
+    """The joint token table in its three roles: source and target input (scaled by
+    ``sqrt(d_model)``, plus sinusoidal positions, then dropout) and the tied output projection.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, dropout: float) -> None:
+        super().__init__()
+        self.d_model, self.pad_id = d_model, pad_id
+        self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.positions = SinusoidalPositionalEncoding(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.embed.weight, mean=0.0, std=self.d_model**-0.5)
+        with torch.no_grad():
+            self.embed.weight[self.pad_id].zero_()
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """Token ids ``(B, T)`` at positions ``offset..offset+T-1`` -> ``(B, T, D)``."""
+        x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, T, D)
+        x = x + self.positions(tokens.size(1), offset).to(x.dtype)
+        return self.dropout(x)
+
+    def project(self, x: Tensor) -> Tensor:
+        """Hidden states ``(B, T, D)`` -> logits ``(B, T, V)`` through the tied table."""
+        return x @ self.embed.weight.t()
+
+
+def init_weights(module: nn.Module) -> None:
+    """Xavier-uniform for every ``nn.Linear`` matrix, zero biases, and the embedding's own
+    normal init (module docstring); the one initialisation of our model and the baselines."""
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear):
+            nn.init.xavier_uniform_(sub.weight)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)
+        elif isinstance(sub, TokenEmbedding):
+            sub.reset_parameters()
+
+
+@dataclass
+class DecoderCache:
+    """Incremental-decoding state: one self- and one cross-attention cache per decoder layer."""
+
+    self_attn: list[AttentionCache] = field(default_factory=list)
+    cross_attn: list[AttentionCache] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, num_layers: int) -> DecoderCache:
+        return cls(
+            [AttentionCache() for _ in range(num_layers)],
+            [AttentionCache(static=True) for _ in range(num_layers)],
+        )
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded."""
+        return self.self_attn[0].length
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beams) ``index (B',)`` in every layer's cache."""
+        for cache in (*self.self_attn, *self.cross_attn):
+            cache.reorder(index)
+
+
+@dataclass
+class AttentionMaps:
+    """Per-layer attention weights, each ``(B, H, T_query, T_key)``."""
+
+    encoder: list[Tensor]
+    decoder_self: list[Tensor]
+    decoder_cross: list[Tensor]
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer with tied embeddings.
+
+    Args:
+        vocab_size: joint vocabulary size ``V``.
+        d_model: width ``D``. num_heads: ``H`` (must divide ``D``).
+        num_encoder_layers / num_decoder_layers: stack depths.
+        d_ff: feed-forward width. dropout: residual and embedding dropout.
+        attention_dropout: on attention weights. activation_dropout: inside the feed-forward.
+        activation: ``"relu"`` or ``"gelu"``. norm_first: pre-norm (default) or post-norm.
+        attention_impl: ``"manual"`` or ``"sdpa"``. pad_id: padding token id.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 512,
+        num_heads: int = 8,
+        num_encoder_layers: int = 2,
+        num_decoder_layers: int = 2,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = True,
+        attention_impl: str = "manual",
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("d_model", d_model),
+            ("d_ff", d_ff),
+            ("num_encoder_layers", num_encoder_layers),
+            ("num_decoder_layers", num_decoder_layers),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.pad_id = pad_id
+        layer_args = dict(
+            d_model=d_model,
+            num_heads=num_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            attention_impl=attention_impl,
+        )
+        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(**layer_args) for _ in range(num_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(**layer_args) for _ in range(num_decoder_layers)
+        )
+        # Pre-norm stacks end un-normalised; a final LayerNorm keeps their outputs on scale.
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init_weights(self)
+
+    def _head_mask(
+        self, head_mask: dict[str, Tensor] | None, key: str, layer: int
+    ) -> Tensor | None:
+        return None if head_mask is None or key not in head_mask else head_mask[key][layer]
+
+    def _encode(
+        self, src: Tensor, src_padding_mask: Tensor | None, need_weights: bool, head_mask
+    ) -> tuple[Tensor, list[Tensor]]:
+        x = self.embedding(src)
+        weights = []
+        for i, layer in enumerate(self.encoder_layers):
+            x, w = layer(
+                x, src_padding_mask, need_weights, self._head_mask(head_mask, "encoder", i)
+            )
+            weights.append(w)
+        return self.encoder_norm(x), weights
+
+    def _decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None,
+        cache: DecoderCache | None,
+        need_weights: bool,
+        head_mask,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        offset = 0 if cache is None else cache.length
+        x = self.embedding(tgt, offset)
+        self_ws, cross_ws = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, self_w, cross_w = layer(
+                x,
+                memory,
+                memory_padding_mask,
+                self_cache=None if cache is None else cache.self_attn[i],
+                cross_cache=None if cache is None else cache.cross_attn[i],
+                need_weights=need_weights,
+                self_head_mask=self._head_mask(head_mask, "decoder_self", i),
+                cross_head_mask=self._head_mask(head_mask, "decoder_cross", i),
+            )
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
+        logits = self.embedding.project(self.decoder_norm(x))  # (B, T, V)
+        return logits, self_ws, cross_ws
+
+    def encode(
+        self,
+        src: Tensor,
+        src_padding_mask: Tensor | None = None,
+        head_mask: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Token ids ``src (B, S)``, ``src_padding_mask (B, S)`` (True = pad) -> ``(B, S, D)``."""
+        return self._encode(src, src_padding_mask, False, head_mask)[0]
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        memory_padding_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        head_mask: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Next-token logits ``(B, T, V)`` for target tokens ``tgt (B, T)``.
+
+        Without a cache ``tgt`` is the whole prefix (BOS first). With a cache it holds only the
+        new tokens; their positions continue after ``cache.length`` and the cache is updated
+        in place (encoder K/V are projected once, at the first step).
+        """
+        return self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_padding_mask: Tensor | None = None,
+        head_mask: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Teacher-forced logits ``(B, T, V)`` for ``src (B, S)`` and ``tgt_in (B, T)``.
+
+        Target padding sits at the end of each row; the causal mask keeps real tokens from
+        seeing it and the loss ignores padded positions, so no target padding mask is needed.
+        """
+        memory = self.encode(src, src_padding_mask, head_mask)
+        return self.decode(tgt_in, memory, src_padding_mask, head_mask=head_mask)
+
+    @torch.no_grad()
+    def attention_maps(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_padding_mask: Tensor | None = None,
+        head_mask: dict[str, Tensor] | None = None,
+    ) -> AttentionMaps:
+        """Every layer's per-head attention weights for a teacher-forced pass."""
+        memory, enc_w = self._encode(src, src_padding_mask, True, head_mask)
+        _, self_w, cross_w = self._decode(tgt_in, memory, src_padding_mask, None, True, head_mask)
+        return AttentionMaps(enc_w, self_w, cross_w)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache.empty(len(self.decoder_layers))
+
+    @property
+    def num_layers(self) -> dict[str, int]:
+        n_enc, n_dec = len(self.encoder_layers), len(self.decoder_layers)
+        return {"encoder": n_enc, "decoder_self": n_dec, "decoder_cross": n_dec}
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameters; tied weights are counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,180 @@
+"""The one place configuration becomes typed settings: every group, every command.
+
+Hydra composes ``conf/``; this module turns the composed OmegaConf nodes (or the plain dict a
+checkpoint stores) into frozen dataclasses of plain values, checks every value's type and range
+before any work starts, and fails with one readable line that names the key and the fix, e.g.
+``model.d_model=512 is not divisible by heads=3``. The library packages receive these
+dataclasses and never read configuration themselves. Defaults live in ``conf/`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from translate.errors import UserError
+from translate.schema import (
+    AnalysisSettings,
+    DataSettings,
+    DecodeSettings,
+    ModelSettings,
+    OptimSettings,
+    TrainerSettings,
+)
+
+# ------------------------------------------------------------------------ reading and typing
+
+
+def plain(node: Any, name: str) -> Any:
+    """A config node as plain Python values (dicts, lists, scalars), interpolations resolved."""
+    if not OmegaConf.is_config(node):
+        return node
+    try:
+        return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as err:
+        key = err.full_key if err.full_key.startswith(f"{name}.") else f"{name}.{err.full_key}"
+        raise UserError(f"{key} is not set: add {key}=<value> to the command") from None
+    except OmegaConfBaseException as err:
+        msg = str(getattr(err, "msg", None) or err).strip().splitlines()[0]
+        raise UserError(f"config {name}: {msg}") from None
+
+
+def _typed(value: Any, hint: Any, key: str) -> Any:
+    """``value`` checked against the type ``hint`` (ints are ints, booleans are booleans)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _typed(value, inner, key)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, key)
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, (str, int, float)) and not isinstance(value, bool),
+        list: isinstance(value, (list, tuple)),
+        dict: isinstance(value, dict),
+    }.get(origin or hint, True)
+    if not ok:
+        want = {bool: "true or false", int: "an integer", float: "a number"}.get(
+            hint, f"a {getattr(origin or hint, '__name__', hint)}"
+        )
+        raise UserError(f"{key}={value!r} must be {want}")
+    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # trainer.precision=32 arrives as a number
+    return float(value) if hint is float else value
+
+
+def build(cls, node: Any, name: str):
+    """``cls`` (a settings dataclass) from a config node or dict, every field type-checked."""
+    values = plain(node, name)
+    if not isinstance(values, dict):
+        raise UserError(f"config {name} must be a group of keys, not {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise UserError(f"unknown key {name}.{unknown[0]}; known keys: {', '.join(sorted(known))}")
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [k for k in required if k not in values]
+    if missing:
+        raise UserError(f"config {name} lacks the key {name}.{missing[0]}")
+    settings = cls(**{k: _typed(v, hints[k], f"{name}.{k}") for k, v in values.items()})
+    if hasattr(settings, "validate"):
+        settings.validate()
+    return settings
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def model_settings(node: Any) -> ModelSettings:
+    return build(ModelSettings, node, "model")
+
+
+def decode_settings(node: Any) -> DecodeSettings:
+    return build(DecodeSettings, node, "decode")
+
+
+def analysis_settings(node: Any) -> AnalysisSettings:
+    return build(AnalysisSettings, node, "analysis")
+
+
+def data_settings(node: Any, overrides: Any = None) -> DataSettings:
+    """The data group; ``overrides`` (``data=<source> data.dir=...`` given to evaluate or
+    analyze) are merged over ``node`` (the data config a checkpoint was trained with)."""
+    if overrides is not None:
+        node = OmegaConf.merge(OmegaConf.create(plain(node, "data")), overrides)
+    return build(DataSettings, node, "data")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything ``train`` needs, typed; ``config`` is the resolved config a checkpoint keeps."""
+
+    model: ModelSettings
+    optim: OptimSettings
+    trainer: TrainerSettings
+    decode: DecodeSettings
+    data: DataSettings
+    analysis: AnalysisSettings
+    seed: int
+    run_dir: str
+    config: dict
+
+
+def train_settings(cfg: DictConfig) -> TrainSettings:
+    """Validate the composed training config; raises UserError on the first problem."""
+    try:
+        run_dir = str(cfg.run_dir)
+    except OmegaConfBaseException as err:
+        raise UserError("run_dir is not set; run through the CLI or pass run_dir=<folder>") from err
+    data = data_settings(cfg.data)
+    for role, why in (("valid", "validation"), ("test", "the final scoring")):
+        if role not in data.split_names:
+            raise UserError(f"data.splits.{role} is null; training needs it for {why}")
+    return TrainSettings(
+        model=model_settings(cfg.model),
+        optim=build(OptimSettings, cfg.optim, "optim"),
+        trainer=build(TrainerSettings, cfg.trainer, "trainer"),
+        decode=decode_settings(cfg.decode),
+        data=data,
+        analysis=analysis_settings(cfg.analysis),
+        seed=_typed(plain(cfg.seed, "seed"), int, "seed"),
+        run_dir=run_dir,
+        config=plain(cfg, "config"),
+    )
+
+
+@dataclass(frozen=True)
+class CheckpointCommand:
+    """What ``evaluate``, ``translate`` and ``analyze`` share: a checkpoint and where to run."""
+
+    checkpoint: str
+    device: str
+    precision: str
+
+
+def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
+    if cfg.get("checkpoint") is None:
+        raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
+    values = {k: plain(cfg[k], k) for k in ("checkpoint", "device", "precision")}
+    return build(CheckpointCommand, {k: str(v) for k, v in values.items()}, "command")
+
+
+def optional_path(cfg: DictConfig, key: str) -> str | None:
+    """A command's optional file argument (``src=``, ``input=``) as a string, or None."""
+    value = cfg.get(key)
+    return None if value is None else str(value)

@@ -1,0 +1,129 @@
+"""Hydra's side of the heads-ablation report: the callback and the sweep's job list.
+
+:class:`AblationReportCallback` (registered in ``conf/hydra/default.yaml``) writes the report
+after every job and when the multirun ends: Hydra's basic sweeper raises after the sweep if any
+job failed, which skips ``on_multirun_end``, so the per-job report is the one that survives.
+``python scripts/ablation_report.py <sweep_dir>`` writes it on demand; both call
+:func:`write_report`. The rows come from :mod:`translate.analysis.ablation`, the files from
+:mod:`translate.analysis.render`.
+
+Entry-point layer: like ``cli.py`` it may import Hydra; the library packages never do. Hydra
+imports this module when it starts (for the callback): keep heavy imports (matplotlib,
+sacreBLEU, torch) out of the module level here and in the modules it imports.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import yaml
+from hydra.experimental.callback import Callback
+
+from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
+from translate.analysis.render import write_files
+from translate.io import atomic_write
+
+log = logging.getLogger(__name__)
+
+
+def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """``(swept_keys, one {key: value} per job)`` the sweep in ``multirun.yaml`` defines.
+
+    Expands ``hydra.sweeper.params`` and the command-line overrides as Hydra's basic sweeper
+    does. Empty when there is no ``multirun.yaml`` or another sweeper ran the sweep.
+    """
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.is_file():
+        return [], []
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    cfg = yaml.safe_load(path.read_text()) or {}
+    hydra_cfg = cfg.get("hydra", {})
+    if "BasicSweeper" not in str(hydra_cfg.get("sweeper", {}).get("_target_", "BasicSweeper")):
+        return [], []
+    params = hydra_cfg.get("sweeper", {}).get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()]
+    arguments += [str(o) for o in hydra_cfg.get("overrides", {}).get("task", [])]
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    combos = [parse_overrides(c) for c in BasicSweeper.split_arguments(parsed, None)[0]]
+    keys = [k for k in (combos[0] if combos else {}) if len({c[k] for c in combos}) > 1]
+    return keys, [{k: c[k] for k in keys} for c in combos]
+
+
+def write_report(
+    sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
+) -> Report:
+    """Build the report and write ``ablation.csv``, ``ablation.md`` and ``ablation.png``."""
+    report = build_report(sweep_dir, baseline_heads, bootstrap_samples, expected_jobs=expected_jobs)
+    write_files(report, bootstrap_samples)
+    if not report.params_equal:
+        log.warning("\n%s\nWARNING: %s\n%s", "!" * 78, report.params_message, "!" * 78)
+    for w in report.warnings[0 if report.params_equal else 1 :]:
+        log.warning("ablation report: %s", w)
+    log.info(
+        "ablation report: %d rows, %d failed, %d missing -> %s",
+        len(report.rows),
+        len(report.failed),
+        len(report.missing),
+        report.sweep_dir / "ablation.md",
+    )
+    return report
+
+
+class AblationReportCallback(Callback):
+    """Writes the ablation report into the sweep dir after every job and at the end.
+
+    Only for multiruns of the configs named in ``config_names`` (the training app), so the
+    evaluate and analyze commands, which share ``hydra/default.yaml``, are left alone.
+    """
+
+    def __init__(
+        self,
+        config_names: list[str] | tuple[str, ...] = ("train",),
+        baseline_heads: int = BASELINE_HEADS,
+        bootstrap_samples: int = 1000,
+    ) -> None:
+        self.config_names = set(config_names)
+        self.baseline_heads = int(baseline_heads)
+        self.bootstrap_samples = int(bootstrap_samples)
+
+    def _applies(self, config) -> bool:
+        hydra_cfg = config.hydra
+        mode = getattr(hydra_cfg.mode, "name", hydra_cfg.mode)  # RunMode.MULTIRUN or its name
+        return mode == "MULTIRUN" and hydra_cfg.job.config_name in self.config_names
+
+    def _write(self, config, in_job: bool) -> None:
+        hydra_cfg = config.hydra
+        if in_job:
+            # The job's own dir minus its subdir: a launcher that runs jobs in other processes
+            # (submitit) may resolve ${now:...} in sweep.dir anew there.
+            output_dir = Path(str(hydra_cfg.runtime.output_dir))
+            depth = len(Path(str(hydra_cfg.sweep.subdir)).parts)
+            sweep_dir = output_dir.parents[depth - 1] if depth else output_dir
+        else:  # sweep.dir is relative to where the command was started
+            sweep_dir = Path(str(hydra_cfg.runtime.cwd)) / str(hydra_cfg.sweep.dir)
+        try:
+            write_report(sweep_dir, self.baseline_heads, self.bootstrap_samples)
+        except Exception:  # the report must never take a job or the sweep down with it
+            log.exception("could not write the ablation report for %s", sweep_dir)
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        if not self._applies(config):
+            return
+        from hydra.core.utils import JobStatus
+
+        if job_return.status == JobStatus.FAILED:
+            # job_return.return_value re-raises the job's exception; the stored one is enough.
+            error = job_return._return_value
+            job_dir = Path(str(config.hydra.runtime.output_dir))
+            try:  # read by translate.analysis.ablation as the job's failure reason
+                atomic_write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n")
+            except OSError:
+                log.exception("could not write %s", job_dir / "error.txt")
+        self._write(config, in_job=True)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        if self._applies(config):
+            self._write(config, in_job=False)

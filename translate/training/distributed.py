@@ -1,0 +1,226 @@
+"""Data-parallel training over the processes ``torchrun`` starts (DistributedDataParallel).
+
+``torchrun --nproc_per_node=N -m translate.train ...`` starts N copies of the training job and
+tells each its place through the environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``).
+:func:`from_env` reads them; a plain ``python -m translate.train`` sees no such variables and
+never touches ``torch.distributed``. Under torchrun :func:`init` joins the process group:
+``nccl`` with one GPU per process (``cuda:LOCAL_RANK``), ``gloo`` on the CPU.
+
+The division of labour (README "Multi-GPU", docs/scale_out.md):
+
+* every rank trains on its own share of each epoch's token batches (:func:`shard`) and
+  :class:`~torch.nn.parallel.DistributedDataParallel` averages the gradients, so N ranks with
+  ``accumulate_grad_batches=A`` take exactly the steps of one process with ``A*N``;
+* rank 0 alone validates, writes checkpoints, TensorBoard and ``results.json``, shows the
+  progress bar and scores the test split; the other ranks log warnings only;
+* stop decisions (time budget, signals, early stopping) are agreed on by all ranks, so they
+  stop at the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+import torch.distributed as tdist
+from torch import nn
+
+from translate.errors import UserError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Rank 0 validates (and at the end scores the test split) while the others wait in their next
+# collective; leave that room before a rank gives up on the others.
+TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place among the training processes (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        """True when several processes train together (DDP); False for a plain run."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that evaluates and writes the run's files."""
+        return self.rank == 0
+
+
+def from_env(environ: Mapping[str, str] = os.environ) -> Dist:
+    """The rank and world size torchrun exported; a single process when it did not."""
+    if "RANK" not in environ or "WORLD_SIZE" not in environ:
+        return Dist()
+    try:
+        rank, world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+        local = int(environ.get("LOCAL_RANK", rank))
+    except ValueError as err:
+        raise UserError(f"RANK/WORLD_SIZE/LOCAL_RANK must be integers ({err})") from err
+    if not 0 <= rank < world:
+        raise UserError(f"RANK={rank} is outside WORLD_SIZE={world}")
+    return Dist(rank, local, world)
+
+
+def init(d: Dist, device: torch.device) -> torch.device:
+    """Join the process group (``nccl`` on CUDA, ``gloo`` on the CPU); the device this rank
+    trains on: ``cuda:LOCAL_RANK`` on GPUs, else ``device`` unchanged. No-op for one process."""
+    if not d.enabled:
+        return device
+    if device.type == "cuda":
+        visible = torch.cuda.device_count()
+        if d.local_rank >= visible:
+            raise UserError(
+                f"LOCAL_RANK={d.local_rank} but only {visible} GPU(s) are visible; start at most "
+                f"{visible} processes per node (torchrun --nproc_per_node={visible})"
+            )
+        device = torch.device("cuda", d.local_rank)
+        torch.cuda.set_device(device)
+        tdist.init_process_group("nccl", timeout=TIMEOUT, device_id=device)
+    else:
+        tdist.init_process_group("gloo", timeout=TIMEOUT)
+    if d.is_main:
+        log.info(
+            "DistributedDataParallel: %d processes, backend %s, this one on %s",
+            d.world_size,
+            tdist.get_backend(),
+            device,
+        )
+    return device
+
+
+def shutdown() -> None:
+    """Leave the process group, if one was joined (also after an error)."""
+    if tdist.is_available() and tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+def wrap(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
+    """``model`` in DDP: parameters broadcast from rank 0, gradients averaged in backward.
+
+    Buffers are not re-broadcast every forward (the model's only buffers are constant
+    positional encodings), so rank 0 can validate on the bare model between steps.
+    """
+    ddp = nn.parallel.DistributedDataParallel
+    # torch >= 2.13 renamed the switch (and still syncs buffers once, at construction)
+    renamed = "forward_sync_buffers" in inspect.signature(ddp.__init__).parameters
+    no_buffer_sync = {"forward_sync_buffers" if renamed else "broadcast_buffers": False}
+    ids = [device.index] if device.type == "cuda" else None
+    return ddp(model, device_ids=ids, output_device=ids[0] if ids else None, **no_buffer_sync)
+
+
+def shard(order: Sequence[T], rank: int, world_size: int) -> list[T]:
+    """Rank ``rank``'s share of ``order``: items ``rank, rank + N, rank + 2N, ...`` of the
+    first ``N * (len(order) // N)`` (the ragged tail is dropped, so every rank takes the same
+    number of steps). The shares are disjoint, and for ``world_size=1`` the whole list."""
+    usable = len(order) - len(order) % world_size
+    return list(order[rank:usable:world_size])
+
+
+@contextlib.contextmanager
+def main_first(d: Dist) -> Iterator[None]:
+    """Rank 0 runs the body first (e.g. builds the tokenizer and data caches), the other ranks
+    after it (and find the caches built). No-op for one process."""
+    if d.enabled and not d.is_main:
+        tdist.barrier()
+    yield
+    if d.enabled and d.is_main:
+        tdist.barrier()
+
+
+def _device_of_group() -> torch.device:
+    if tdist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def max_all(values: Sequence[float]) -> list[float]:
+    """Element-wise maximum of ``values`` over the ranks (each rank passes the same length)."""
+    t = torch.tensor(list(values), dtype=torch.float64, device=_device_of_group())
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def broadcast(obj: T) -> T:
+    """Rank 0's ``obj`` on every rank (any picklable object)."""
+    box = [obj]
+    tdist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather(obj: T) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    out: list = [None] * tdist.get_world_size()
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def quiet_other_ranks(d: Dist) -> None:
+    """Ranks other than 0 log warnings and errors only (loggers given their own level, e.g. by
+    ``hydra.verbose=translate.training.step``, keep it), so the run's log is rank 0's story."""
+    if not d.is_main:
+        root = logging.getLogger()
+        root.setLevel(max(root.level, logging.WARNING))
+
+
+def adopt_run_dir(d: Dist, run_dir: Path) -> Path:
+    """Rank 0's run dir, on every rank.
+
+    Each rank runs Hydra, which names the default run dir after the second it started; ranks
+    that started a second later would otherwise get a dir of their own. Such a rank moves its
+    log file into rank 0's dir and removes the dir Hydra made for it, if that holds nothing
+    but Hydra's own files.
+    """
+    main_dir = Path(broadcast(str(run_dir)))
+    if d.is_main or main_dir.resolve() == run_dir.resolve():
+        return main_dir
+    root = logging.getLogger()
+    own = run_dir.resolve()
+    names = {".hydra"}
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == own:
+            name = Path(handler.baseFilename).name
+            names.add(name)
+            root.removeHandler(handler)
+            handler.close()
+            moved = logging.FileHandler(main_dir / name)
+            moved.setFormatter(handler.formatter)
+            moved.setLevel(handler.level)
+            root.addHandler(moved)
+    hydra_files = {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    made_by_hydra = run_dir.is_dir() and all(
+        p.name in names and (p.name != ".hydra" or {q.name for q in p.iterdir()} <= hydra_files)
+        for p in run_dir.iterdir()
+    )
+    if made_by_hydra:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return main_dir
+
+
+class NullWriter:
+    """Stands in for TensorBoard's ``SummaryWriter`` on ranks that write nothing."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

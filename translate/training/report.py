@@ -1,0 +1,152 @@
+"""The end of a training run: score its best checkpoint on the test split, measure latency,
+summarise its heads, and write ``test.hyp.txt``, ``test.ref.txt`` and ``results.json`` into
+the run dir (and the HParams summary to TensorBoard)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+
+from translate.analysis.heads import head_summary
+from translate.analysis.plots import log_hparams
+from translate.checkpoint import load_checkpoint
+from translate.io import atomic_write
+from translate.metrics import score
+from translate.nn.model import count_parameters
+from translate.runtime import peak_memory_mb
+from translate.training.loop import Run
+
+log = logging.getLogger(__name__)
+
+
+def finish_run(run: Run) -> dict:
+    """Score the best checkpoint on the test split and write the run's results; returns the
+    ``results.json`` dict. The trained model gets the best weights loaded into it."""
+    t, device = run.settings.trainer, run.trainer.device
+    train_peak_mb = peak_memory_mb(device)  # before decoding adds its own peak
+    if run.ckpts.best.is_file():
+        run.model.load_state_dict(load_checkpoint(run.ckpts.best, map_location=device)["model"])
+    test = run.corpus.splits["test"]
+    log.info(
+        "decoding %d test sentences (%s, beam %d)",
+        len(test.src_ids),
+        test.name,
+        run.settings.decode.beam_size,
+    )
+    hyp_ids, sentences_per_s = run.translator.timed_translate_ids(
+        test.src_ids, progress=t.progress_bar
+    )
+    hyps = run.corpus.tokenizer.decode(hyp_ids)
+    scores = score(hyps, test.tgt_text)
+    atomic_write(run.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps))
+    atomic_write(run.run_dir / "test.ref.txt", "".join(r + "\n" for r in test.tgt_text))
+    speed = {
+        "peak_mem_mb": train_peak_mb,
+        "latency_ms": run.translator.latency_ms(test.src_ids[: t.latency_sentences]),
+        "latency_sentences": min(t.latency_sentences, len(test.src_ids)),
+        "sentences_per_s": sentences_per_s,
+    }
+    results = _results(run, scores, speed, _heads(run))
+    atomic_write(run.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    _log_hparams(run, results)
+    run.writer.close()
+    log.info(
+        "test BLEU %.2f, chrF %.2f (%s, beam %d) | %s",
+        scores["bleu"],
+        scores["chrf"],
+        test.name,
+        run.settings.decode.beam_size,
+        scores["bleu_signature"],
+    )
+    log.info(
+        "latency %.1f ms/sentence (batch 1), %.1f sentences/s | outputs in %s",
+        speed["latency_ms"],
+        sentences_per_s,
+        run.run_dir,
+    )
+    return results
+
+
+def _heads(run: Run) -> dict | None:
+    """What the heads learned, cheaply (one teacher-forced pass over a dev prefix): mean
+    attention entropy per layer type and degenerate heads, for the heads-ablation report."""
+    analysis = run.settings.analysis
+    if not analysis.summary_sentences:
+        return None
+    summary = head_summary(
+        run.model,
+        run.corpus.splits["valid"],
+        run.trainer.device,
+        run.trainer.precision,
+        analysis,
+        run.corpus.max_src_len,
+        run.corpus.max_tgt_len,
+    )
+    step = run.progress.step
+    for kind, entropy in summary["entropy"].items():
+        run.writer.add_scalar(f"heads/entropy_{kind}", entropy, step)
+    run.writer.add_scalar("heads/degenerate", summary["degenerate_heads"], step)
+    log.info(
+        "heads: mean attention entropy %s; %d of %d heads degenerate",
+        ", ".join(f"{k} {v:.2f}" for k, v in summary["entropy"].items()),
+        summary["degenerate_heads"],
+        summary["total_heads"],
+    )
+    return summary
+
+
+def _results(run: Run, scores: dict, speed: dict, heads: dict | None) -> dict:
+    m, p, device = run.settings.model, run.progress, run.trainer.device
+    test = run.corpus.splits["test"]
+    return {
+        "status": "completed",
+        "heads": m.num_heads,
+        "d_k": m.d_model // m.num_heads,
+        "d_model": m.d_model,
+        "layers": {"encoder": m.num_encoder_layers, "decoder": m.num_decoder_layers},
+        "params": count_parameters(run.model),
+        "attention_impl": m.attention_impl,
+        "precision": run.trainer.precision,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "seed": run.settings.seed,
+        "steps": p.step,
+        "epochs_completed": p.epoch,
+        "train_minutes": p.train_seconds / 60,
+        "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
+        "dev_bleu": p.best_dev_bleu,
+        "best_step": p.best_step,
+        "test_split": test.name,
+        "bleu": scores["bleu"],
+        "chrf": scores["chrf"],
+        "sacrebleu_signature": scores["bleu_signature"],
+        "chrf_signature": scores["chrf_signature"],
+        "beam_size": run.settings.decode.beam_size,
+        **speed,
+        "head_summary": heads,
+        "checkpoint": str(run.ckpts.best if run.ckpts.best.is_file() else run.ckpts.last),
+        "hypotheses": str(run.run_dir / "test.hyp.txt"),
+    }
+
+
+def _log_hparams(run: Run, results: dict) -> None:
+    s, m = run.settings, run.settings.model
+    hparams = {
+        "heads": m.num_heads,
+        "d_model": m.d_model,
+        "d_ff": m.d_ff,
+        "encoder_layers": m.num_encoder_layers,
+        "decoder_layers": m.num_decoder_layers,
+        "attention_impl": m.attention_impl,
+        "precision": results["precision"],
+        "seed": s.seed,
+        "lr": s.optim.lr,
+        "beam_size": s.decode.beam_size,
+    }
+    metrics = {
+        "hparam/test_bleu": results["bleu"],
+        "hparam/dev_bleu": results["dev_bleu"],
+        "hparam/latency_ms": results["latency_ms"],
+    }
+    log_hparams(run.writer, hparams, metrics)

@@ -1,0 +1,155 @@
+"""The optimisation step and its state: label-smoothed loss under AMP, gradient accumulation
+and clipping, NaN/Inf guarding, and the resumable optimizer, scheduler and scaler state.
+Under DistributedDataParallel one update spans every rank's micro-batches (see ``step``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as tdist
+
+from translate.data.batching import Batch
+from translate.nn.loss import sequence_loss
+from translate.nn.model import Seq2SeqTransformer
+from translate.runtime import autocast
+from translate.schema import OptimSettings
+from translate.training.optim import make_optimizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepResult:
+    loss: float  # label-smoothed loss per target token (of all ranks' micro-batches)
+    nll: float  # negative log-likelihood per target token
+    grad_norm: float
+    lr: float
+    tokens: int  # source + target tokens, summed over all ranks
+    skipped: bool  # True when the loss or gradients were not finite
+
+
+class Trainer:
+    """Owns the model's optimisation. ``step`` takes the micro-batches of one update.
+
+    ``model`` is the bare module: its parameters, ``state_dict`` (so checkpoints never carry
+    DDP's ``module.`` prefix) and evaluation. Training runs through ``compiled_model`` (a
+    ``torch.compile``'d callable) if given, else ``ddp`` (the model wrapped in
+    ``DistributedDataParallel`` when several processes train together), else ``model``.
+    """
+
+    def __init__(
+        self,
+        model: Seq2SeqTransformer,
+        optim: OptimSettings,
+        device: torch.device,
+        precision: str,
+        pad_id: int,
+        compiled_model=None,
+        ddp: torch.nn.parallel.DistributedDataParallel | None = None,
+    ) -> None:
+        self.model = model
+        self.ddp = ddp
+        self.forward = compiled_model or ddp or model  # all share the model's parameters
+        self.world_size = tdist.get_world_size() if ddp is not None else 1
+        self.rank = tdist.get_rank() if ddp is not None else 0
+        self.device = device
+        self.precision = precision
+        self.pad_id = pad_id
+        self.label_smoothing = optim.label_smoothing
+        self.clip_norm = optim.clip_norm
+        self.optimizer, self.scheduler = make_optimizer(model.parameters(), optim)
+        # Loss scaling only for fp16; bf16 has fp32's range.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    def step(self, batches: list[Batch]) -> StepResult:
+        """One optimizer update over ``batches`` (gradient accumulation), loss normalised by
+        the total number of target tokens so accumulation equals one large batch.
+
+        Under DDP the update spans all ranks: the target-token total is summed over the ranks
+        (``T``), and each rank backpropagates ``world_size * loss_r / T``; DDP averages the
+        ranks' gradients (sum / ``world_size``), which leaves ``sum_r grad(loss_r) / T``, the
+        gradient of one process training on every rank's micro-batches. Gradients are
+        all-reduced once per update: ``no_sync`` on all micro-batches but the last.
+        """
+        self.model.train()
+        total_tgt = sum(b.num_tgt_tokens for b in batches)
+        tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
+        if self.ddp is not None:
+            total_tgt, tokens = self._sum_over_ranks([total_tgt, tokens], torch.int64).tolist()
+        loss_sum = nll_sum = 0.0
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            defer_sync = self.ddp is not None and i < len(batches) - 1
+            with self.ddp.no_sync() if defer_sync else contextlib.nullcontext():
+                with autocast(self.device, self.precision):
+                    logits = self.forward(batch.src, batch.tgt_in, batch.src_padding_mask)
+                loss, nll = sequence_loss(logits, batch.tgt_out, self.pad_id, self.label_smoothing)
+                self.scaler.scale(loss / total_tgt * self.world_size).backward()
+            loss_sum += loss.detach()
+            nll_sum += nll
+        if self.ddp is not None:
+            loss_sum, nll_sum = self._sum_over_ranks([loss_sum, nll_sum], torch.float32)
+        self.scaler.unscale_(self.optimizer)
+        params = self.model.parameters()
+        if self.clip_norm > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.clip_norm)
+        else:
+            grad_norm = torch.linalg.vector_norm(
+                torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None])
+            )
+        loss_value = float(loss_sum) / total_tgt
+        finite = math.isfinite(loss_value) and bool(torch.isfinite(grad_norm))
+        lr = self.optimizer.param_groups[0]["lr"]
+        if finite or self.scaler.is_enabled():
+            # With fp16 the scaler skips the update itself on inf/NaN grads and lowers the scale.
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        if finite:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if log.isEnabledFor(logging.DEBUG):
+            self._trace(batches, loss_value)
+        return StepResult(
+            loss=loss_value,
+            nll=float(nll_sum) / total_tgt,
+            grad_norm=float(grad_norm),
+            lr=lr,
+            tokens=tokens,
+            skipped=not finite,
+        )
+
+    def _sum_over_ranks(self, values: list, dtype: torch.dtype) -> torch.Tensor:
+        t = torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
+        tdist.all_reduce(t)
+        return t
+
+    def _trace(self, batches: list[Batch], loss: float) -> None:
+        """What this rank trained on and where its weights ended up, for checking DDP
+        (``hydra.verbose=translate.training.step``): ranks must differ in examples, never in
+        weights."""
+        checksum = sum(float(p.detach().double().sum()) for p in self.model.parameters())
+        log.debug(
+            "rank %d update: loss %.10g | params %.17g | examples %s",
+            self.rank,
+            loss,
+            checksum,
+            [b.indices for b in batches],
+        )
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
