@@ -114,6 +114,7 @@ class TrainerSettings:
     keep_last_checkpoints: int
     max_bad_steps: int
     resume: bool
+    overwrite: bool
     latency_sentences: int
     progress_bar: bool
 
@@ -181,9 +182,14 @@ class FilterSettings:
 @dataclass(frozen=True)
 class HubSettings:
     repo: str
-    revision: str
+    revision: str  # of the Parquet export: hf://datasets/{repo}@{revision}/{config}/{split}/{file}
     config: str
     file: str
+    # The release archive in the same repository, read when the Parquet export is missing or
+    # incomplete. conf/data/iwslt2017.yaml sets both; None (no fallback) only for the data
+    # config of a checkpoint written before these keys existed.
+    archive: str | None = None
+    archive_revision: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from translate.data import sources
+from translate.data import iwslt, sources
 from translate.data.batching import Batch, TokenBatchSampler, collate, make_loader
 from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.tokenizer import Tokenizer
@@ -49,7 +49,7 @@ def pairs(ds: datasets.Dataset, src="de", tgt="en") -> list[tuple[str, str]]:
 
 
 def test_release_folder_counts_skip_tags_and_extract_segs():
-    release = sources.IwsltRelease(RELEASE)
+    release = iwslt.IwsltRelease(RELEASE)
     train = pairs(release.split("train", ("de", "en")))
     assert len(train) == 6  # 13 lines, 7 of them <tags>
     assert not any(s.startswith("<") or t.startswith("<") for s, t in train)
@@ -76,7 +76,7 @@ def test_release_folder_counts_skip_tags_and_extract_segs():
 
 def test_release_without_its_files_says_what_path_must_be(tmp_path):
     with pytest.raises(UserError, match=r"train\.tags\.de-en\.de not found.*de-en\.tgz"):
-        sources.IwsltRelease(tmp_path).split("train", ("de", "en"))
+        iwslt.IwsltRelease(tmp_path).split("train", ("de", "en"))
 
 
 def test_release_with_unaligned_segs_names_both_files(tmp_path):
@@ -85,7 +85,7 @@ def test_release_with_unaligned_segs_names_both_files(tmp_path):
     en = folder / "IWSLT17.TED.tst2013.de-en.en.xml"
     en.write_text(en.read_text().replace('<seg id="1">', '<sex id="1">'))
     with pytest.raises(UserError) as err:
-        sources.IwsltRelease(tmp_path).split("test", ("de", "en"))
+        iwslt.IwsltRelease(tmp_path).split("test", ("de", "en"))
     message = str(err.value)
     assert f"{folder / 'IWSLT17.TED.tst2013.de-en.de.xml'} has 1 <seg> lines" in message
     assert f"{en} has 0" in message
@@ -95,7 +95,7 @@ def test_release_archive_reads_like_the_folder(tmp_path):
     archive = tmp_path / "de-en.tgz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(RELEASE / "de-en", arcname="de-en")
-    folder, packed = sources.IwsltRelease(RELEASE), sources.IwsltRelease(archive)
+    folder, packed = iwslt.IwsltRelease(RELEASE), iwslt.IwsltRelease(archive)
     for split in ("train", "validation", "test"):
         assert pairs(packed.split(split, ("de", "en"))) == pairs(folder.split(split, ("de", "en")))
 
@@ -378,7 +378,7 @@ def test_hub_connection_error_names_the_local_alternatives(tmp_path, monkeypatch
 def test_hub_parquet_is_used_when_reachable(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    release = sources.IwsltRelease(RELEASE)
+    release = iwslt.IwsltRelease(RELEASE)
 
     def from_release(builder, data_files):
         assert builder == "parquet"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from translate.data import sources
+from translate.data import iwslt, sources
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.tokenizer import (
     Tokenizer,
@@ -171,13 +171,11 @@ def _read_texts(
     """``{role: {lang: sentences}}``, each distinct split read once."""
     unique = list(dict.fromkeys(names.values()))
     if data.source == "iwslt2017" and data.path is None:
-        hub = data.hub
-        if hub is None:
+        if data.hub is None:
             raise UserError("data=iwslt2017 needs data.hub.* or data.path=<release archive>")
-        base = f"hf://datasets/{hub.repo}@{hub.revision}/{hub.config}"
-        by_name = sources.load_iwslt_hub({n: f"{base}/{n}/{hub.file}" for n in unique}, langs)
+        by_name = iwslt.load_iwslt_hub(data.hub, unique, langs, pair=data.pair)
     elif data.source == "iwslt2017":
-        release = sources.IwsltRelease(_path(data.path, "path"), pair=data.pair)
+        release = iwslt.IwsltRelease(_path(data.path, "path"), pair=data.pair)
         by_name = {n: release.split(n, langs) for n in unique}
     else:
         if data.source == "sample" and data.dir is None:
@@ -187,7 +185,30 @@ def _read_texts(
         read = sources.read_jsonl if data.source == "jsonl" else sources.read_text_pair
         by_name = {n: read(folder, n, langs) for n in unique}
     columns = {n: _columns(ds, langs) for n, ds in by_name.items()}
+    if "train" in names:
+        _check_has_text(data, names["train"], columns[names["train"]])
     return {role: columns[name] for role, name in names.items()}
+
+
+def _check_has_text(data: DataSettings, name: str, columns: dict[str, list[str]]) -> None:
+    """A training split whose lines are all blank on one side has no text to learn from (nor
+    to train the tokenizer on); an empty split is left to load_corpus's "has no pairs"."""
+    for lang, lines in columns.items():
+        if lines and not any(lines):
+            raise UserError(
+                f"the training split {name!r} ({_where(data, name, lang)}) has no {lang} text: "
+                f"all {len(lines)} lines are empty or whitespace; fill it or set "
+                "data.splits.train to another split"
+            )
+
+
+def _where(data: DataSettings, name: str, lang: str) -> str:
+    """Where split ``name`` of ``lang`` was read from, for error messages."""
+    if data.source == "iwslt2017":
+        return f"data.path={data.path}" if data.path else f"hub {data.hub.repo}"
+    folder = sources.sample_dir() if data.dir is None else _path(data.dir, "dir")
+    file = f"{name}.jsonl" if data.source == "jsonl" else f"{name}.{lang}"
+    return str(sources.find_file(folder, file))
 
 
 def _path(value: str | None, key: str) -> Path:

@@ -144,9 +144,16 @@ def _train(texts: Iterable[str], settings: Mapping[str, object]) -> bytes:
     model = io.BytesIO()
     spm.set_random_generator_seed(int(settings["seed"]))
     size = int(settings["input_sentence_size"])
+    sentences = (t for t in texts if t and not t.isspace())
+    first = next(sentences, None)
+    if first is None:  # SentencePiece would stop with an INTERNAL error
+        raise UserError(
+            "the training split has no text to train the tokenizer on (every line is empty or "
+            "whitespace); check the training files or data.splits.train"
+        )
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=(t for t in texts if t),
+            sentence_iterator=itertools.chain([first], sentences),
             model_writer=model,
             vocab_size=int(settings["vocab_size"]),
             model_type=str(settings["model_type"]),
