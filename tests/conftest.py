@@ -31,12 +31,18 @@ TINY = [
 SHORT_DECODE = ["decode.max_len_a=0", "decode.max_len_b=4"]
 
 
-def run_cli(module: str, *args: str, stdin: str | None = None, timeout: int = 120):
+def run_cli(module: str, *args: str, stdin: str | bytes | None = None, timeout: int = 120):
+    """``python -m module args`` as a user runs it; stdin as given (text is sent as UTF-8),
+    stdout and stderr decoded without any newline translation."""
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
-    return subprocess.run(
+    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+    proc = subprocess.run(
         [sys.executable, "-m", module, *args],
-        cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+        cwd=ROOT, input=data, capture_output=True, timeout=timeout, env=env,
     )  # fmt: skip
+    proc.stdout = proc.stdout.decode("utf-8", errors="replace")
+    proc.stderr = proc.stderr.decode("utf-8", errors="replace")
+    return proc
 
 
 def assert_one_line_error(proc, *fragments: str) -> None:

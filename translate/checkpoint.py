@@ -13,8 +13,10 @@ allowed by name (it only rebuilds an array) and the keys are renamed on load.
 
 from __future__ import annotations
 
+import errno
 import pickle
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -37,8 +39,30 @@ def _numpy_array_globals() -> list:
 
 
 def save_checkpoint(state: dict, path: Path) -> None:
-    """``torch.save`` atomically: a crash while saving never leaves a truncated file."""
-    atomic_write_with(path, lambda f: torch.save(state, f))
+    """``torch.save`` atomically: a crash while saving never leaves a truncated file, and a
+    full disk is one line that names the folder, the space needed and what is still intact."""
+    try:
+        atomic_write_with(path, lambda f: torch.save(state, f))
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        free = shutil.disk_usage(path.parent).free / 2**20
+        raise UserError(
+            f"no space left in {path.parent} while saving {path.name} ({free:,.0f} MiB free, a "
+            f"checkpoint needs about {_tensor_bytes(state) / 2**20:,.0f} MiB): the checkpoints "
+            "already there are intact; free some space, then resume with trainer.resume=true"
+        ) from None
+
+
+def _tensor_bytes(obj) -> int:
+    """Bytes of every tensor in a nested state (what dominates a checkpoint's size)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 
 def _refusal(path: Path, err: Exception) -> UserError:

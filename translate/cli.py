@@ -6,18 +6,34 @@ packages below it never do.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 
 T = TypeVar("T")
+
+
+def record_dir(output_dir: str) -> str:
+    """Where Hydra records this command's config in its run dir (``hydra.output_subdir``):
+    ``.hydra`` the first time, ``.hydra/runs/<time>`` once a run's record is there, so a
+    resume (or a refused second run) never overwrites the config the run was trained with."""
+    if (Path(output_dir) / ".hydra" / "config.yaml").exists():
+        return f".hydra/runs/{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
+    return ".hydra"
+
+
+# Registered on import: every entry point imports this module before Hydra composes.
+OmegaConf.register_new_resolver("translate_record_dir", record_dir, use_cache=True, replace=True)
 
 
 def in_multirun() -> bool:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error
 from translate.data.corpus import load_raw_split
-from translate.data.sources import read_lines
+from translate.data.sources import read_input_lines
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
@@ -30,7 +30,11 @@ def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
         raise UserError("give both src=<file> and ref=<file>, or neither to use the test split")
     if src is None:
         return load_raw_split(loaded.data, "test")
-    sources, references = read_lines(Path(src)), read_lines(Path(ref))
+    # Lines end at \n (or \r\n) only, as in translate; surrounding spaces do not count.
+    sources = [line.strip() for line in read_input_lines(Path(src))]
+    references = [line.strip() for line in read_input_lines(Path(ref))]
+    if not references:
+        raise UserError(f"{ref} has no lines: nothing to score")
     if len(sources) != len(references):
         raise UserError(
             f"{src} has {len(sources)} lines but {ref} has {len(references)}; "

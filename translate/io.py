@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from translate.errors import UserError
+
 
 @contextlib.contextmanager
 def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, Path]]:
@@ -54,3 +56,16 @@ def atomic_link(src: Path, dst: Path) -> None:
     except OSError:
         tmp.write_bytes(src.read_bytes())
     os.replace(tmp, dst)
+
+
+def check_output_file(path: str | os.PathLike, key: str) -> Path:
+    """``path`` as an output file that can be written, checked before any work (``key`` names
+    the argument): its folder exists and it is not a folder itself."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{key}={path} is a folder; name a file to write")
+    if not path.parent.is_dir():
+        raise UserError(f"{key}={path}: the folder {path.parent} does not exist; create it first")
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"{key}={path}: the folder {path.parent} is not writable")
+    return path

@@ -19,35 +19,33 @@ PRECISIONS = ("auto", "bf16", "fp16", "32")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; an unavailable GPU is a user error."""
+def resolve_device(name: str, key: str = "trainer.device") -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; an unavailable GPU is a user error.
+    ``key`` is the setting's name in the command's messages."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except RuntimeError as err:
-        raise UserError(
-            f"trainer.device={name!r} is not a device; use auto, cpu, cuda or cuda:N"
-        ) from err
+        raise UserError(f"{key}={name!r} is not a device; use auto, cpu, cuda or cuda:N") from err
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"trainer.device={name} but no CUDA GPU is visible; use trainer.device=cpu")
+        raise UserError(f"{key}={name} but no CUDA GPU is visible; use {key}=cpu")
     return device
 
 
-def resolve_precision(name: str, device: torch.device) -> str:
-    """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU."""
+def resolve_precision(name: str, device: torch.device, key: str = "trainer.precision") -> str:
+    """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU.
+    ``key`` is the setting's name in the command's messages."""
     name = str(name)
     if name not in PRECISIONS:
-        raise UserError(
-            f"trainer.precision={name} is unknown; choose one of {', '.join(PRECISIONS)}"
-        )
+        raise UserError(f"{key}={name} is unknown; choose one of {', '.join(PRECISIONS)}")
     if name == "auto":
         cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return "bf16" if cuda_bf16 else "32"
     if name == "fp16" and device.type != "cuda":
         raise UserError(
-            "trainer.precision=fp16 needs a CUDA GPU (fp16 autocast with loss scaling); "
-            "use trainer.precision=bf16 or 32 on the CPU"
+            f"{key}=fp16 needs a CUDA GPU (fp16 autocast with loss scaling); "
+            f"use {key}=bf16 or 32 on the CPU"
         )
     return name
 

@@ -14,9 +14,11 @@ import hydra
 from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, task_overrides
+from translate.errors import UserError
 from translate.settings import train_settings
 from translate.training import distributed
-from translate.training.loop import Run, fit, setup
+from translate.training.loop import Run, finished_results, fit, setup
+from translate.training.progress import Stopped, StopRequest
 from translate.training.report import finish_run
 
 log = logging.getLogger(__name__)
@@ -28,15 +30,26 @@ def train(cfg: DictConfig) -> dict:
     Returns the ``results.json`` dict. Under torchrun every process runs this as one rank of
     DistributedDataParallel (translate/training/distributed.py); rank 0 alone evaluates and
     writes, the other ranks return ``{"status": "completed", "rank": r, "steps": n,
-    "bleu": None}``.
+    "bleu": None}``. Resuming a finished run only reports its results.
     """
     settings = train_settings(cfg)
+    done = finished_results(settings)
+    if done is not None:
+        log.info(
+            "%s is finished (step %d, test BLEU %.2f): nothing to do; results in %s",
+            settings.run_dir,
+            done["steps"],
+            done["bleu"],
+            f"{settings.run_dir}/results.json",
+        )
+        return done
     dist = distributed.from_env()
+    run = None
     try:
         run = setup(settings, dist)
         stop_reason, sig = fit(run)
         if sig is not None:
-            _exit_with_resume_hint(run, stop_reason, sig)
+            _exit(run, f"stopped by {stop_reason} at step {run.progress.step}; saved", sig)
         log.info(
             "training stopped (%s) after %d steps, %.1f min",
             stop_reason,
@@ -50,26 +63,59 @@ def train(cfg: DictConfig) -> dict:
                 "steps": run.progress.step,
                 "bleu": None,
             }
-        return finish_run(run)
+        return _score(run)
+    except Stopped as stop:  # a second signal during training
+        if run is None:
+            raise SystemExit(128 + stop.signum) from None
+        _exit(
+            run,
+            f"second {stop}: stopped at once, without saving; the last checkpoint is",
+            stop.signum,
+        )
     finally:
+        if run is not None and run.lock is not None:
+            run.lock.release()
         if dist.enabled:
             distributed.shutdown()
 
 
-def _exit_with_resume_hint(run: Run, stop_reason: str, sig: int) -> None:
-    """A signal stopped training after a checkpoint: say how to resume, exit 128 + signal."""
+def _score(run: Run) -> dict:
+    """The end-of-run scoring; a signal stops it at once, and any failure says how to finish
+    it from the checkpoint training has already saved."""
+    try:
+        with StopRequest(immediate=True):
+            return finish_run(run)
+    except Stopped as stop:
+        what = f"{stop} while scoring the test split: training is complete and saved in"
+        _exit(run, what, stop.signum)
+    except UserError as err:
+        raise UserError(
+            f"{err}; training is complete and saved in {run.ckpts.last}: finish the scoring "
+            f"with {_resume_command(run)}"
+        ) from None
+
+
+def _resume_command(run: Run) -> str:
+    launcher = "torchrun <same options> -m" if run.dist.enabled else "python -m"
+    return " ".join(
+        [
+            f"{launcher} translate.train",
+            *(shlex.quote(o) for o in task_overrides()),
+            # Quoted twice: job dirs of sweeps hold '=' and ',' (Hydra) and the shell sees it too.
+            shlex.quote(f'hydra.run.dir="{run.run_dir}"'),
+            "trainer.resume=true",
+        ]
+    )
+
+
+def _exit(run: Run, what: str, sig: int) -> None:
+    """Say what a signal stopped and how to resume (once, from rank 0); exit 128 + signal."""
     log.log(
-        logging.WARNING if run.dist.is_main else logging.DEBUG,  # the resume command once
-        "stopped by %s at step %d; saved %s. Resume with:\n  %s %s %s trainer.resume=true",
-        stop_reason,
-        run.progress.step,
+        logging.WARNING if run.dist.is_main else logging.DEBUG,
+        "%s %s. Resume with:\n  %s",
+        what,
         run.ckpts.last,
-        "torchrun <same options> -m translate.train"
-        if run.dist.enabled
-        else "python -m translate.train",
-        " ".join(shlex.quote(o) for o in task_overrides()),
-        # Quoted twice: job dirs of sweeps hold '=' and ',' (Hydra) and the shell sees it too.
-        shlex.quote(f'hydra.run.dir="{run.run_dir}"'),
+        _resume_command(run),
     )
     raise SystemExit(128 + sig)
 

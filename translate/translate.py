@@ -1,8 +1,9 @@
 """Translate text with a checkpoint: ``python -m translate.translate checkpoint=<path>``.
 
 Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation per input line
-to stdout (or ``output=<file>``), so output stays aligned with input: empty and whitespace-only
-lines give empty lines. Lines longer than the model's maximum source length are translated
+to stdout (or ``output=<file>``), so output stays aligned with input: lines end at ``\n`` (or
+``\r\n``) alone, the same for stdin and files, and empty and whitespace-only lines give empty
+lines. Lines longer than the model's maximum source length are translated
 after truncation, with a warning on stderr. Batching by length happens internally.
 """
 
@@ -15,8 +16,9 @@ import hydra
 from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error
-from translate.data.sources import read_lines
+from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.translator import load_translator
+from translate.io import atomic_write, check_output_file
 from translate.settings import checkpoint_command, decode_settings, optional_path
 
 
@@ -31,12 +33,15 @@ def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="translate")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
-    source = optional_path(cfg, "input")
-    lines = read_lines(Path(source)) if source else sys.stdin.read().splitlines()
-    text = "".join(line + "\n" for line in translate_lines(cfg, lines))
     target = optional_path(cfg, "output")
+    if target:  # a bad output location fails now, not after all the decoding
+        check_output_file(target, "output")
+    source = optional_path(cfg, "input")
+    # One output line per input line: both split on \n (and \r\n) only.
+    lines = read_input_lines(Path(source)) if source else decode_input(sys.stdin.buffer.read())
+    text = "".join(line + "\n" for line in translate_lines(cfg, lines))
     if target:
-        Path(target).write_text(text, encoding="utf-8")
+        atomic_write(target, text)
     else:
         sys.stdout.write(text)
 

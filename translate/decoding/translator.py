@@ -174,8 +174,8 @@ def load_translator(
     ``decode`` replaces the checkpoint's decoding settings; ``data_overrides`` (a config node
     of ``data`` keys) are merged over the checkpoint's data config.
     """
-    torch_device = resolve_device(device)
-    precision = resolve_precision(precision, torch_device)
+    torch_device = resolve_device(device, key="device")
+    precision = resolve_precision(precision, torch_device, key="precision")
     ckpt = load_checkpoint(checkpoint)
     config = ckpt["config"]
     tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])

@@ -69,8 +69,12 @@ def checkpoint_state(
     }
 
 
-def resume(path: Path, trainer: Trainer, tokenizer: Tokenizer, dist: Dist) -> Progress:
-    """Restore ``trainer`` and the RNG states from ``path``; returns the saved counters."""
+def resume(
+    path: Path, trainer: Trainer, tokenizer: Tokenizer, dist: Dist, model_config: dict
+) -> Progress:
+    """Restore ``trainer`` and the RNG states from ``path``; returns the saved counters.
+    ``model_config`` (this run's ``model`` group) names what differs when the weights do not
+    fit."""
     ckpt = load_checkpoint(path, map_location=trainer.device)
     if ckpt["tokenizer"] != tokenizer.model_proto:
         raise UserError(
@@ -81,11 +85,27 @@ def resume(path: Path, trainer: Trainer, tokenizer: Tokenizer, dist: Dist) -> Pr
         trainer.load_state_dict(ckpt)
     except (RuntimeError, KeyError, ValueError) as err:
         raise UserError(
-            f"{path} does not fit this model config ({str(err).splitlines()[0]}); resume with the "
-            "run's original model settings (see its .hydra/config.yaml)"
-        ) from err
+            f"{path} does not fit this model config ({_mismatch(ckpt, model_config, err)}); "
+            "resume with the run's original model settings (see its .hydra/config.yaml)"
+        ) from None
     ranks = ckpt.get("rng_ranks") or []
     set_rng_state(ranks[dist.rank] if len(ranks) == dist.world_size > 1 else ckpt["rng"])
     progress = Progress(**ckpt["progress"])
     log.info("resumed from %s at step %d (epoch %d)", path, progress.step, progress.epoch)
     return progress
+
+
+def _mismatch(ckpt: dict, model_config: dict, err: Exception) -> str:
+    """The whole reason in one line: the settings that differ, else torch's first details."""
+    saved = ckpt["config"].get("model", {})
+    differ = [
+        f"model.{k}={saved[k]} in the checkpoint, {model_config[k]} here"
+        for k in sorted(model_config)
+        if k in saved and saved[k] != model_config[k]
+    ]
+    if differ:
+        return "; ".join(differ)
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    details = lines[1:] or lines  # torch's first line only says "Error(s) in loading ..."
+    more = f"; and {len(details) - 2} more" if len(details) > 2 else ""
+    return "; ".join(details[:2]) + more

@@ -9,6 +9,7 @@ checkpoint cadence (:func:`_checkpoint`). The end of a run (test scores, ``resul
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import signal
@@ -21,6 +22,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from translate.analysis.plots import log_attention
+from translate.checkpoint import load_checkpoint
 from translate.data.corpus import Corpus, load_corpus
 from translate.decoding.scoring import mean_nll
 from translate.decoding.translator import Translator
@@ -34,11 +36,13 @@ from translate.runtime import (
     rng_state,
     seed_everything,
 )
+from translate.schema import TrainerSettings
 from translate.settings import TrainSettings
 from translate.training import distributed
 from translate.training.checkpoints import CheckpointManager, checkpoint_state, resume
 from translate.training.distributed import Dist
 from translate.training.progress import Progress, StopRequest, TrainBar, TrainBatches
+from translate.training.rundir import RunLock, check_fresh
 from translate.training.step import StepResult, Trainer
 
 log = logging.getLogger(__name__)
@@ -58,6 +62,8 @@ class Run:
     writer: SummaryWriter | distributed.NullWriter
     progress: Progress = field(default_factory=Progress)
     window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens, start
+    lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
+    saved_step: int | None = None  # the step of the newest checkpoint this process wrote
 
     @property
     def model(self):
@@ -65,15 +71,48 @@ class Run:
 
 
 def setup(settings: TrainSettings, dist: Dist) -> Run:
-    """Device, data, model, optimizer, checkpoints (resumed if asked) and TensorBoard."""
+    """Device, the run dir (locked), data, model, optimizer, checkpoints (resumed if asked)
+    and TensorBoard."""
     t = settings.trainer
     distributed.quiet_other_ranks(dist)
     device = distributed.init(dist, resolve_device(t.device))
     precision = resolve_precision(t.precision, device)
-    run_dir = Path(settings.run_dir)
+    run_dir, lock = _claim_run_dir(settings, dist)
+    try:
+        run = _build(settings, dist, device, precision, run_dir)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    _log_start(run)
+    return run
+
+
+def _claim_run_dir(settings: TrainSettings, dist: Dist) -> tuple[Path, RunLock | None]:
+    """Rank 0 locks the run dir and checks that a fresh run overwrites nothing; every rank
+    learns the verdict, so none waits for a rank that has stopped."""
+    t, run_dir = settings.trainer, Path(settings.run_dir)
     if dist.enabled:
         run_dir = distributed.adopt_run_dir(dist, run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    lock, error = None, None
+    if dist.is_main:
+        try:
+            lock = RunLock(run_dir).acquire()
+            check_fresh(run_dir, t.resume, t.overwrite)
+        except UserError as err:
+            error = str(err)
+    if dist.enabled:
+        error = distributed.broadcast(error)
+    if error is not None:
+        if lock is not None:
+            lock.release()
+        raise UserError(error)
+    return run_dir, lock
+
+
+def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir: Path) -> Run:
+    t = settings.trainer
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     seed_everything(settings.seed)
@@ -92,7 +131,7 @@ def setup(settings: TrainSettings, dist: Dist) -> Run:
                 f"trainer.resume=true but {ckpts.last} does not exist; pass the run dir of the "
                 "interrupted run with hydra.run.dir=<run_dir>"
             )
-        progress = resume(ckpts.last, trainer, tok, dist)
+        progress = resume(ckpts.last, trainer, tok, dist, settings.config["model"])
     translator = Translator(
         model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.max_src_len
     )
@@ -103,9 +142,40 @@ def setup(settings: TrainSettings, dist: Dist) -> Run:
         if dist.is_main
         else distributed.NullWriter()
     )
-    run = Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
-    _log_start(run)
-    return run
+    return Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
+
+
+def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
+    """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
+    if p.step >= t.max_steps:
+        return f"max_steps={t.max_steps}"
+    if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
+        return f"max_minutes={t.max_minutes}"
+    if p.epoch >= t.max_epochs:
+        return f"max_epochs={t.max_epochs}"
+    patience = t.early_stopping_patience
+    if patience is not None and p.stale_validations >= patience:
+        return f"early stopping ({patience} validations without gain)"
+    return None
+
+
+def finished_results(settings: TrainSettings) -> dict | None:
+    """A resumed run that is already done: its last checkpoint reached a limit and its
+    ``results.json`` is complete for that step. Resuming it only reports those results."""
+    run_dir, t = Path(settings.run_dir), settings.trainer
+    results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
+    if not (t.resume and results_file.is_file() and last.is_file()):
+        return None
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ckpt = load_checkpoint(last)
+    progress = Progress(**ckpt["progress"])
+    done = results.get("status") == "completed" and results.get("steps") == progress.step
+    # Other model settings are no "nothing to do": the resume itself says what differs.
+    same_model = ckpt["config"].get("model") == settings.config["model"]
+    return results if done and same_model and limit_reached(progress, t) else None
 
 
 def _log_start(run: Run) -> None:
@@ -137,13 +207,11 @@ def fit(run: Run) -> tuple[str, int | None]:
     )
     reset_peak_memory(run.trainer.device)
     bar = TrainBar(p, t.max_steps, t.max_minutes, t.progress_bar and run.dist.is_main)
-    stop_reason = None
+    # A resumed run may already be at a limit (e.g. it stopped while scoring): no extra step.
+    stop_reason = limit_reached(p, t)
     with StopRequest() as stop, logging_redirect_tqdm():
         loop_start = time.perf_counter() - p.train_seconds
         while stop_reason is None:
-            if p.epoch >= t.max_epochs:
-                stop_reason = f"max_epochs={t.max_epochs}"
-                break
             for group in batches.epoch(p.epoch, p.batches_in_epoch, t.accumulate_grad_batches):
                 result = run.trainer.step(group)
                 p.batches_in_epoch += batches.consumed(group)
@@ -157,6 +225,10 @@ def fit(run: Run) -> tuple[str, int | None]:
                     break
             else:
                 p.epoch, p.batches_in_epoch = p.epoch + 1, 0
+                if p.epoch >= t.max_epochs:
+                    stop_reason = f"max_epochs={t.max_epochs}"
+                    if run.saved_step != p.step:  # the last step's checkpoint may be older
+                        _validate_and_checkpoint(run, stop_reason, None)
         bar.close()
     return stop_reason, stop.signal
 
@@ -289,4 +361,5 @@ def _checkpoint(run: Run, improved: bool) -> None:
             run.trainer, run.progress, run.settings.config, run.corpus.tokenizer, rngs
         )
         run.ckpts.save(state, run.progress.step, improved)
+    run.saved_step = run.progress.step
     run.writer.flush()

@@ -80,12 +80,25 @@ STOP_SIGNALS = tuple(
 )
 
 
+class Stopped(Exception):
+    """A stop signal that could not wait for a step boundary (see :class:`StopRequest`)."""
+
+    def __init__(self, signum: int, forced: bool) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.forced = signum, forced
+
+
 class StopRequest:
     """Turns SIGINT/SIGTERM (and SLURM's SIGUSR1/SIGUSR2 warning of the time limit) into a flag
-    checked at step boundaries (save, then exit)."""
+    checked at step boundaries (save, then exit).
 
-    def __init__(self) -> None:
+    A second signal cannot wait: it raises :class:`Stopped` (``forced``) at once. With
+    ``immediate=True`` (while scoring, where there is no step boundary) the first one does.
+    """
+
+    def __init__(self, immediate: bool = False) -> None:
         self.signal: int | None = None
+        self.immediate = immediate
         self._previous = {}
 
     def __enter__(self):
@@ -96,8 +109,8 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.signal is not None:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
+        if self.signal is not None or self.immediate:
+            raise Stopped(signum, forced=self.signal is not None)
         self.signal = signum
         log.warning(
             "%s received: saving a checkpoint at the next step boundary",

@@ -1,0 +1,76 @@
+"""`translate` and `evaluate` with bad files and input: one line, exit 2, nothing half-written;
+and one output line per input line, the same for stdin and files."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SHORT_DECODE, assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def ckpt(trained_run) -> str:
+    return trained_run[1]["checkpoint"]
+
+
+def translate(ckpt: str, *args: str, stdin: str | bytes | None = None):
+    return run_cli("translate.translate", f"checkpoint={ckpt}", "decode=greedy", *SHORT_DECODE,
+                   *args, stdin=stdin)  # fmt: skip
+
+
+def test_stdin_and_input_file_split_lines_alike(ckpt, tmp_path):
+    # \r, form feed and U+2028 inside a line do not end it; only \n (and \r\n) do.
+    text = "Der Hund.\r\nDie Katze\x0cschläft.\n\nEin Haus\u2028brennt.\rJa\n"
+    source = tmp_path / "in.de"
+    source.write_text(text, encoding="utf-8", newline="")
+    from_stdin = translate(ckpt, stdin=text)
+    from_file = translate(ckpt, f"input={source}")
+    assert from_stdin.returncode == from_file.returncode == 0, from_stdin.stderr
+    assert from_stdin.stdout == from_file.stdout
+    assert from_stdin.stdout.count("\n") == text.count("\n") == 4
+    assert from_stdin.stdout.split("\n")[2] == ""
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder"])
+def test_translate_with_a_bad_input_is_one_line(ckpt, tmp_path, kind):
+    source = tmp_path / "in.de"
+    if kind == "folder":
+        source.mkdir()
+    proc = translate(ckpt, f"input={source}")
+    assert_one_line_error(proc, "does not exist" if kind == "missing" else "is a folder")
+
+
+def test_an_output_in_a_missing_folder_fails_before_decoding(ckpt, tmp_path):
+    target = tmp_path / "nope" / "out.en"
+    proc = translate(ckpt, f"output={target}", stdin="Der Hund.\n")
+    assert_one_line_error(proc, "output=", "does not exist")
+    assert not target.parent.exists()
+
+
+def test_the_output_file_is_written_whole(ckpt, tmp_path):
+    target = tmp_path / "out.en"
+    proc = translate(ckpt, f"output={target}", stdin="Der Hund.\n\nDie Katze.\n")
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert target.read_text(encoding="utf-8").count("\n") == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["out.en"]  # no temporary file left
+
+
+def test_non_utf8_stdin_names_the_line(ckpt):
+    proc = translate(ckpt, stdin="Gr\u00fc\u00dfe\nK\u00e4se\n".encode("latin-1"))
+    assert_one_line_error(proc, "stdin, line 1", "not UTF-8")
+
+
+def test_fp16_on_the_cpu_names_the_commands_own_key(ckpt):
+    proc = translate(ckpt, "device=cpu", "precision=fp16", stdin="Hallo\n")
+    assert_one_line_error(proc, "precision=fp16 needs a CUDA GPU", "precision=bf16")
+    assert "trainer." not in proc.stderr
+
+
+@pytest.mark.parametrize("case", ["missing_ref", "empty"])
+def test_evaluate_with_bad_src_or_ref_is_one_line(ckpt, tmp_path, case):
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text("" if case == "empty" else "Der Hund.\n", encoding="utf-8")
+    if case == "empty":
+        ref.write_text("", encoding="utf-8")
+    proc = run_cli("translate.evaluate", f"checkpoint={ckpt}", f"src={src}", f"ref={ref}",
+                   f"hydra.run.dir={tmp_path / 'eval'}")  # fmt: skip
+    assert_one_line_error(proc, "does not exist" if case == "missing_ref" else "has no lines")

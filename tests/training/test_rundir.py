@@ -1,0 +1,247 @@
+"""Nothing lost: a run dir belongs to one run, resume is idempotent, and faults after
+training (a full disk, a signal while scoring, a second Ctrl-C) leave a resumable run."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, TINY, compose_config, run_cli
+
+from translate import checkpoint as checkpoint_module
+from translate.errors import UserError
+from translate.train import train
+from translate.training import rundir
+
+SHORT = ["trainer.max_steps=4", "trainer.val_every_n_steps=2", "trainer.latency_sentences=2"]
+
+
+def config(run: Path, cache_dir: Path, *overrides: str):
+    base = [*TINY, *SHORT, f"run_dir={run}", f"data.cache_dir={cache_dir}"]
+    return compose_config("train", [*base, *overrides])
+
+
+def snapshot(run: Path) -> dict[str, bytes]:
+    """Every file of a run dir, byte for byte (but a lock another process holds)."""
+    files = (p for p in sorted(run.rglob("*")) if p.is_file() and p.name != rundir.LOCK_NAME)
+    return {str(p.relative_to(run)): p.read_bytes() for p in files}
+
+
+@pytest.fixture(scope="module")
+def finished_template(tmp_path_factory, cache_dir) -> tuple[Path, dict]:
+    run = tmp_path_factory.mktemp("finished") / "run"
+    return run, train(config(run, cache_dir))
+
+
+@pytest.fixture
+def finished(finished_template, tmp_path) -> tuple[Path, dict]:
+    """``(run dir, results)`` of a finished 4-step run, a private copy for each test."""
+    template, results = finished_template
+    run = tmp_path / "run"
+    shutil.copytree(template, run)
+    return run, json.loads((run / "results.json").read_text())
+
+
+def test_a_fresh_run_into_a_used_dir_stops_and_changes_nothing(finished, cache_dir):
+    run, _ = finished
+    before = snapshot(run)
+    with pytest.raises(UserError) as err:
+        train(config(run, cache_dir, "seed=2"))
+    message = str(err.value)
+    assert "already holds a run" in message and "\n" not in message
+    for way in ("trainer.resume=true", "hydra.run.dir=", "trainer.overwrite=true"):
+        assert way in message
+    assert snapshot(run) == before
+
+
+def test_overwrite_replaces_the_earlier_run_on_request(finished, cache_dir):
+    run, first = finished
+    second = train(config(run, cache_dir, "trainer.overwrite=true", "trainer.max_steps=2"))
+    assert first["steps"] == 4 and second["steps"] == 2
+    assert json.loads((run / "results.json").read_text())["steps"] == 2
+    assert not (run / "checkpoints" / "step_00000004.pt").exists()
+
+
+def _hold_lock(run: Path) -> subprocess.Popen:
+    """Another process holding the run dir's lock, as a second training run would."""
+    code = (
+        "import sys; from pathlib import Path; from translate.training.rundir import RunLock; "
+        f"RunLock(Path({str(run)!r})).acquire(); print('locked', flush=True); sys.stdin.read()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_concurrent_run_fails_at_once_and_changes_nothing(finished, cache_dir):
+    run, _ = finished
+    before = snapshot(run)
+    holder = _hold_lock(run)
+    try:
+        with pytest.raises(UserError, match=rf"in use by another run \(pid {holder.pid} on"):
+            train(config(run, cache_dir, "trainer.resume=true", "trainer.max_steps=6"))
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_lock_of_a_dead_run_is_taken_over_with_a_warning(tmp_path, cache_dir, caplog):
+    run = tmp_path / "run"
+    holder = _hold_lock(run)
+    holder.kill()  # dies holding the lock: the OS frees it, the file still names the holder
+    holder.wait()
+    assert f"pid {holder.pid}" in (run / rundir.LOCK_NAME).read_text()
+    with caplog.at_level("WARNING", logger="translate.training.rundir"):
+        train(config(run, cache_dir, "trainer.max_steps=2"))
+    assert f"pid {holder.pid}" in caplog.text and "no longer running" in caplog.text
+    assert not (run / rundir.LOCK_NAME).exists()  # a clean end leaves no holder behind
+
+
+def test_an_unwritable_run_dir_is_one_line(tmp_path, cache_dir, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(rundir.os, "open", refuse)  # root ignores chmod: refuse the open itself
+    with pytest.raises(UserError, match="cannot write to the run dir .* hydra.run.dir="):
+        train(config(tmp_path / "run", cache_dir))
+
+
+def test_default_run_dirs_of_two_launches_differ():
+    cmd = [sys.executable, "-m", "translate.train", "--cfg", "hydra", "--resolve"]
+    cmd += ["-p", "hydra.run.dir"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in (0, 1)]
+    dirs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(d.startswith("outputs/runs/") for d in dirs) and dirs[0] != dirs[1]
+
+
+def test_resuming_a_finished_run_only_reports_it(finished, cache_dir):
+    run, results = finished
+    before = snapshot(run)
+    again = train(config(run, cache_dir, "trainer.resume=true"))
+    assert again == results and snapshot(run) == before
+    # More budget is not "finished": the run continues from its checkpoint.
+    longer = train(config(run, cache_dir, "trainer.resume=true", "trainer.max_steps=6"))
+    assert longer["steps"] == 6
+
+
+def test_a_failed_resume_changes_nothing_and_says_why_in_one_line(finished, cache_dir):
+    run, _ = finished
+    before = snapshot(run)
+    with pytest.raises(UserError) as err:
+        train(config(run, cache_dir, "trainer.resume=true", "model.d_model=64"))
+    message = str(err.value)
+    assert "model.d_model=32 in the checkpoint, 64 here" in message and "\n" not in message
+    assert snapshot(run) == before
+
+
+def test_a_failed_cli_resume_keeps_the_runs_hydra_record(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
+    assert run_cli("translate.train", *args, timeout=300).returncode == 0
+    record = (run / ".hydra" / "config.yaml").read_bytes()
+    proc = run_cli("translate.train", *args, "trainer.resume=true", "model.d_model=64")
+    assert proc.returncode == 2 and "model.d_model=32 in the checkpoint" in proc.stderr
+    assert (run / ".hydra" / "config.yaml").read_bytes() == record
+    (retry,) = (run / ".hydra" / "runs").iterdir()  # the failed command's own record
+    assert "d_model: 64" in (retry / "config.yaml").read_text()
+
+
+def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_to_do(
+    tmp_path, cache_dir, monkeypatch
+):
+    run = tmp_path / "run"
+    real_save, calls = torch.save, []
+
+    def save(obj, f):
+        calls.append(1)
+        if len(calls) > 1:  # the second checkpoint finds the disk full half-way
+            f.write(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, f)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", save)
+    with pytest.raises(UserError) as err:
+        train(config(run, cache_dir))
+    message = str(err.value)
+    assert "no space left in" in message and "MiB free" in message and "\n" not in message
+    assert "trainer.resume=true" in message
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "last.pt", "step_00000002.pt"]
+    assert (ckpts / "last.pt").read_bytes() == (ckpts / "step_00000002.pt").read_bytes()
+    assert not (run / rundir.LOCK_NAME).exists()
+
+
+def _signal_self_when(
+    monkeypatch, target, name: str, sig: int, times: int = 1, on_call: int = 1
+) -> None:
+    """Send ``sig`` to this process ``times`` times at the ``on_call``-th call of
+    ``target.name``."""
+    original, calls = getattr(target, name), []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == on_call:
+            for _ in range(times):
+                os.kill(os.getpid(), sig)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, wrapped)
+
+
+def test_a_signal_while_scoring_leaves_a_run_that_resume_finishes(
+    tmp_path, cache_dir, monkeypatch, caplog
+):
+    from translate.decoding.translator import Translator
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        _signal_self_when(patch, Translator, "timed_translate_ids", signal.SIGTERM)
+        with pytest.raises(SystemExit) as stop, caplog.at_level("WARNING"):
+            train(config(run, cache_dir))
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert (
+        "SIGTERM while scoring the test split" in caplog.text
+        and "trainer.resume=true" in caplog.text
+    )
+    assert not (run / "results.json").exists()
+    results = train(config(run, cache_dir, "trainer.resume=true"))
+    assert results["steps"] == 4  # scored, with no step past max_steps
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(
+    tmp_path, cache_dir, monkeypatch, caplog
+):
+    from translate.training.step import Trainer
+
+    run = tmp_path / "run"
+    _signal_self_when(monkeypatch, Trainer, "step", signal.SIGINT, times=2, on_call=3)
+    with pytest.raises(SystemExit) as stop, caplog.at_level("WARNING"):
+        train(config(run, cache_dir))
+    assert stop.value.code == 128 + signal.SIGINT
+    assert "second SIGINT: stopped at once, without saving" in caplog.text
+    ckpts = run / "checkpoints"
+    assert (ckpts / "last.pt").read_bytes() == (ckpts / "step_00000002.pt").read_bytes()
+    assert not (run / rundir.LOCK_NAME).exists()
+
+
+def test_an_over_long_validation_sentence_does_not_stop_training(finished, cache_dir):
+    """Every dev pair is longer than the evaluation batch: each is batched alone, training
+    goes on, and the checkpoints written before stay as they were."""
+    run, _ = finished
+    ckpts = run / "checkpoints"
+    before = {p.name: p.read_bytes() for p in ckpts.glob("step_*.pt")}
+    overrides = ["trainer.resume=true", "trainer.max_steps=6", "data.eval_max_tokens=4"]
+    results = train(config(run, cache_dir, *overrides))
+    assert results["steps"] == 6 and results["dev_bleu"] >= 0
+    assert {name: (ckpts / name).read_bytes() for name in before} == before

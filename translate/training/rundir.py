@@ -1,0 +1,91 @@
+"""A run dir belongs to one run: a lock held while it trains, and no silent overwrite.
+
+:class:`RunLock` holds an exclusive ``flock`` on ``<run_dir>/.lock`` for the run's lifetime,
+so a second run started into the same dir fails at once instead of mixing its checkpoints
+with the first's. The lock file names its holder (pid and host); the OS releases the lock
+when the process dies, and a later run that finds a dead holder's name takes over with a
+warning. :func:`check_fresh` stops a run that would train from scratch over another run's
+checkpoints and results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from translate.errors import UserError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
+# What a finished or interrupted run leaves that a fresh run would overwrite.
+RUN_OUTPUTS = ("checkpoints", "results.json", "test.hyp.txt", "test.ref.txt", "tensorboard")
+
+
+class RunLock:
+    """An exclusive lock on a run dir; :meth:`release` (or process exit) frees it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise UserError(
+                f"cannot write to the run dir {self.path.parent} ({err.strerror}); pass a "
+                "writable one with hydra.run.dir=<folder>"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(
+                f"{self.path.parent} is in use by another run ({holder}); wait for it to end, "
+                "or give this run its own hydra.run.dir=<folder>"
+            ) from None
+        previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if previous:  # a holder that released nothing: it died without cleaning up
+            log.warning("taking over the lock of a run that is no longer running (%s)", previous)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Free the lock and remove the file (a clean end leaves no holder behind)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            self.path.unlink()
+        os.close(self._fd)  # closing the descriptor releases the flock
+        self._fd = None
+
+
+def check_fresh(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """A run that trains from scratch needs a dir without another run's outputs: stop with
+    one line that offers the three ways on, or clear them when ``overwrite`` says so."""
+    if resume:
+        return
+    found = [name for name in RUN_OUTPUTS if (Path(run_dir) / name).exists()]
+    if not found:
+        return
+    if not overwrite:
+        raise UserError(
+            f"{run_dir} already holds a run ({', '.join(found)}); continue it with "
+            "trainer.resume=true, start a new one with hydra.run.dir=<new folder>, or replace "
+            "it with trainer.overwrite=true"
+        )
+    log.warning("trainer.overwrite=true: removing %s from %s", ", ".join(found), run_dir)
+    for name in found:
+        path = Path(run_dir) / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
