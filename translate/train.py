@@ -17,8 +17,8 @@ from translate.cli import exit_on_user_error, task_overrides
 from translate.errors import UserError
 from translate.settings import train_settings
 from translate.training import distributed
-from translate.training.loop import Run, finished_results, fit, setup
-from translate.training.progress import Stopped, StopRequest
+from translate.training.loop import Run, fit, setup
+from translate.training.progress import Stopped, StopRequest, finished_results
 from translate.training.report import finish_run
 
 log = logging.getLogger(__name__)

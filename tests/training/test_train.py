@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -222,3 +223,18 @@ def test_sequence_loss_equals_torch_cross_entropy():
             logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum"
         )
         torch.testing.assert_close(nll, plain)
+
+
+def test_the_first_lines_say_what_the_run_does(tiny_train_cfg, monkeypatch, caplog):
+    from translate.training import loop
+
+    monkeypatch.setattr(loop, "ETA_AFTER_STEPS", 2)  # 200 updates in a real run
+    with caplog.at_level("INFO", logger="translate.training.loop"):
+        train(tiny_train_cfg("trainer.max_steps=4", "trainer.val_every_n_steps=4"))
+    text = caplog.text
+    assert "device: CPU (cpu, " in text and "precision 32" in text
+    assert re.search(r"sdpa kernels: \w+ for causal self-attention, \w+ with padding masks", text)
+    assert "1,024 tokens per side x 1 accumulated x 1 processes = 1,024 padded" in text
+    assert re.search(
+        r"step 2: [\d.]+ steps/s, [\d,]+ tokens/s; .* ends in about \d+:\d\d:\d\d", text
+    )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend
 
 log = logging.getLogger(__name__)
 
@@ -357,3 +358,18 @@ class MultiHeadAttention(nn.Module):
             additive = mask.masked_fill(fully_masked, 0.0).to(q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
         return out.masked_fill(fully_masked, 0.0)  # (B, H, T, Dh)
+
+
+def sdpa_backend(
+    device: torch.device, dtype: torch.dtype, num_heads: int, head_dim: int, masked: bool
+) -> str:
+    """The kernel ``F.scaled_dot_product_attention`` picks for our calls of this shape (causal
+    without a mask, or with a padding mask), e.g. ``"flash_attention"``, to say in a run's
+    log; asks torch's (private) dispatcher, ``"unknown"`` where it cannot answer."""
+    q = torch.zeros(2, num_heads, 8, head_dim, device=device, dtype=dtype)  # (B, H, T, Dh)
+    mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool, device=device) if masked else None
+    try:
+        index = torch._fused_sdp_choice(q, q, q, mask, 0.0, not masked)
+        return SDPBackend(index).name.lower()
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return "unknown"

@@ -9,7 +9,7 @@ checkpoint cadence (:func:`_checkpoint`). The end of a run (test scores, ``resul
 
 from __future__ import annotations
 
-import json
+import datetime as dt
 import logging
 import math
 import signal
@@ -22,12 +22,12 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from translate.analysis.plots import log_attention
-from translate.checkpoint import load_checkpoint
 from translate.data.corpus import Corpus, load_corpus
 from translate.decoding.scoring import mean_nll
 from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.metrics import score
+from translate.nn.attention import sdpa_backend
 from translate.nn.model import count_parameters
 from translate.runtime import (
     reset_peak_memory,
@@ -36,16 +36,23 @@ from translate.runtime import (
     rng_state,
     seed_everything,
 )
-from translate.schema import TrainerSettings
 from translate.settings import TrainSettings
 from translate.training import distributed
 from translate.training.checkpoints import CheckpointManager, checkpoint_state, resume
 from translate.training.distributed import Dist
-from translate.training.progress import Progress, StopRequest, TrainBar, TrainBatches
+from translate.training.progress import (
+    Progress,
+    StopRequest,
+    TrainBar,
+    TrainBatches,
+    limit_reached,
+)
 from translate.training.rundir import RunLock, check_fresh
 from translate.training.step import StepResult, Trainer
 
 log = logging.getLogger(__name__)
+
+ETA_AFTER_STEPS = 200  # updates before the log says when the budget will end
 
 
 @dataclass
@@ -64,6 +71,7 @@ class Run:
     window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens, start
     lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
     saved_step: int | None = None  # the step of the newest checkpoint this process wrote
+    start_step: int = 0  # where this process started (> 0 when resumed)
 
     @property
     def model(self):
@@ -121,7 +129,7 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     tok = corpus.tokenizer
     model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
     ddp = distributed.wrap(model, device) if dist.enabled else None
-    compiled = torch.compile(ddp or model) if t.compile else None
+    compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
     trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled, ddp)
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
     progress = Progress()
@@ -142,55 +150,63 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
         if dist.is_main
         else distributed.NullWriter()
     )
-    return Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
-
-
-def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
-    """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
-    if p.step >= t.max_steps:
-        return f"max_steps={t.max_steps}"
-    if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
-        return f"max_minutes={t.max_minutes}"
-    if p.epoch >= t.max_epochs:
-        return f"max_epochs={t.max_epochs}"
-    patience = t.early_stopping_patience
-    if patience is not None and p.stale_validations >= patience:
-        return f"early stopping ({patience} validations without gain)"
-    return None
-
-
-def finished_results(settings: TrainSettings) -> dict | None:
-    """A resumed run that is already done: its last checkpoint reached a limit and its
-    ``results.json`` is complete for that step. Resuming it only reports those results."""
-    run_dir, t = Path(settings.run_dir), settings.trainer
-    results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
-    if not (t.resume and results_file.is_file() and last.is_file()):
-        return None
-    try:
-        results = json.loads(results_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    ckpt = load_checkpoint(last)
-    progress = Progress(**ckpt["progress"])
-    done = results.get("status") == "completed" and results.get("steps") == progress.step
-    # Other model settings are no "nothing to do": the resume itself says what differs.
-    same_model = ckpt["config"].get("model") == settings.config["model"]
-    return results if done and same_model and limit_reached(progress, t) else None
+    run = Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
+    run.start_step = progress.step
+    return run
 
 
 def _log_start(run: Run) -> None:
-    m = run.settings.model
+    """What the run is doing, in its first lines: model, device, precision, the attention
+    kernel, tokens per update, and where its outputs go."""
+    m, t, device = run.settings.model, run.settings.trainer, run.trainer.device
     log.info(
-        "model: %s parameters, %d heads, d_model %d, %s attention, precision %s on %s",
+        "model: %s parameters, %d heads, d_model %d, %s attention",
         f"{count_parameters(run.model):,}",
         m.num_heads,
         m.d_model,
         m.attention_impl,
-        run.trainer.precision,
-        run.trainer.device,
+    )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
+    log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
+    if m.attention_impl == "sdpa":
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.trainer.precision)
+        args = (device, dtype or torch.float32, m.num_heads, m.d_model // m.num_heads)
+        log.info(
+            "sdpa kernels: %s for causal self-attention, %s with padding masks",
+            sdpa_backend(*args, masked=False),
+            sdpa_backend(*args, masked=True),
+        )
+    per_update = run.corpus.max_tokens * t.accumulate_grad_batches * run.dist.world_size
+    log.info(
+        "batches: %s tokens per side x %d accumulated x %d processes = %s padded tokens/update",
+        f"{run.corpus.max_tokens:,}",
+        t.accumulate_grad_batches,
+        run.dist.world_size,
+        f"{per_update:,}",
     )
     log.info(
         "checkpoints: %s | TensorBoard: tensorboard --logdir %s", run.ckpts.directory, run.run_dir
+    )
+
+
+def _log_eta(run: Run) -> None:
+    """After the first ETA_AFTER_STEPS updates: the speed and when the budget will end."""
+    p, t = run.progress, run.settings.trainer
+    seconds_per_step = p.train_seconds / max(p.step, 1)
+    left = (t.max_steps - p.step) * seconds_per_step
+    if t.max_minutes is not None:
+        left = min(left, t.max_minutes * 60 - p.train_seconds)
+    end = dt.datetime.now() + dt.timedelta(seconds=max(left, 0))
+    log.info(
+        "step %d: %.2f steps/s, %s tokens/s; the budget (max_steps=%d%s) ends in about %s, at %s",
+        p.step,
+        1 / seconds_per_step,
+        f"{p.tokens / max(p.train_seconds, 1e-9):,.0f}",
+        t.max_steps,
+        "" if t.max_minutes is None else f", max_minutes={t.max_minutes}",
+        str(dt.timedelta(seconds=round(max(left, 0)))),
+        end.strftime("%Y-%m-%d %H:%M"),
     )
 
 
@@ -257,6 +273,8 @@ def _count_step(run: Run, result: StepResult) -> bool:
 
 def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
     p, t = run.progress, run.settings.trainer
+    if p.step == run.start_step + ETA_AFTER_STEPS and p.step < t.max_steps:
+        _log_eta(run)
     if p.step % t.log_every_n_steps != 0:
         bar.update(p)
         return

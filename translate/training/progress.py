@@ -1,19 +1,25 @@
-"""Training-loop state that outlives a step: counters a checkpoint saves, the epoch's batch
-order (so a resumed run skips exactly what it trained on), and stop requests by signal."""
+"""Training-loop state that outlives a step: counters a checkpoint saves and the limits they
+reach, the epoch's batch order (so a resumed run skips exactly what it trained on), stop
+requests by signal, and the progress bar."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from translate.checkpoint import load_checkpoint
 from translate.data.batching import Batch, TokenBatchSampler, collate
 from translate.data.corpus import EncodedSplit
 from translate.errors import UserError
+from translate.schema import TrainerSettings
+from translate.settings import TrainSettings
 from translate.training.distributed import shard
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,39 @@ class Progress:
     best_step: int = 0
     stale_validations: int = 0
     bad_steps: int = 0
+
+
+def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
+    """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
+    if p.step >= t.max_steps:
+        return f"max_steps={t.max_steps}"
+    if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
+        return f"max_minutes={t.max_minutes}"
+    if p.epoch >= t.max_epochs:
+        return f"max_epochs={t.max_epochs}"
+    patience = t.early_stopping_patience
+    if patience is not None and p.stale_validations >= patience:
+        return f"early stopping ({patience} validations without gain)"
+    return None
+
+
+def finished_results(settings: TrainSettings) -> dict | None:
+    """A resumed run that is already done: its last checkpoint reached a limit and its
+    ``results.json`` is complete for that step. Resuming it only reports those results."""
+    run_dir, t = Path(settings.run_dir), settings.trainer
+    results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
+    if not (t.resume and results_file.is_file() and last.is_file()):
+        return None
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ckpt = load_checkpoint(last)
+    progress = Progress(**ckpt["progress"])
+    done = results.get("status") == "completed" and results.get("steps") == progress.step
+    # Other model settings are no "nothing to do": the resume itself says what differs.
+    same_model = ckpt["config"].get("model") == settings.config["model"]
+    return results if done and same_model and limit_reached(progress, t) else None
 
 
 class TrainBatches:

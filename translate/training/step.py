@@ -53,7 +53,10 @@ class Trainer:
     ) -> None:
         self.model = model
         self.ddp = ddp
-        self.forward = compiled_model or ddp or model  # all share the model's parameters
+        # All three share the model's parameters. `is not None`, not `or`: bool() of a
+        # torch.compile wrapper asks the model for len() and fails.
+        wrapped = compiled_model if compiled_model is not None else ddp
+        self.forward = wrapped if wrapped is not None else model
         self.world_size = tdist.get_world_size() if ddp is not None else 1
         self.rank = tdist.get_rank() if ddp is not None else 0
         self.device = device
