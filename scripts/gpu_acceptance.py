@@ -249,12 +249,7 @@ def torchrun(args) -> dict:
     backend = next((w for w in ("nccl", "gloo") if f"backend {w}" in text), None)
     result.update(processes=procs, process_group=backend)
     expected = "nccl" if args.cuda else "gloo"
-    if procs == 1:
-        result["note"] = (
-            "1 process: translate trains without DDP (it joins a process group only "
-            "for WORLD_SIZE > 1); tests/cuda's DDP test covers nccl at world size 1"
-        )
-    elif result["status"] == "passed" and backend != expected:
+    if result["status"] == "passed" and backend != expected:
         result.update(status="failed", reason=f"DDP backend {backend}, expected {expected}")
     return result
 

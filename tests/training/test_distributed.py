@@ -311,3 +311,10 @@ def test_slurm_launcher_config_fits_the_plugin_and_requires_a_partition():
     assert launcher.gpus_per_task == 1 and launcher.tasks_per_node == 1
     assert OmegaConf.is_missing(launcher, "partition")
     assert local.hydra.launcher._target_ == LocalQueueConf._target_
+
+
+def test_torchrun_means_ddp_even_for_one_process():
+    """A single-GPU torchrun job trains with DDP (and so on nccl), as README promises."""
+    one = from_env({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+    assert one.enabled and one.is_main and one.world_size == 1
+    assert not from_env({}).enabled

@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -52,11 +52,15 @@ class Dist:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    # Started by torchrun: DDP even for one process (what a single-GPU torchrun job, and a
+    # test of the nccl path, expects). Not part of equality: it follows from the environment.
+    torchrun: bool = field(default=False, compare=False)
 
     @property
     def enabled(self) -> bool:
-        """True when several processes train together (DDP); False for a plain run."""
-        return self.world_size > 1
+        """True under torchrun, or whenever several processes train together (DDP); False
+        for a plain ``python -m translate.train``."""
+        return self.torchrun or self.world_size > 1
 
     @property
     def is_main(self) -> bool:
@@ -75,7 +79,7 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Dist:
         raise UserError(f"RANK/WORLD_SIZE/LOCAL_RANK must be integers ({err})") from err
     if not 0 <= rank < world:
         raise UserError(f"RANK={rank} is outside WORLD_SIZE={world}")
-    return Dist(rank, local, world)
+    return Dist(rank, local, world, torchrun=True)
 
 
 def init(d: Dist, device: torch.device) -> torch.device:
