@@ -219,14 +219,7 @@ def archive_url(hub: HubSettings) -> str:
 def load_parquet(urls: dict[str, str], langs: tuple[str, str]) -> dict[str, datasets.Dataset]:
     """``{split: url}`` Parquet files through ``datasets.load_dataset``; :class:`NotOnHub` when
     a file or split is missing, a one-line UserError when the hub cannot be reached."""
-    try:
-        loaded = datasets.load_dataset("parquet", data_files=urls)
-    except Exception as err:
-        if is_network_error(err):
-            raise UserError(hub_unreachable(_reason(err))) from err
-        if _is_not_found(err):
-            raise NotOnHub(_reason(err)) from err
-        raise
+    loaded = _from_hub(lambda: datasets.load_dataset("parquet", data_files=urls))
     missing = [split for split in urls if split not in loaded]
     if missing:
         raise NotOnHub(f"no split {missing[0]!r} in {urls[missing[0]]}")
@@ -242,13 +235,21 @@ def load_parquet(urls: dict[str, str], langs: tuple[str, str]) -> dict[str, data
 
 def download_archive(hub: HubSettings) -> str:
     """The local path of ``data.hub.archive``, downloaded (or reused from the hub's cache)."""
-    try:
-        return huggingface_hub.hf_hub_download(
+    return _from_hub(
+        lambda: huggingface_hub.hf_hub_download(
             repo_id=hub.repo,
             filename=hub.archive,
             repo_type="dataset",
             revision=hub.archive_revision,
         )
+    )
+
+
+def _from_hub(call):
+    """``call()``, with the hub's failures sorted: unreachable (a UserError, no fallback) or
+    not found (:class:`NotOnHub`, the caller may fall back); anything else propagates."""
+    try:
+        return call()
     except Exception as err:
         if is_network_error(err):
             raise UserError(hub_unreachable(_reason(err))) from err
