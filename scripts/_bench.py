@@ -1,6 +1,7 @@
 """What the three benchmark scripts share: common options, interleaved timing (wall clock and
-process CPU time) with warm-up and medians, a ``torch.profiler`` operator breakdown, a
-plain-text table, and the JSON report with the machine it ran on.
+process CPU time) with warm-up and medians, a ``torch.profiler`` operator breakdown, the
+machine's own large-GEMM reference (:class:`Gemm`), a plain-text table, and the JSON report
+with the machine it ran on.
 
 The scripts import it as a sibling module: Python puts a script's own folder on ``sys.path``.
 The package itself comes from the environment (``pip install -e .``).
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
@@ -187,6 +189,73 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
+
+
+GEMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+GEMM_WARMUP = 3  # untimed calls before the first timed one
+
+
+def add_gemm_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gemm-size",
+        type=int,
+        default=None,
+        help="side n of the n x n GEMM reference (default: 2048 on the CPU, 8192 on CUDA)",
+    )
+    parser.add_argument(
+        "--gemm-dtype",
+        choices=["auto", *GEMM_DTYPES],
+        default="auto",
+        help="dtype of the GEMM reference (auto: fp32 on the CPU, bf16 on CUDA)",
+    )
+
+
+class Gemm:
+    """The machine's own large-GEMM reference: ``C = A @ B`` (``torch.mm`` into a preallocated
+    ``C``) with square ``n x n`` operands of ``dtype`` on ``device``, at the session's thread
+    count; ``2 n^3`` FLOPs per call. The operands come from a private generator, so building it
+    leaves the global RNG (model initialisation, dropout) untouched."""
+
+    def __init__(self, device: torch.device, dtype_name: str, n: int, seed: int = 0) -> None:
+        self.device, self.dtype_name, self.n = device, dtype_name, n
+        dtype = GEMM_DTYPES[dtype_name]
+        gen = torch.Generator().manual_seed(seed)
+        self.a = torch.randn(n, n, generator=gen).to(device, dtype)
+        self.b = torch.randn(n, n, generator=gen).to(device, dtype)
+        self.c = torch.empty(n, n, device=device, dtype=dtype)
+        self.flops = 2 * n**3
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, device: torch.device) -> Gemm:
+        cuda = device.type == "cuda"
+        n = args.gemm_size or (8192 if cuda else 2048)
+        dtype_name = args.gemm_dtype if args.gemm_dtype != "auto" else ("bf16" if cuda else "fp32")
+        return cls(device, dtype_name, n, args.seed)
+
+    def __call__(self) -> Tensor:
+        return torch.mm(self.a, self.b, out=self.c)
+
+    def warm_up(self, calls: int = GEMM_WARMUP) -> None:
+        for _ in range(calls):
+            self()
+        sync(self.device)
+
+    def report(self, seconds: Sequence[Sequence[float]]) -> dict:
+        """The JSON section from the timed calls' wall seconds, grouped by round: ``tflops`` is
+        ``2 n^3`` over the median call; ``tflops_runs``, each round's calls together."""
+        calls = [s for round_ in seconds for s in round_]
+        return {
+            "op": f"torch.mm, {self.n} x {self.n} @ {self.n} x {self.n}",
+            "size": self.n,
+            "dtype": self.dtype_name,
+            "threads": torch.get_num_threads(),
+            "flops_per_call": self.flops,
+            "warmup_calls": GEMM_WARMUP,
+            "timed_calls": len(calls),
+            "call_s": median(calls),
+            "tflops": self.flops / median(calls) / 1e12,
+            "tflops_runs": [self.flops * len(r) / sum(r) / 1e12 for r in seconds],
+        }
 
 
 def bf16_peak_tflops(device: torch.device) -> float | None:

@@ -12,7 +12,8 @@ The baseline has the same widths, depths, dropouts and norm placement, and wraps
 ``nn.Transformer`` in our own :class:`translate.nn.model.TokenEmbedding` (the tied table scaled
 by ``sqrt(d_model)`` plus sinusoidal positions, and the tied output projection) initialised by
 our :func:`translate.nn.model.init_weights`, so both have the same parameter count and
-initialisation. All three train on the same batches with the same
+initialisation; both project to the vocabulary only at the real target positions (the
+``target_index`` that ``Trainer`` passes). All three train on the same batches with the same
 :class:`translate.training.step.Trainer`, with the optimiser settings of ``--optim`` (default
 ``conf/optim/adam_inverse_sqrt.yaml``: Adam, inverse-sqrt schedule, label smoothing 0.1,
 clipping at 1.0), precision and thread count. A timed step is ``Trainer.step``: forward, loss,
@@ -30,8 +31,19 @@ median over rounds. ``--cpu-time`` adds the same figures by process CPU time
 trains one more round per model under ``torch.profiler`` and prints its top operators by self
 time.
 
-``summary``: ``train_tokens_per_s_sdpa_vs_torch`` (target >= 1.0) and
-``train_tokens_per_s_manual_vs_torch`` (target >= 0.8).
+How close to the machine: each model's matmul FLOP/s (:func:`train_flops`, an explicit
+per-layer count, per round times its rounds per second) over the FLOP/s of the machine's own
+large GEMM measured in the same run (:class:`_bench.Gemm`: a square ``torch.mm``,
+``--gemm-size`` 2048 in fp32 on the CPU at the script's thread count, 8192 in bf16 on CUDA;
+``--gemm-dtype`` to change). It gets ``_bench.GEMM_WARMUP`` untimed calls after the models'
+warm-up, then takes a turn in the step-level interleaving, once per batch, as if it were one
+more model; its FLOP/s is ``2 n^3`` over the median timed call. The row's
+``matmul_efficiency`` is the model's FLOP/s over that.
+The ``batches`` section gives the batches' real/padded token ratio per side and overall.
+
+``summary``: ``train_tokens_per_s_sdpa_vs_torch`` (target >= 1.0),
+``train_tokens_per_s_manual_vs_torch`` (target >= 0.8) and ``train_matmul_efficiency`` (the
+sdpa model's matmul FLOP/s over the GEMM's; no target).
 """
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from translate.data.batching import Batch, TokenBatchSampler, collate
+from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
 from translate.runtime import resolve_precision
@@ -63,6 +75,7 @@ TARGETS = {
     "train_tokens_per_s_manual_vs_torch": (">=", 0.8),
 }
 OPTIM_CONF = _bench.ROOT / "conf" / "optim" / "adam_inverse_sqrt.yaml"
+GEMM = "gemm"  # the GEMM reference's turn in the interleaving
 COLUMNS = [
     ("model", "model", ""),
     ("params", "params", ""),
@@ -75,7 +88,11 @@ CPU_COLUMNS = [
     ("cpu_step_s", "CPU-s/step", ".3g"),
     ("cpu_vs_torch", "CPU vs torch", ".3f"),
 ]
-GPU_COLUMNS = [("tflops", "TFLOP/s", ".3g"), ("mfu", "MFU", ".1%")]
+FLOP_COLUMNS = [
+    ("tflops", "TFLOP/s", ".3g"),
+    ("matmul_efficiency", "of GEMM", ".3f"),
+    ("mfu", "MFU", ".1%"),
+]
 
 
 class TorchTransformer(nn.Module):
@@ -126,7 +143,15 @@ class TorchTransformer(nn.Module):
             self.transformer.decoder.norm = None
         init_weights(self)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask: Tensor | None = None):
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_padding_mask: Tensor | None = None,
+        target_index: Tensor | None = None,
+    ) -> Tensor:
+        """Logits ``(B, T, V)``, or ``(N, V)`` at the flat positions ``target_index (N,)`` only,
+        as :meth:`Seq2SeqTransformer.forward` (what ``Trainer`` asks for)."""
         T = tgt_in.size(1)
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
         out = self.transformer(
@@ -137,7 +162,9 @@ class TorchTransformer(nn.Module):
             memory_key_padding_mask=src_padding_mask,
             tgt_is_causal=True,
         )  # (B, T, D)
-        return self.embedding.project(out)  # (B, T, V)
+        if target_index is not None:
+            out = out.reshape(-1, out.size(-1)).index_select(0, target_index)  # (N, D)
+        return self.embedding.project(out)  # (B, T, V) or (N, V)
 
 
 # ---------------------------------------------------------------------------- batches
@@ -223,8 +250,17 @@ def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
 
 
 def train_flops(batch: Batch, args, vocab: int) -> float:
-    """Matmul FLOPs of one forward+backward (3x forward) over the padded batch; an estimate
-    that ignores norms, softmax, the loss and the optimizer."""
+    """Matmul FLOPs of one training step: an explicit per-layer count (not ``6 N tokens``),
+    2 FLOPs per multiply-add, forward x 3 for forward+backward (the backward computes the
+    gradients of both operands of every matmul). Per layer: the q/k/v/output projections, the
+    two feed-forward linears, attention's ``Q K^T`` and ``A V`` (full ``T x T`` in the decoder's
+    self-attention: no causal halving), and the decoder's cross-attention (q/output projections
+    on the target, k/v projections of the memory, ``Q K^T`` and ``A V`` over ``T x S``): over
+    the padded ``B x S`` and ``B x T`` positions, which the layers compute (the ``batches``
+    section's padding ratio says how much of that is real). Plus the tied vocabulary projection
+    over the real target tokens only: ``Trainer`` passes ``target_index``, and both models
+    project just those. Not counted: the embedding lookup (a gather), norms, softmax, dropout,
+    the loss and the optimizer."""
     B, S = batch.src.shape
     T = batch.tgt_in.size(1)
     D, F, L = args.d_model, args.d_ff, args.layers
@@ -233,45 +269,52 @@ def train_flops(batch: Batch, args, vocab: int) -> float:
         B * T * (4 * D * D + 2 * D * F) + 2 * B * T * T * D  # self-attention, feed-forward
         + B * T * 2 * D * D + B * S * 2 * D * D + 2 * B * T * S * D  # cross-attention
     )  # fmt: skip
-    macs = L * (enc + dec) + B * T * D * vocab  # + the tied output projection
+    macs = L * (enc + dec) + batch.num_tgt_tokens * D * vocab  # + the tied output projection
     return 3 * 2 * macs
 
 
 # ---------------------------------------------------------------------------- timing
 
 
-def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device) -> None:
+def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, gemm) -> None:
     """Kernels, allocator, Adam state; compiled models see every batch shape twice (the second
-    distinct shape recompiles with dynamic sizes), so no compile is timed."""
+    distinct shape recompiles with dynamic sizes), so no compile is timed. Then the GEMM."""
     warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
     for trainer in trainers.values():
         for i in range(warmup):
             trainer.step([batches[i % len(batches)]])
     _bench.sync(device)
+    gemm.warm_up()
 
 
-def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device):
-    """``(wall, cpu)``: per model, tokens per second of each round by wall-clock and by process
-    CPU time. Interleaved at the step: in round r every batch is trained on by every model in
-    turn, starting with model (r + batch index) mod 3, so a few seconds of interference from
-    elsewhere on the machine fall on all models alike."""
-    names = list(trainers)
-    wall: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, list[float]] = {name: [] for name in names}
+def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device, gemm):
+    """``(wall, cpu, gemm_s)``: per model, tokens per second of each round by wall-clock and by
+    process CPU time; the GEMM's wall seconds per call, by round. Interleaved at the step: in
+    round r every batch is trained on by every model in turn and the GEMM runs once, starting
+    with entry (r + batch index) mod (models + 1) of ``[*models, GEMM]``, so a few seconds of
+    interference from elsewhere on the machine fall on all of them alike."""
+    names = [*trainers, GEMM]
+    wall: dict[str, list[float]] = {name: [] for name in trainers}
+    cpu: dict[str, list[float]] = {name: [] for name in trainers}
+    gemm_s: list[list[float]] = []
     for r in range(rounds):
-        seconds = {name: [0.0, 0.0] for name in names}
-        tokens = dict.fromkeys(names, 0)
+        seconds = {name: [0.0, 0.0] for name in trainers}
+        tokens = dict.fromkeys(trainers, 0)
+        gemm_s.append([])
         for i, batch in enumerate(batches):
             shift = (r + i) % len(names)
             for name in names[shift:] + names[:shift]:
+                if name == GEMM:
+                    gemm_s[-1].append(_bench.timed(gemm, device)[1])
+                    continue
                 result, w, c = _bench.timed(lambda t=trainers[name], b=batch: t.step([b]), device)
                 tokens[name] += result.tokens
                 seconds[name][0] += w
                 seconds[name][1] += c
-        for name in names:
+        for name in trainers:
             wall[name].append(tokens[name] / seconds[name][0])
             cpu[name].append(tokens[name] / max(seconds[name][1], 1e-9))
-    return wall, cpu
+    return wall, cpu, gemm_s
 
 
 def profile_round(trainers: dict[str, Trainer], batches: list[Batch], args, device) -> dict:
@@ -286,14 +329,16 @@ def profile_round(trainers: dict[str, Trainer], batches: list[Batch], args, devi
 # ---------------------------------------------------------------------------- results
 
 
-def make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device) -> list[dict]:
+def make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device, gemm) -> list[dict]:
+    """One row per model; ``gemm``: the GEMM reference's JSON section (``Gemm.report``)."""
     tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
-    flops_per_round = sum(train_flops(b, args, vocab) for b in batches)
+    tflop_per_token = sum(train_flops(b, args, vocab) for b in batches) / tokens_per_round / 1e12
     peak = args.peak_tflops or _bench.bf16_peak_tflops(device)
     rows = []
     for name in runs:
         tps = _bench.median(runs[name])
-        achieved = flops_per_round * tps / tokens_per_round / 1e12  # TFLOP/s
+        achieved = tflop_per_token * tps  # TFLOP/s
+        per_round = [tflop_per_token * t / g for t, g in zip(runs[name], gemm["tflops_runs"])]
         row = {
             "model": name if name == "torch" else f"ours ({name})",
             "impl": name,
@@ -302,6 +347,8 @@ def make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device) -
             "tokens_per_s_runs": runs[name],
             "step_s": tokens_per_round / tps / len(batches),
             "tflops": achieved,
+            "matmul_efficiency": achieved / gemm["tflops"],
+            "matmul_efficiency_median_of_rounds": _bench.median(per_round),
             "mfu": achieved / peak if peak and precision == "bf16" else None,
         }
         if args.cpu_time:
@@ -327,21 +374,36 @@ def add_ratios(rows: list[dict], runs: dict, key: str, out: str) -> None:
             row[out + "_median_of_rounds"] = _bench.median(paired)
 
 
-def print_rows(rows: list[dict], batches: list[Batch], args, precision: str) -> None:
-    tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
-    padded = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
-    shapes = [tuple(b.src.shape) + (b.tgt_in.size(1),) for b in batches]
+def print_rows(rows: list[dict], batches: dict, gemm: dict, args, precision: str) -> None:
+    """The table, after a line on the batches' padding and one on the GEMM reference."""
+    shapes = [tuple(b["src_shape"]) + (b["tgt_shape"][1],) for b in batches["shapes"]]
+    ratio = batches["padding_ratio"]
     title = (
         f"\nTraining step, {args.data} batches (B, S, T) {shapes}, "
-        f"{tokens} tokens/round ({tokens / padded:.0%} of padded), "
-        f"precision {precision}, {torch.get_num_threads()} threads"
+        f"{batches['src_tokens'] + batches['tgt_tokens']} tokens/round; real/padded tokens: "
+        f"src {ratio['src']:.1%}, tgt {ratio['tgt']:.1%}, all {ratio['all']:.1%}\n"
+        f"GEMM reference: {gemm['op']} in {gemm['dtype']}, {gemm['threads']} threads: "
+        f"{gemm['tflops']:.4g} TFLOP/s (median of {gemm['timed_calls']} calls, "
+        f"{gemm['call_s'] * 1e3:.3g} ms each)\n"
+        f"precision {precision}, {torch.get_num_threads()} threads; 'of GEMM' = the model's "
+        "matmul TFLOP/s over the GEMM's"
     )
-    columns = COLUMNS + (CPU_COLUMNS if args.cpu_time else []) + GPU_COLUMNS
+    columns = COLUMNS + (CPU_COLUMNS if args.cpu_time else []) + FLOP_COLUMNS
     _bench.print_table(rows, columns, title=title)
 
 
-def batch_shapes(batches: list[Batch]) -> list[dict]:
-    return [
+def batch_report(batches: list[Batch]) -> dict:
+    """The ``batches`` section: token counts, every batch's shape and ``padding_ratio``, real
+    (non-pad) over padded tokens per side and overall (``{"src", "tgt", "all"}``, 1.0: no
+    padding, from :func:`translate.data.batching.padding_ratio`). Target tokens are
+    ``tgt_out``'s (what the loss counts); padded sizes are ``B x S`` and ``B x T``."""
+    counts = {
+        "src_tokens": sum(b.num_src_tokens for b in batches),
+        "src_padded": sum(b.src.numel() for b in batches),
+        "tgt_tokens": sum(b.num_tgt_tokens for b in batches),
+        "tgt_padded": sum(b.tgt_out.numel() for b in batches),
+    }
+    shapes = [
         {
             "src_shape": list(b.src.shape),
             "tgt_shape": list(b.tgt_in.shape),
@@ -350,6 +412,12 @@ def batch_shapes(batches: list[Batch]) -> list[dict]:
         }
         for b in batches
     ]
+    return {
+        "count": len(batches),
+        **counts,
+        "padding_ratio": padding_ratio(batches),
+        "shapes": shapes,
+    }
 
 
 # ---------------------------------------------------------------------------- main
@@ -379,6 +447,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--activation", choices=["relu", "gelu"], default="relu")
     parser.add_argument("--post-norm", action="store_true")
     parser.add_argument("--peak-tflops", type=float, default=None, help="for the MFU estimate")
+    _bench.add_gemm_args(parser)
     parser.add_argument(
         "--cpu-time", action="store_true", help="also report tokens per process CPU second"
     )
@@ -387,6 +456,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.batches = args.batches or (2 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
     return args
+
+
+def make_summary(rows: list[dict]) -> dict:
+    by_impl = {row["impl"]: row for row in rows}
+    summary = {
+        f"train_tokens_per_s_{impl}_vs_torch": by_impl.get(impl, {}).get("vs_torch")
+        for impl in ("sdpa", "manual")
+    }
+    summary["train_matmul_efficiency"] = by_impl.get("sdpa", {}).get("matmul_efficiency")
+    return summary
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -398,16 +477,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
         precision = resolve_precision(args.precision, device)
         batches, vocab = load_batches(args)
         trainers, params = make_trainers(args, vocab, optim, device, precision)
-        warm_up(trainers, batches, args, device)
-        runs, cpu_runs = train_rounds(trainers, batches, args.rounds, device)
-        rows = make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device)
-        by_impl = {row["impl"]: row for row in rows}
-        summary = {
-            f"train_tokens_per_s_{impl}_vs_torch": by_impl.get(impl, {}).get("vs_torch")
-            for impl in ("sdpa", "manual")
-        }
+        gemm = _bench.Gemm.from_args(args, device)
+        warm_up(trainers, batches, args, device, gemm)
+        runs, cpu_runs, gemm_s = train_rounds(trainers, batches, args.rounds, device, gemm)
+        gemm_info = gemm.report(gemm_s)
+        rows = make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device, gemm_info)
+        summary = make_summary(rows)
         profiles = profile_round(trainers, batches, args, device) if args.profile else None
-        print_rows(rows, batches, args, precision)
+        batch_info = batch_report(batches)
+        print_rows(rows, batch_info, gemm_info, args, precision)
         _bench.print_summary(summary, TARGETS)
         result = _bench.report(
             "bench_train",
@@ -418,10 +496,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
             targets={k: list(v) for k, v in TARGETS.items()},
             precision=precision,
             optim=dataclasses.asdict(optim),
-            batches=batch_shapes(batches),
-            tokens_per_round=sum(b.num_src_tokens + b.num_tgt_tokens for b in batches),
+            batches=batch_info,
+            tokens_per_round=batch_info["src_tokens"] + batch_info["tgt_tokens"],
             model_flops_per_round=sum(train_flops(b, args, vocab) for b in batches),
             bf16_peak_tflops=args.peak_tflops or _bench.bf16_peak_tflops(device),
+            gemm=gemm_info,
             rows=rows,
             **({"profile": profiles} if profiles is not None else {}),
         )

@@ -23,6 +23,7 @@ ENTRY_LAYER = {
     "translate.evaluate",
     "translate.translate",
     "translate.analyze",
+    "translate.average",
     "translate.data.__main__",
 }
 # Each package may import only the packages listed for it (and the top-level base modules).

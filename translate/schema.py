@@ -112,6 +112,7 @@ class TrainerSettings:
     early_stopping_patience: int | None
     checkpoint_every_n_steps: int
     keep_last_checkpoints: int
+    average_last_n: int
     max_bad_steps: int
     resume: bool
     overwrite: bool
@@ -135,6 +136,14 @@ class TrainerSettings:
             _positive(f"trainer.{key}", getattr(self, key))
         for key in ("max_minutes", "val_bleu_sentences", "early_stopping_patience", "num_threads"):
             _positive(f"trainer.{key}", getattr(self, key), allow_none=True)
+        _positive("trainer.average_last_n", self.average_last_n, allow_zero=True)
+        if self.average_last_n > self.keep_last_checkpoints:
+            raise UserError(
+                f"trainer.average_last_n={self.average_last_n} must be <= "
+                f"trainer.keep_last_checkpoints={self.keep_last_checkpoints}: only that many "
+                "step checkpoints are kept; raise trainer.keep_last_checkpoints or lower "
+                "trainer.average_last_n"
+            )
 
 
 @dataclass(frozen=True)

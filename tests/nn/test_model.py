@@ -174,3 +174,16 @@ def test_attention_maps_shapes_and_head_mask_option():
     torch.testing.assert_close(model(src, tgt, src_pad, head_mask=ones), model(src, tgt, src_pad))
     ones["decoder_cross"][0, 2] = 0
     assert not torch.allclose(model(src, tgt, src_pad, head_mask=ones), model(src, tgt, src_pad))
+
+
+@pytest.mark.parametrize("impl", ["manual", "sdpa"])
+def test_target_index_returns_the_logits_of_those_positions_only(impl):
+    model = tiny(impl=impl)
+    src, src_pad, tgt = batch()
+    real = torch.ones_like(tgt, dtype=torch.bool)
+    real[0, 3:], real[2, 1:] = False, False  # padded target positions
+    index = real.reshape(-1).nonzero().squeeze(1)  # (N,) row-major
+    selected = model(src, tgt, src_pad, target_index=index)
+    full = model(src, tgt, src_pad)
+    assert full.shape == (3, 5, V) and selected.shape == (int(real.sum()), V)
+    torch.testing.assert_close(selected, full[real], atol=1e-5, rtol=1e-5)

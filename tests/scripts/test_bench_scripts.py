@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from torch.utils.flop_counter import FlopCounterMode
 
 from translate.data.batching import length_sorted_batches
 from translate.nn.model import TokenEmbedding
@@ -24,6 +25,7 @@ NAMES = ("_bench", "bench_attention", "bench_train", "bench_decode")
 TINY_TRAIN = [
     "--quick", "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64",
     "--vocab", "100", "--max-tokens", "128", "--warmup", "1", "--threads", "1",
+    "--gemm-size", "256",
 ]  # fmt: skip
 
 
@@ -91,13 +93,17 @@ def test_bench_train_tiny(scripts, tmp_path, capsys):
         [
             "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--vocab", "100",
             "--max-tokens", "128", "--batches", "2", "--rounds", "2", "--warmup", "1",
-            "--threads", "1", "--json", str(out),
+            "--threads", "1", "--gemm-size", "256", "--json", str(out),
         ]
     )  # fmt: skip
     written = check_report(
         out,
         result,
-        {"train_tokens_per_s_sdpa_vs_torch", "train_tokens_per_s_manual_vs_torch"},
+        {
+            "train_tokens_per_s_sdpa_vs_torch",
+            "train_tokens_per_s_manual_vs_torch",
+            "train_matmul_efficiency",
+        },
         "bench_train",
     )
     rows = {row["impl"]: row for row in written["rows"]}
@@ -182,6 +188,45 @@ def test_bench_train_runs_without_cpu_time_or_profile(scripts, tmp_path, capsys)
     assert all("cpu_tokens_per_s" not in row for row in written["rows"])
     printed = capsys.readouterr().out
     assert "CPU vs torch" not in printed and "torch.profiler" not in printed
+    check_efficiency_and_padding(written, printed)
+
+
+def check_efficiency_and_padding(written: dict, printed: str) -> None:
+    """The --quick JSON: the GEMM reference, the models' share of its FLOP/s, the batches'
+    real/padded token ratios; and the printed lines that show them."""
+    assert 0 < written["summary"]["train_matmul_efficiency"] < 1.5
+    gemm = written["gemm"]
+    assert (gemm["size"], gemm["dtype"], gemm["threads"]) == (256, "fp32", 1)
+    assert gemm["timed_calls"] == 3 * 2 and len(gemm["tflops_runs"]) == 3  # --quick rounds
+    assert gemm["tflops"] == pytest.approx(gemm["flops_per_call"] / gemm["call_s"] / 1e12)
+    for row in written["rows"]:
+        assert 0 < row["matmul_efficiency"] < 1.5 and row["tflops"] > 0
+        assert row["matmul_efficiency"] == pytest.approx(row["tflops"] / gemm["tflops"])
+    sdpa = next(row for row in written["rows"] if row["impl"] == "sdpa")
+    assert written["summary"]["train_matmul_efficiency"] == sdpa["matmul_efficiency"]
+    batches = written["batches"]
+    assert all(0 < batches["padding_ratio"][side] <= 1 for side in ("src", "tgt", "all"))
+    real = batches["src_tokens"] + batches["tgt_tokens"]
+    padded = batches["src_padded"] + batches["tgt_padded"]
+    assert batches["padding_ratio"]["all"] == pytest.approx(real / padded)
+    assert batches["count"] == len(batches["shapes"]) == 2
+    assert "of GEMM" in printed and "GEMM reference: torch.mm, 256 x 256" in printed
+    assert "real/padded tokens: src" in printed
+
+
+def test_bench_train_flops_count_every_matmul(scripts):
+    """train_flops against torch's own count of one training step of the manual model, whose
+    attention is plain matmuls: projections, feed-forward, Q K^T, A V, the vocabulary
+    projection over the real targets, forward and backward."""
+    bench_train = scripts["bench_train"]
+    args = bench_train.parse_args([*TINY_TRAIN, "--models", "manual"])
+    batches, vocab = bench_train.load_batches(args)
+    optim = bench_train.load_optim(args.optim)
+    trainers, _ = bench_train.make_trainers(args, vocab, optim, torch.device("cpu"), "32")
+    for batch in batches:
+        with FlopCounterMode(display=False) as counter:
+            trainers["manual"].step([batch])
+        assert counter.get_total_flops() == bench_train.train_flops(batch, args, vocab)
 
 
 def test_bench_attention_profile(scripts, tmp_path, capsys):

@@ -27,9 +27,14 @@ def mean_nll(
     nll, tokens = 0.0, 0
     with eval_mode(model):
         for batch in batches:
+            # Logits for the real target positions only: padding costs no projection.
+            index = batch.target_index(model.pad_id).to(device)  # (N,), found on the host
             batch = batch.to(device)
             with autocast(device, precision):
-                logits = model(batch.src, batch.tgt_in, batch.src_padding_mask, head_mask)
-            nll += float(sequence_loss(logits, batch.tgt_out, model.pad_id)[1])
+                logits = model(
+                    batch.src, batch.tgt_in, batch.src_padding_mask, head_mask, index
+                )  # (N, V)
+            target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N,)
+            nll += float(sequence_loss(logits, target, model.pad_id)[1])
             tokens += batch.num_tgt_tokens
     return nll / tokens if tokens else math.nan

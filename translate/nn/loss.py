@@ -11,18 +11,22 @@ def sequence_loss(
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy and summed NLL over non-pad targets.
 
-    ``logits (B, T, V)`` in any dtype are scored in float32; ``target (B, T)``. One
+    ``logits (B, T, V)`` with ``target (B, T)``, or the real positions alone, ``logits (N, V)``
+    with ``target (N,)`` (``Seq2SeqTransformer.forward``'s ``target_index``): both are scored
+    position by position, so the sums agree. Logits in any dtype are scored in float32. One
     log-softmax serves both sums (fairseq's ``label_smoothed_nll_loss``): the vocabulary-sized
     tensors dominate a small model's step, so computing them once matters. The smoothed loss
     spreads ``label_smoothing`` uniformly over the vocabulary, as ``F.cross_entropy`` does.
     """
-    lprobs = torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.size(-1))  # (B*T, V)
-    gold = target.reshape(-1, 1)  # (B*T, 1)
-    keep = gold != pad_id
-    nll = -lprobs.gather(1, gold)[keep].sum()
+    lprobs = torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.size(-1))  # (M, V)
+    gold = target.reshape(-1, 1)  # (M, 1), M = B*T or N
+    # `where`, not boolean indexing: indexing makes the device count the kept rows (a host
+    # sync); `where` also keeps a NaN at a pad position out of the sums.
+    keep = gold != pad_id  # (M, 1)
+    nll = -torch.where(keep, lprobs.gather(1, gold), 0.0).sum()
     if label_smoothing == 0.0:
         return nll, nll.detach()
-    smooth = -lprobs.sum(dim=-1, keepdim=True)[keep].sum()
+    smooth = -torch.where(keep, lprobs.sum(dim=-1, keepdim=True), 0.0).sum()
     eps = label_smoothing
     loss = (1.0 - eps) * nll + eps / lprobs.size(-1) * smooth
     return loss, nll.detach()

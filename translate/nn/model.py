@@ -53,7 +53,7 @@ class TokenEmbedding(nn.Module):
         return self.dropout(x)
 
     def project(self, x: Tensor) -> Tensor:
-        """Hidden states ``(B, T, D)`` -> logits ``(B, T, V)`` through the tied table."""
+        """Hidden states ``(..., D)`` -> logits ``(..., V)`` through the tied table."""
         return x @ self.embed.weight.t()
 
 
@@ -197,6 +197,7 @@ class Seq2SeqTransformer(nn.Module):
         need_weights: bool,
         head_mask,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """Final decoder hidden states ``(B, T, D)``, before the vocabulary projection."""
         offset = 0 if cache is None else cache.length
         x = self.embedding(tgt, offset)
         self_ws, cross_ws = [], []
@@ -213,8 +214,7 @@ class Seq2SeqTransformer(nn.Module):
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
-        logits = self.embedding.project(self.decoder_norm(x))  # (B, T, V)
-        return logits, self_ws, cross_ws
+        return self.decoder_norm(x), self_ws, cross_ws
 
     def encode(
         self,
@@ -239,7 +239,8 @@ class Seq2SeqTransformer(nn.Module):
         new tokens; their positions continue after ``cache.length`` and the cache is updated
         in place (encoder K/V are projected once, at the first step).
         """
-        return self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
+        hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
+        return self.embedding.project(hidden)  # (B, T, V)
 
     def forward(
         self,
@@ -247,14 +248,26 @@ class Seq2SeqTransformer(nn.Module):
         tgt_in: Tensor,
         src_padding_mask: Tensor | None = None,
         head_mask: dict[str, Tensor] | None = None,
+        target_index: Tensor | None = None,
     ) -> Tensor:
         """Teacher-forced logits ``(B, T, V)`` for ``src (B, S)`` and ``tgt_in (B, T)``.
 
         Target padding sits at the end of each row; the causal mask keeps real tokens from
         seeing it and the loss ignores padded positions, so no target padding mask is needed.
+
+        ``target_index (N,)``: flat positions ``b * T + t`` of the real target tokens (row-major,
+        as ``Batch.target_index`` gives them); the logits are then ``(N, V)`` for those positions
+        only. The vocabulary projection and the loss's log-softmax dominate a small model's
+        step, so padding skips them. Indices rather than a boolean mask because their count
+        comes with the tensor's shape: selecting by a mask would need the device to count it
+        (a host sync) and would break a ``torch.compile`` graph.
         """
         memory = self.encode(src, src_padding_mask, head_mask)
-        return self.decode(tgt_in, memory, src_padding_mask, head_mask=head_mask)
+        hidden = self._decode(tgt_in, memory, src_padding_mask, None, False, head_mask)[0]
+        if target_index is not None:
+            hidden = hidden.reshape(-1, hidden.size(-1))  # (B*T, D), row-major positions
+            hidden = hidden.index_select(0, target_index)  # (N, D)
+        return self.embedding.project(hidden)  # (B, T, V) or (N, V)
 
     @torch.no_grad()
     def attention_maps(

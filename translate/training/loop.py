@@ -281,12 +281,17 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
     now = time.perf_counter()
     tps = run.window[0] / max(now - run.window[1], 1e-9)
     run.window[:] = [0, now]
-    bar.update(p, loss=f"{result.loss:.3f}", lr=f"{result.lr:.2e}", tok_s=f"{tps:,.0f}")
+    # Of this step's padded positions, the share that holds tokens: what batching wastes.
+    real = result.tokens / max(result.padded_tokens, 1)
+    bar.update(
+        p, loss=f"{result.loss:.3f}", lr=f"{result.lr:.2e}", tok_s=f"{tps:,.0f}", real=f"{real:.0%}"
+    )
     for name, value in (
         ("loss", result.loss),
         ("lr", result.lr),
         ("grad_norm", result.grad_norm),
         ("tokens_per_s", tps),
+        ("real_token_ratio", real),
     ):
         run.writer.add_scalar(f"train/{name}", value, p.step)
 

@@ -1,11 +1,18 @@
 """The end of a training run: score its best checkpoint on the test split, measure latency,
 summarise its heads, and write ``test.hyp.txt``, ``test.ref.txt`` and ``results.json`` into
-the run dir (and the HParams summary to TensorBoard)."""
+the run dir (and the HParams summary to TensorBoard).
+
+With ``trainer.average_last_n=N`` the last N ``step_*.pt`` are first averaged into
+``checkpoints/averaged.pt`` and scored on the dev prefix validation uses; the test split is
+then scored with whichever of ``best.pt`` and ``averaged.pt`` has the higher dev BLEU (a tie
+keeps ``best.pt``), and ``results.json`` says which (``scored_checkpoint``)."""
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -16,18 +23,28 @@ from translate.io import atomic_write
 from translate.metrics import score
 from translate.nn.model import count_parameters
 from translate.runtime import peak_memory_mb
+from translate.training.averaging import average_into, step_checkpoints
 from translate.training.loop import Run
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Scored:
+    """The checkpoint the test split is scored with, and what averaging found."""
+
+    name: str  # "best", "averaged", or "last" (no best.pt: the run never validated)
+    path: Path
+    averaged_dev_bleu: float | None = None  # None: averaging off or skipped
+    averaged_from: list[str] | None = None
+
+
 def finish_run(run: Run) -> dict:
-    """Score the best checkpoint on the test split and write the run's results; returns the
-    ``results.json`` dict. The trained model gets the best weights loaded into it."""
+    """Score the best (or the averaged) checkpoint on the test split and write the run's
+    results; returns the ``results.json`` dict. The trained model gets those weights."""
     t, device = run.settings.trainer, run.trainer.device
     train_peak_mb = peak_memory_mb(device)  # before decoding adds its own peak
-    if run.ckpts.best.is_file():
-        run.model.load_state_dict(load_checkpoint(run.ckpts.best, map_location=device)["model"])
+    scored = _choose_checkpoint(run)
     test = run.corpus.splits["test"]
     log.info(
         "decoding %d test sentences (%s, beam %d)",
@@ -48,7 +65,7 @@ def finish_run(run: Run) -> dict:
         "latency_sentences": min(t.latency_sentences, len(test.src_ids)),
         "sentences_per_s": sentences_per_s,
     }
-    results = _results(run, scores, speed, _heads(run))
+    results = _results(run, scores, speed, _heads(run), scored)
     atomic_write(run.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
     _log_hparams(run, results)
     run.writer.close()
@@ -67,6 +84,69 @@ def finish_run(run: Run) -> dict:
         run.run_dir,
     )
     return results
+
+
+def _choose_checkpoint(run: Run) -> Scored:
+    """Load into the model the weights the test split is scored with: best.pt's, or the
+    average of the last ``trainer.average_last_n`` step checkpoints when its dev BLEU is
+    higher."""
+    best = run.ckpts.best if run.ckpts.best.is_file() else run.ckpts.last
+    scored = Scored("best" if best == run.ckpts.best else "last", best)
+    averaged = _average_last(run)
+    if averaged is not None:
+        p = run.progress
+        better = averaged.averaged_dev_bleu > p.best_dev_bleu
+        log.info(
+            "dev BLEU: averaged.pt %.2f, %s (step %d) %.2f -> the test split is scored with %s",
+            averaged.averaged_dev_bleu,
+            best.name,
+            p.best_step,
+            p.best_dev_bleu,
+            "averaged.pt" if better else best.name,
+        )
+        if better:
+            return averaged  # its weights are in the model already
+        scored.averaged_dev_bleu = averaged.averaged_dev_bleu
+        scored.averaged_from = averaged.averaged_from
+    if best.is_file():
+        run.model.load_state_dict(load_checkpoint(best, map_location=run.trainer.device)["model"])
+    return scored
+
+
+def _average_last(run: Run) -> Scored | None:
+    """Average the last ``trainer.average_last_n`` step checkpoints into averaged.pt, load
+    it into the model and score it on the dev prefix; None when off or too few."""
+    n = run.settings.trainer.average_last_n
+    if not n:
+        return None
+    paths = step_checkpoints(run.ckpts.directory)[-n:]
+    if len(paths) < 2:
+        log.info(
+            "trainer.average_last_n=%d: %d step checkpoint(s) in %s, nothing to average",
+            n,
+            len(paths),
+            run.ckpts.directory,
+        )
+        return None
+    if len(paths) < n:
+        log.info("trainer.average_last_n=%d: only %d step checkpoints to average", n, len(paths))
+    output = run.ckpts.directory / "averaged.pt"
+    averaged = average_into(paths, output)
+    run.model.load_state_dict(averaged["model"])
+    bleu = _dev_bleu(run)
+    run.writer.add_scalar("dev/bleu_averaged", bleu, run.progress.step)
+    names = [path.name for path in paths]
+    log.info("averaged %s into %s", ", ".join(names), output)
+    return Scored("averaged", output, bleu, names)
+
+
+def _dev_bleu(run: Run) -> float:
+    """The model's dev BLEU as validation measures it (same prefix, same beam)."""
+    t, corpus = run.settings.trainer, run.corpus
+    valid = corpus.splits["valid"]
+    n = len(valid.src_ids) if t.val_bleu_sentences is None else t.val_bleu_sentences
+    ids = run.translator.translate_ids(valid.src_ids[:n], beam_size=t.val_beam_size)
+    return score(corpus.tokenizer.decode(ids), valid.tgt_text[:n])["bleu"]
 
 
 def _heads(run: Run) -> dict | None:
@@ -97,7 +177,7 @@ def _heads(run: Run) -> dict | None:
     return summary
 
 
-def _results(run: Run, scores: dict, speed: dict, heads: dict | None) -> dict:
+def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Scored) -> dict:
     m, p, device = run.settings.model, run.progress, run.trainer.device
     test = run.corpus.splits["test"]
     return {
@@ -115,8 +195,11 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None) -> dict:
         "epochs_completed": p.epoch,
         "train_minutes": p.train_seconds / 60,
         "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
-        "dev_bleu": p.best_dev_bleu,
+        "dev_bleu": p.best_dev_bleu,  # best.pt's
         "best_step": p.best_step,
+        "averaged_dev_bleu": scored.averaged_dev_bleu,
+        "averaged_from": scored.averaged_from,
+        "scored_checkpoint": scored.name,
         "test_split": test.name,
         "bleu": scores["bleu"],
         "chrf": scores["chrf"],
@@ -125,7 +208,7 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None) -> dict:
         "beam_size": run.settings.decode.beam_size,
         **speed,
         "head_summary": heads,
-        "checkpoint": str(run.ckpts.best if run.ckpts.best.is_file() else run.ckpts.last),
+        "checkpoint": str(scored.path),
         "hypotheses": str(run.run_dir / "test.hyp.txt"),
     }
 

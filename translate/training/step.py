@@ -29,6 +29,7 @@ class StepResult:
     grad_norm: float
     lr: float
     tokens: int  # source + target tokens, summed over all ranks
+    padded_tokens: int  # source + target positions with padding (rows * longest), all ranks
     skipped: bool  # True when the loss or gradients were not finite
 
 
@@ -81,16 +82,15 @@ class Trainer:
         self.model.train()
         total_tgt = sum(b.num_tgt_tokens for b in batches)
         tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
+        padded = sum(b.src.numel() + b.tgt_out.numel() for b in batches)
         if self.ddp is not None:
-            total_tgt, tokens = self._sum_over_ranks([total_tgt, tokens], torch.int64).tolist()
+            counts = self._sum_over_ranks([total_tgt, tokens, padded], torch.int64)
+            total_tgt, tokens, padded = counts.tolist()
         loss_sum = nll_sum = 0.0
         for i, batch in enumerate(batches):
-            batch = batch.to(self.device)
             defer_sync = self.ddp is not None and i < len(batches) - 1
             with self.ddp.no_sync() if defer_sync else contextlib.nullcontext():
-                with autocast(self.device, self.precision):
-                    logits = self.forward(batch.src, batch.tgt_in, batch.src_padding_mask)
-                loss, nll = sequence_loss(logits, batch.tgt_out, self.pad_id, self.label_smoothing)
+                loss, nll = self._loss(batch)
                 self.scaler.scale(loss / total_tgt * self.world_size).backward()
             loss_sum += loss.detach()
             nll_sum += nll
@@ -122,8 +122,21 @@ class Trainer:
             grad_norm=float(grad_norm),
             lr=lr,
             tokens=tokens,
+            padded_tokens=padded,
             skipped=not finite,
         )
+
+    def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed label-smoothed loss and NLL of one micro-batch, with logits for its real
+        target positions only (no vocabulary projection or log-softmax over padding)."""
+        index = batch.target_index(self.pad_id).to(self.device)  # (N,), found on the host
+        batch = batch.to(self.device)
+        with autocast(self.device, self.precision):
+            logits = self.forward(
+                batch.src, batch.tgt_in, batch.src_padding_mask, target_index=index
+            )  # (N, V)
+        target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N,)
+        return sequence_loss(logits, target, self.pad_id, self.label_smoothing)
 
     def _sum_over_ranks(self, values: list, dtype: torch.dtype) -> torch.Tensor:
         t = torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])

@@ -1,0 +1,166 @@
+"""Checkpoint averaging: the element-wise mean of the weights of a run's last checkpoints,
+as fairseq's ``scripts/average_checkpoints.py`` and Joey NMT do. A cheap ensemble: the mean of
+the last few checkpoints usually scores a little better than any one of them.
+
+The result is an inference checkpoint: the averaged ``model`` with the newest input's
+``config``, ``tokenizer``, ``step`` and ``progress``, plus ``averaged_from`` (the input files).
+The optimizer, scheduler, AMP scaler and RNG states are dropped: they belong to the newest
+input's weights, not to the mean, so resuming from them would silently continue another
+trajectory, and they make up about two thirds of the file. ``evaluate``, ``translate``,
+``analyze`` and :func:`~translate.decoding.translator.load_translator` read it like any other.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
+from translate.errors import UserError
+
+_STEP_FILE = re.compile(r"step_(\d+)\.pt")
+# What training's CheckpointManager owns in a checkpoints folder: never an averaging output.
+_RESERVED = ("last.pt", "best.pt")
+
+
+def step_checkpoints(directory: str | Path) -> list[Path]:
+    """The ``step_<N>.pt`` files in ``directory``, oldest first (by step, not by name)."""
+    found = [
+        (int(match[1]), path)
+        for path in Path(directory).glob("step_*.pt")
+        if (match := _STEP_FILE.fullmatch(path.name))
+    ]
+    return [path for _, path in sorted(found)]
+
+
+def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
+    """The newest ``n`` ``checkpoints/step_*.pt`` of a training run, oldest first."""
+    directory = Path(run_dir) / "checkpoints"
+    if not directory.is_dir():
+        raise UserError(f"{directory} does not exist; pass run_dir=<a training run's folder>")
+    found = step_checkpoints(directory)
+    if n > len(found):
+        raise UserError(
+            f"n={n} but {directory} holds {len(found)} step_*.pt checkpoint"
+            f"{'' if len(found) == 1 else 's'} (training keeps trainer.keep_last_checkpoints); "
+            f"pass n<={len(found)}"
+        )
+    return found[len(found) - n :]
+
+
+def check_output(output: str | Path) -> Path:
+    """Where an average may be written: in an existing folder, under a name training does
+    not own (``step_*.pt``, ``last.pt``, ``best.pt``)."""
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise UserError(
+            f"the folder of output={output} does not exist; create {output.parent} first"
+        )
+    if output.name in _RESERVED or _STEP_FILE.fullmatch(output.name):
+        raise UserError(
+            f"output={output}: {output.name} is a name training's checkpoints use; "
+            "choose another, e.g. averaged.pt"
+        )
+    if output.is_dir():
+        raise UserError(f"output={output} is a folder; pass a file name, e.g. averaged.pt")
+    return output
+
+
+def average_checkpoints(paths: list[str | Path]) -> dict:
+    """The element-wise mean of the ``model`` weights of ``paths`` as a loadable checkpoint.
+
+    Floating-point tensors are summed in float64 and cast back, so N copies of one checkpoint
+    give exactly its weights; integer and boolean buffers must be equal in every input.
+    Checkpoints of different model configs or tokenizers are refused with one line.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise UserError("no checkpoints to average")
+    first = newest = load_checkpoint(paths[0])
+    sums = {key: _start(value) for key, value in first["model"].items()}
+    for path in paths[1:]:
+        ckpt = load_checkpoint(path)
+        _check_compatible(paths[0], first, path, ckpt)
+        for key, value in ckpt["model"].items():
+            _accumulate(sums, key, value, path, paths[0])
+        if ckpt["step"] >= newest["step"]:
+            newest = ckpt
+        del ckpt
+    model = {
+        key: (total / len(paths)).to(first["model"][key].dtype) if _is_float(total) else total
+        for key, total in sums.items()
+    }
+    return {
+        "format_version": FORMAT_VERSION,
+        "model": model,
+        "config": newest["config"],
+        "tokenizer": newest["tokenizer"],
+        "step": newest["step"],
+        **({"progress": newest["progress"]} if "progress" in newest else {}),
+        "averaged_from": [str(p) for p in paths],
+    }
+
+
+def average_into(paths: list[str | Path], output: str | Path) -> dict:
+    """Average ``paths`` and write the result to ``output`` atomically; returns it."""
+    averaged = average_checkpoints(paths)
+    save_checkpoint(averaged, Path(output))
+    return averaged
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _start(value):
+    return value.to(torch.float64) if _is_float(value) else value
+
+
+def _accumulate(sums: dict, key: str, value, path: Path, first: Path) -> None:
+    if _is_float(value):
+        sums[key] += value.to(torch.float64)
+        return
+    same = (
+        torch.equal(sums[key], value)
+        if isinstance(value, torch.Tensor)
+        else type(sums[key]) is type(value) and sums[key] == value
+    )
+    if not same:
+        raise UserError(
+            f"cannot average {path} with {first}: their non-float entry model.{key} differs "
+            "(averaging needs it equal in every checkpoint)"
+        )
+
+
+def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> None:
+    """One line if ``ckpt`` cannot be averaged with ``first``: another model config, another
+    tokenizer, or weights of other names, shapes or types."""
+    why = f"cannot average {path} with {first_path}"
+    saved, here = first["config"].get("model", {}), ckpt["config"].get("model", {})
+    differ = [
+        f"model.{k}={saved.get(k)} in {first_path.name}, {here.get(k)} in {path.name}"
+        for k in sorted(set(saved) | set(here))
+        if saved.get(k) != here.get(k)
+    ]
+    if differ:
+        raise UserError(f"{why}: different model configs ({'; '.join(differ)})")
+    if ckpt["tokenizer"] != first["tokenizer"]:
+        raise UserError(f"{why}: they were trained with different tokenizers")
+    mine, theirs = first["model"], ckpt["model"]
+    if set(mine) != set(theirs):
+        key = sorted(set(mine) ^ set(theirs))[0]
+        raise UserError(f"{why}: model.{key} is in only one of them")
+    for key, value in theirs.items():
+        if _describe(value) != _describe(mine[key]):
+            raise UserError(
+                f"{why}: model.{key} is {_describe(mine[key])} in {first_path.name}, "
+                f"{_describe(value)} in {path.name}"
+            )
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
+    return type(value).__name__
