@@ -24,8 +24,8 @@ from translate.train import train
 from translate.training import report
 from translate.training.averaging import average_checkpoints, step_checkpoints
 from translate.training.checkpoints import CheckpointManager
+from translate.training.loop import dev_scores
 from translate.training.progress import Progress
-from translate.training.report import _dev_bleu as dev_bleu
 
 
 def _ckpt(path, weight, count=3, d_model=4, tokenizer=b"spm", step=1):
@@ -188,7 +188,7 @@ def test_the_test_split_is_scored_with_the_better_dev_bleu(
     trained_run, tmp_path, monkeypatch, averaged_bleu, chosen
 ):
     """best.pt has dev BLEU 10: a worse or equal average keeps it (its weights reloaded)."""
-    monkeypatch.setattr(report, "_dev_bleu", lambda run: averaged_bleu)
+    monkeypatch.setattr(report, "dev_scores", lambda run: {"bleu": averaged_bleu})
     run = _end_of_run(trained_run, tmp_path, steps=2, average_last_n=2)
     scored = report._choose_checkpoint(run)
     assert (scored.name, scored.averaged_dev_bleu) == (chosen, averaged_bleu)
@@ -211,7 +211,12 @@ def test_training_with_average_last_n_writes_averaged_pt_and_says_what_it_scored
 ):
     """The averaged dev BLEU is measured as validation does, then made better than best.pt's
     so that the test split is scored with it; validation runs once, at the stop."""
-    monkeypatch.setattr(report, "_dev_bleu", lambda run: dev_bleu(run) + 100.0)
+
+    def raised(run):  # the averaged weights' real dev scores, BLEU raised so they win
+        scores = dev_scores(run)
+        return {**scores, "bleu": scores["bleu"] + 100.0}
+
+    monkeypatch.setattr(report, "dev_scores", raised)
     cfg = tiny_train_cfg(
         "trainer.max_steps=3",
         "trainer.val_every_n_steps=100",

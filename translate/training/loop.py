@@ -329,19 +329,27 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
     return stop_reason
 
 
-def _validate(run: Run) -> bool:
-    """Dev loss, perplexity, BLEU and chrF, heatmaps to TensorBoard; True on a new best BLEU."""
-    p, t, corpus = run.progress, run.settings.trainer, run.corpus
+def dev_scores(run: Run) -> dict:
+    """BLEU and chrF of the model on the dev prefix and with the beam validation uses
+    (``trainer.val_bleu_sentences``, ``trainer.val_beam_size``)."""
+    t, corpus = run.settings.trainer, run.corpus
     valid = corpus.splits["valid"]
     n = len(valid.src_ids) if t.val_bleu_sentences is None else t.val_bleu_sentences
+    ids = run.translator.translate_ids(valid.src_ids[:n], beam_size=t.val_beam_size)
+    return score(corpus.tokenizer.decode(ids), valid.tgt_text[:n])
+
+
+def _validate(run: Run) -> bool:
+    """Dev loss, perplexity, BLEU and chrF, heatmaps to TensorBoard; True on a new best BLEU."""
+    p, corpus = run.progress, run.corpus
+    valid = corpus.splits["valid"]
     loss = mean_nll(
         run.model,
         valid.batches(corpus.eval_max_tokens),
         run.trainer.device,
         run.trainer.precision,
     )
-    ids = run.translator.translate_ids(valid.src_ids[:n], beam_size=t.val_beam_size)
-    scores = score(corpus.tokenizer.decode(ids), valid.tgt_text[:n])
+    scores = dev_scores(run)
     for name, value in (
         ("loss", loss),
         ("ppl", math.exp(min(loss, 50))),

@@ -24,7 +24,7 @@ from translate.metrics import score
 from translate.nn.model import count_parameters
 from translate.runtime import peak_memory_mb
 from translate.training.averaging import average_into, step_checkpoints
-from translate.training.loop import Run
+from translate.training.loop import Run, dev_scores
 
 log = logging.getLogger(__name__)
 
@@ -133,20 +133,11 @@ def _average_last(run: Run) -> Scored | None:
     output = run.ckpts.directory / "averaged.pt"
     averaged = average_into(paths, output)
     run.model.load_state_dict(averaged["model"])
-    bleu = _dev_bleu(run)
+    bleu = dev_scores(run)["bleu"]  # as validation measures it
     run.writer.add_scalar("dev/bleu_averaged", bleu, run.progress.step)
     names = [path.name for path in paths]
     log.info("averaged %s into %s", ", ".join(names), output)
     return Scored("averaged", output, bleu, names)
-
-
-def _dev_bleu(run: Run) -> float:
-    """The model's dev BLEU as validation measures it (same prefix, same beam)."""
-    t, corpus = run.settings.trainer, run.corpus
-    valid = corpus.splits["valid"]
-    n = len(valid.src_ids) if t.val_bleu_sentences is None else t.val_bleu_sentences
-    ids = run.translator.translate_ids(valid.src_ids[:n], beam_size=t.val_beam_size)
-    return score(corpus.tokenizer.decode(ids), valid.tgt_text[:n])["bleu"]
 
 
 def _heads(run: Run) -> dict | None:
