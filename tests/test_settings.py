@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TINY, compose_config
+from conftest import CONF, TINY, compose_config
+from hydra import compose, initialize_config_dir
 
 from translate.errors import UserError
 from translate.settings import train_settings
@@ -52,3 +53,15 @@ def test_numbers_where_text_is_expected_are_read_as_text():
     """``trainer.precision=32`` arrives from the command line as the integer 32."""
     assert settings("trainer.precision=32").trainer.precision == "32"
     assert settings("optim.lr=1").optim.lr == 1.0
+
+
+def test_the_multi30k_heads_study_is_one_command_of_equal_update_counts():
+    overrides = ["experiment=heads_ablation_multi30k", "data.dir=m30k"]
+    s = train_settings(compose_config("train", [*overrides, "run_dir=unused"]))
+    assert (s.trainer.max_minutes, s.trainer.max_steps) == (None, 1800)
+    assert s.data.source == "multi30k" and s.model.d_model == 256
+    assert s.trainer.average_last_n == 5
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        full = compose("train", overrides, return_hydra_config=True)
+    params = full.hydra.sweeper.params
+    assert params.heads == "1,4,8,16" and params.seed == "1,2,3"
