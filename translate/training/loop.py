@@ -1,10 +1,10 @@
 """The training loop: :func:`setup` builds everything a run works with, :func:`fit` trains it
 until a limit, early stopping or a signal, validating and checkpointing on the way.
 
-Each piece has a name: one update and its logging (:func:`_train_step`), the stop decision
-(:func:`_stop_reason`, agreed by all ranks under DDP), validation (:func:`_validate`) and the
-checkpoint cadence (:func:`_checkpoint`). The end of a run (test scores, ``results.json``) is
-:mod:`translate.training.report`.
+Each piece has a name: counting and logging an update (:func:`_count_step`, :func:`_log_step`),
+the stop decision (:func:`_stop_reason`, agreed by all ranks under DDP), validation
+(:func:`_validate`) and the checkpoint cadence (:func:`_checkpoint`). The end of a run (test
+scores, ``results.json``) is :mod:`translate.training.report`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ from translate.training.progress import (
     StopRequest,
     TrainBar,
     TrainBatches,
+    budget_reached,
+    early_stopped,
     limit_reached,
 )
 from translate.training.rundir import RunLock, check_fresh
@@ -242,7 +244,7 @@ def fit(run: Run) -> tuple[str, int | None]:
             else:
                 p.epoch, p.batches_in_epoch = p.epoch + 1, 0
                 if p.epoch >= t.max_epochs:
-                    stop_reason = f"max_epochs={t.max_epochs}"
+                    stop_reason = limit_reached(p, t)
                     if run.saved_step != p.step:  # the last step's checkpoint may be older
                         _validate_and_checkpoint(run, stop_reason, None)
         bar.close()
@@ -299,15 +301,12 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
 def _stop_reason(run: Run, stop: StopRequest) -> str | None:
     """A step or time limit, or a signal; under DDP every rank agrees on the clock and on
     signals first, so all stop after the same step."""
-    p, t = run.progress, run.settings.trainer
+    p = run.progress
     if run.dist.enabled:
         p.train_seconds, sig = distributed.max_all([p.train_seconds, stop.signal or 0])
         stop.signal = int(sig) or None
-    if p.step >= t.max_steps:
-        return f"max_steps={t.max_steps}"
-    if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
-        return f"max_minutes={t.max_minutes}"
-    return signal.Signals(stop.signal).name if stop.signal else None
+    budget = budget_reached(p, run.settings.trainer)
+    return budget or (signal.Signals(stop.signal).name if stop.signal else None)
 
 
 def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None) -> str | None:
@@ -319,9 +318,7 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
     improved = False
     if validate_now and run.dist.is_main:  # the other ranks wait for its verdict
         improved = _validate(run)
-        patience = t.early_stopping_patience
-        if patience is not None and p.stale_validations >= patience:
-            stop_reason = stop_reason or f"early stopping ({patience} validations without gain)"
+        stop_reason = stop_reason or early_stopped(p, t)
     if validate_now and run.dist.enabled:
         stop_reason = distributed.broadcast(stop_reason)  # early stopping
     if validate_now or stop_reason or p.step % t.checkpoint_every_n_steps == 0:

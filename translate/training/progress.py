@@ -40,18 +40,27 @@ class Progress:
     bad_steps: int = 0
 
 
-def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
-    """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
+def budget_reached(p: Progress, t: TrainerSettings) -> str | None:
+    """Which budget ``p`` has used up (``trainer.max_steps`` or ``max_minutes``), if any."""
     if p.step >= t.max_steps:
         return f"max_steps={t.max_steps}"
     if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
         return f"max_minutes={t.max_minutes}"
-    if p.epoch >= t.max_epochs:
-        return f"max_epochs={t.max_epochs}"
+    return None
+
+
+def early_stopped(p: Progress, t: TrainerSettings) -> str | None:
+    """Early stopping's verdict: ``trainer.early_stopping_patience`` validations without gain."""
     patience = t.early_stopping_patience
     if patience is not None and p.stale_validations >= patience:
         return f"early stopping ({patience} validations without gain)"
     return None
+
+
+def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
+    """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
+    epochs = f"max_epochs={t.max_epochs}" if p.epoch >= t.max_epochs else None
+    return budget_reached(p, t) or epochs or early_stopped(p, t)
 
 
 def finished_results(settings: TrainSettings) -> dict | None:
