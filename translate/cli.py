@@ -40,6 +40,15 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def sweep_job() -> str | None:
+    """A multirun job's name, its overrides as its dir is named (``heads=4,seed=2``); None
+    outside a multirun."""
+    if not in_multirun():
+        return None
+    job = HydraConfig.get().job
+    return job.override_dirname or f"job {job.num}"
+
+
 def task_overrides(drop_prefix: str = "trainer.resume") -> list[str]:
     """The command line's overrides (for the resume hint), without ``drop_prefix`` ones."""
     if not HydraConfig.initialized():

@@ -133,9 +133,12 @@ class TrainSettings:
     seed: int
     run_dir: str
     config: dict
+    # A multirun job's name (``heads=4,seed=2``), None for a single run: with trainer.resume a
+    # sweep job that has no checkpoint yet starts, where a single run stops (a mistyped dir).
+    sweep_job: str | None = None
 
 
-def train_settings(cfg: DictConfig) -> TrainSettings:
+def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettings:
     """Validate the composed training config; raises UserError on the first problem."""
     try:
         run_dir = str(cfg.run_dir)
@@ -155,6 +158,7 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
         seed=_typed(plain(cfg.seed, "seed"), int, "seed"),
         run_dir=run_dir,
         config=plain(cfg, "config"),
+        sweep_job=sweep_job,
     )
 
 

@@ -109,6 +109,10 @@ class AblationReportCallback(Callback):
         except Exception:  # the report must never take a job or the sweep down with it
             log.exception("could not write the ablation report for %s", sweep_dir)
 
+    def on_job_start(self, config, **kwargs) -> None:
+        if self._applies(config):  # a re-run job (trainer.resume=true) drops its last failure
+            (Path(str(config.hydra.runtime.output_dir)) / "error.txt").unlink(missing_ok=True)
+
     def on_job_end(self, config, job_return, **kwargs) -> None:
         if not self._applies(config):
             return

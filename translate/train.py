@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import shlex
+import signal
 
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, task_overrides
+from translate.cli import exit_on_user_error, sweep_job, task_overrides
 from translate.errors import UserError
 from translate.settings import train_settings
 from translate.training import distributed
@@ -32,12 +33,12 @@ def train(cfg: DictConfig) -> dict:
     writes, the other ranks return ``{"status": "completed", "rank": r, "steps": n,
     "bleu": None}``. Resuming a finished run only reports its results.
     """
-    settings = train_settings(cfg)
+    settings = train_settings(cfg, sweep_job())
     done = finished_results(settings)
     if done is not None:
         log.info(
-            "%s is finished (step %d, test BLEU %.2f): nothing to do; results in %s",
-            settings.run_dir,
+            "%s: completed, skipped (step %d, test BLEU %.2f; %s)",
+            settings.sweep_job or settings.run_dir,
             done["steps"],
             done["bleu"],
             f"{settings.run_dir}/results.json",
@@ -109,7 +110,11 @@ def _resume_command(run: Run) -> str:
 
 
 def _exit(run: Run, what: str, sig: int) -> None:
-    """Say what a signal stopped and how to resume (once, from rank 0); exit 128 + signal."""
+    """Say what a signal stopped and how to resume (once, from rank 0); exit 128 + signal.
+
+    A Python handler that the signal had before training (hydra-submitit-launcher's, which
+    requeues a preempted or timed-out SLURM job) is called first: the checkpoint it needs is
+    saved, and the requeued job resumes it under trainer.resume=true."""
     log.log(
         logging.WARNING if run.dist.is_main else logging.DEBUG,
         "%s %s. Resume with:\n  %s",
@@ -117,6 +122,9 @@ def _exit(run: Run, what: str, sig: int) -> None:
         run.ckpts.last,
         _resume_command(run),
     )
+    previous = signal.getsignal(sig)
+    if callable(previous) and previous is not signal.default_int_handler:
+        previous(sig, None)
     raise SystemExit(128 + sig)
 
 

@@ -34,6 +34,7 @@ RESULT_KEYS = {
     "peak_mem_mb",
     "dev_bleu",
     "bleu",
+    "bleu_greedy",
     "chrf",
     "sacrebleu_signature",
     "beam_size",
@@ -98,6 +99,16 @@ def test_evaluate_reproduces_the_training_bleu(trained_run, tmp_path):
     scores = evaluate(cfg)
     assert scores["bleu"] == pytest.approx(results["bleu"], abs=1e-9)
     assert (tmp_path / "hyp.txt").read_text() == (run / "test.hyp.txt").read_text()
+
+
+def test_a_beam_run_also_records_its_greedy_bleu(tiny_train_cfg, trained_run, tmp_path):
+    """results.json keeps the greedy BLEU next to the beam's (None when decoding is greedy)."""
+    assert trained_run[1]["bleu_greedy"] is None and trained_run[1]["beam_size"] == 1
+    results = train(tiny_train_cfg("trainer.max_steps=4", "decode.beam_size=3", *SHORT_DECODE))
+    assert results["beam_size"] == 3
+    overrides = [f"checkpoint={results['checkpoint']}", f"output_dir={tmp_path}", "decode=greedy"]
+    greedy = evaluate(compose_config("evaluate", [*overrides, *SHORT_DECODE]))
+    assert results["bleu_greedy"] == pytest.approx(greedy["bleu"], abs=1e-9)
 
 
 def test_translate_keeps_one_line_per_input_line(trained_run, capsys):

@@ -95,6 +95,25 @@ def resume(
     return progress
 
 
+def resume_or_start(
+    last: Path, sweep_job: str | None, trainer: Trainer, tokenizer: Tokenizer, dist: Dist,
+    model_config: dict,
+) -> Progress:  # fmt: skip
+    """``trainer.resume=true``: :func:`resume` from ``last``. A sweep job that has trained
+    nothing yet (no checkpoint, no results) starts from scratch instead, so re-running a sweep
+    with trainer.resume=true also starts the jobs it never reached; a single run without a
+    checkpoint is a mistyped run dir and stops."""
+    if last.is_file():
+        return resume(last, trainer, tokenizer, dist, model_config)
+    if sweep_job is None or (last.parent.parent / "results.json").exists():
+        raise UserError(
+            f"trainer.resume=true but {last} does not exist; pass the run dir of the "
+            "interrupted run with hydra.run.dir=<run_dir>, or start anew with trainer.resume=false"
+        )
+    log.info("%s: no checkpoint yet, starting", sweep_job)
+    return Progress()
+
+
 def _mismatch(ckpt: dict, model_config: dict, err: Exception) -> str:
     """The whole reason in one line: the settings that differ, else torch's first details."""
     saved = ckpt["config"].get("model", {})

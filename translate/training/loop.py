@@ -38,7 +38,7 @@ from translate.runtime import (
 )
 from translate.settings import TrainSettings
 from translate.training import distributed
-from translate.training.checkpoints import CheckpointManager, checkpoint_state, resume
+from translate.training.checkpoints import CheckpointManager, checkpoint_state, resume_or_start
 from translate.training.distributed import Dist
 from translate.training.progress import (
     Progress,
@@ -136,12 +136,8 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
     progress = Progress()
     if t.resume:
-        if not ckpts.last.is_file():
-            raise UserError(
-                f"trainer.resume=true but {ckpts.last} does not exist; pass the run dir of the "
-                "interrupted run with hydra.run.dir=<run_dir>"
-            )
-        progress = resume(ckpts.last, trainer, tok, dist, settings.config["model"])
+        model_config = settings.config["model"]
+        progress = resume_or_start(ckpts.last, settings.sweep_job, trainer, tok, dist, model_config)
     translator = Translator(
         model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.max_src_len
     )

@@ -57,6 +57,7 @@ def finish_run(run: Run) -> dict:
     )
     hyps = run.corpus.tokenizer.decode(hyp_ids)
     scores = score(hyps, test.tgt_text)
+    scores["bleu_greedy"] = _greedy_bleu(run) if run.settings.decode.beam_size > 1 else None
     atomic_write(run.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps))
     atomic_write(run.run_dir / "test.ref.txt", "".join(r + "\n" for r in test.tgt_text))
     speed = {
@@ -84,6 +85,15 @@ def finish_run(run: Run) -> dict:
         run.run_dir,
     )
     return results
+
+
+def _greedy_bleu(run: Run) -> float:
+    """Test BLEU of greedy decoding, next to the beam's: what the beam adds."""
+    test = run.corpus.splits["test"]
+    hyps = run.corpus.tokenizer.decode(run.translator.translate_ids(test.src_ids, beam_size=1))
+    bleu = score(hyps, test.tgt_text)["bleu"]
+    log.info("test BLEU %.2f with greedy decoding", bleu)
+    return bleu
 
 
 def _choose_checkpoint(run: Run) -> Scored:
@@ -193,6 +203,7 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "scored_checkpoint": scored.name,
         "test_split": test.name,
         "bleu": scores["bleu"],
+        "bleu_greedy": scores["bleu_greedy"],  # None when the beam is greedy (beam_size 1)
         "chrf": scores["chrf"],
         "sacrebleu_signature": scores["bleu_signature"],
         "chrf_signature": scores["chrf_signature"],

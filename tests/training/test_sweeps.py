@@ -1,0 +1,120 @@
+"""Sweeps that survive being stopped: re-running a multirun with trainer.resume=true skips the
+finished jobs, resumes the interrupted one and starts the rest; a stop signal reaches the
+handler a SLURM launcher installed (its requeue) after the checkpoint is saved."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TINY
+
+from translate.checkpoint import load_checkpoint
+from translate.train import train
+from translate.training.checkpoints import CheckpointManager
+
+MAX_STEPS = 12
+# Tiny jobs with short decodes; the job dirs are named by the swept heads alone.
+SHRINK = [o for o in TINY if not o.startswith("heads=")] + [
+    f"trainer.max_steps={MAX_STEPS}",
+    "trainer.checkpoint_every_n_steps=4",
+    "trainer.val_every_n_steps=100000",
+    "decode.max_len_a=0",
+    "decode.max_len_b=4",
+]
+HIDDEN = ["experiment", "data.cache_dir", "trainer.resume", *(o.split("=")[0] for o in SHRINK)]
+
+
+def run_sweep(sweep: Path, cache_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable, "-m", "translate.train", "-m", *SHRINK, "heads=1,2,4",
+        f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}",
+        f"hydra.job.config.override_dirname.exclude_keys=[{','.join(HIDDEN)}]", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )  # fmt: skip
+
+
+def snapshot(job: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file a finished job's training and scoring wrote, with its mtime and bytes."""
+    files = [*(job / "checkpoints").iterdir(), job / "results.json", job / "test.hyp.txt"]
+    return {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in files}
+
+
+def results(job: Path) -> dict:
+    return json.loads((job / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_during_job_2_resumes_where_it_stopped(tmp_path, cache_dir):
+    sweep = tmp_path / "sweep"
+    stop = ["+hydra.callbacks.stop._target_=sweep_stop.StopDuringJob"]
+    first = run_sweep(sweep, cache_dir, *stop, "+hydra.callbacks.stop.job_num=1")
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    job1, job2, job3 = sweep / "heads=1", sweep / "heads=2", sweep / "heads=4"
+    assert results(job1)["status"] == "completed" and results(job1)["steps"] == MAX_STEPS
+    assert not (job2 / "results.json").exists() and not job3.exists()
+    stopped_at = load_checkpoint(job2 / "checkpoints" / "last.pt")["progress"]["step"]
+    assert 4 <= stopped_at < MAX_STEPS
+    before = snapshot(job1)
+
+    again = run_sweep(sweep, cache_dir, "trainer.resume=true")
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = again.stderr + again.stdout
+    assert "heads=1: completed, skipped" in log
+    assert f"at step {stopped_at} " in log and "heads=4: no checkpoint yet, starting" in log
+    assert snapshot(job1) == before  # not retrained, not rescored
+    for job in (job2, job3):
+        assert results(job)["status"] == "completed" and results(job)["steps"] == MAX_STEPS
+    rows = list(csv.DictReader((sweep / "ablation.csv").open()))
+    assert sorted(int(r["heads"]) for r in rows) == [1, 2, 4]
+
+
+def test_a_single_run_without_a_checkpoint_does_not_resume(tiny_train_cfg):
+    """Outside a sweep, trainer.resume=true on an empty dir is a mistyped dir: one line."""
+    from translate.errors import UserError
+
+    with pytest.raises(UserError, match="last.pt does not exist; pass the run dir"):
+        train(tiny_train_cfg("trainer.resume=true"))
+
+
+def test_a_stop_signal_reaches_the_handler_it_replaced_after_the_save(
+    tiny_train_cfg, tmp_path, monkeypatch
+):
+    """hydra-submitit-launcher requeues a SLURM job from its SIGUSR2 handler: training saves
+    its checkpoint at the step boundary first, then hands the signal on, then exits."""
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    handed = []
+
+    def requeue(signum, frame):  # what the launcher's handler would see on disk
+        handed.append((signum, load_checkpoint(last)["progress"]["step"]))
+
+    save = CheckpointManager.save
+
+    def save_then_signal(manager, *args, **kw):
+        path = save(manager, *args, **kw)
+        monkeypatch.setattr(CheckpointManager, "save", save)
+        signal.raise_signal(signal.SIGUSR2)
+        return path
+
+    monkeypatch.setattr(CheckpointManager, "save", save_then_signal)
+    previous = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        cfg = tiny_train_cfg("trainer.max_steps=1000", "trainer.checkpoint_every_n_steps=3")
+        with pytest.raises(SystemExit) as stopped:
+            train(cfg)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert stopped.value.code == 128 + signal.SIGUSR2
+    step = load_checkpoint(last)["progress"]["step"]
+    assert handed == [(signal.SIGUSR2, step)] and 3 <= step < 1000
+    assert not (tmp_path / "run" / "results.json").exists()
