@@ -5,7 +5,8 @@ a sweep dir and groups the finished jobs by head count. Failed jobs (a job dir w
 ``results.json``) and jobs the sweep defines but never started (the caller's ``expected_jobs``,
 e.g. :func:`translate.sweeps.expected_jobs` from ``multirun.yaml``) are listed, never dropped
 silently. BLEU differences are tested against the 8-head rows with sacreBLEU's paired bootstrap
-on the test hypotheses each job wrote (``test.hyp.txt``).
+on the test hypotheses each job wrote (``test.hyp.txt``). The speed columns come from the sweep
+dir's ``ablation_speed.json`` (:mod:`translate.analysis.speed_schema`) when it has one.
 
 Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
 writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra nor OmegaConf.
@@ -24,21 +25,20 @@ from pathlib import Path
 
 import yaml
 
+from translate.analysis.speed_schema import read_speed, speed_cells
 from translate.errors import UserError
 
 BASELINE_HEADS = 8
 # (swept_keys, one {key: value} per job) the sweep defines; see translate.sweeps.expected_jobs.
 ExpectedJobs = Callable[[Path], tuple[list[str], list[dict[str, str]]]]
 # results.json keys averaged over seeds -> whether the row also gets their standard deviation.
+# Not its speed fields: each job measured them alone, at another time, beside other work; the
+# rows take speed from ablation_speed.json, measured side by side (translate.analysis.speed).
 METRICS = {
     "bleu": True,
     "chrf": True,
     "dev_bleu": True,
-    "latency_ms": True,
-    "sentences_per_s": False,
-    "tokens_per_s": False,
-    "peak_mem_mb": False,
-    "train_minutes": False,
+    "bleu_greedy": True,  # None in runs that decoded greedily (beam_size 1)
     "steps": False,
 }
 
@@ -70,6 +70,7 @@ class Report:
     params_message: str
     warnings: list[str] = field(default_factory=list)
     bootstrap_signature: str | None = None
+    speed: dict | None = None  # ablation_speed.json, None when the sweep dir has none
 
 
 # ------------------------------------------------------------------------ reading jobs
@@ -288,6 +289,9 @@ def build_report(
         _row(heads, groups[heads], all_seeds, p_values.get(heads), heads == baseline_heads)
         for heads in sorted(groups)
     ]
+    speed = read_speed(sweep_dir, [j.name for j in done], warnings)
+    for row in rows if speed else []:
+        row.update(speed_cells(speed, row["heads"]))
     failed = [j for j in jobs if not j.completed]
     return Report(
         sweep_dir,
@@ -300,6 +304,7 @@ def build_report(
         params_message,
         warnings,
         signature,
+        speed,
     )
 
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from translate.analysis.ablation import Report
+from translate.analysis.speed_schema import SPEED_COMMAND, SPEED_FILE, SPEED_METRICS, ratio_key
 from translate.io import atomic_write
 
 
@@ -65,7 +66,19 @@ def _summary_lines(report: Report) -> list[str]:
     ]
 
 
-def _row_cells(r: dict) -> list[str]:
+def _speed_cells(r: dict, speed: dict | None) -> list[str]:
+    """The side-by-side speed columns: each value with its ratio to the baseline head count's
+    (none without ``ablation_speed.json``)."""
+    if speed is None:
+        return []
+    cells = []
+    for metric, (_, digits) in SPEED_METRICS.items():
+        ratio = r.get(ratio_key(metric, speed["baseline_heads"]))
+        cells.append(_fmt(r.get(metric), digits) + ("" if ratio is None else f" ({ratio:.2f}x)"))
+    return cells
+
+
+def _row_cells(r: dict, speed: dict | None) -> list[str]:
     """One row of the main table, in the order of :func:`_table_lines`' header."""
     # translate.nn.model imports torch: imported here, where the rows (built with it) exist.
     from translate.nn.model import HEAD_MASK_KEYS
@@ -79,13 +92,11 @@ def _row_cells(r: dict) -> list[str]:
         str(r["d_k"]),
         params,
         _fmt(r["bleu_mean"], std=r["bleu_std"]),
+        _fmt(r["bleu_greedy_mean"], std=r["bleu_greedy_std"]),
         _fmt(r["chrf_mean"], std=r["chrf_std"]),
         _fmt(r["dev_bleu_mean"], std=r["dev_bleu_std"]),
-        _fmt(r["latency_ms_mean"], 1, r["latency_ms_std"]),
-        _fmt(r["sentences_per_s_mean"], 1),
-        _fmt(r["tokens_per_s_mean"], 0),
-        _fmt(r["peak_mem_mb_mean"], 0),
-        _fmt(r["train_minutes_mean"], 1),
+        *_speed_cells(r, speed),
+        _fmt(r["steps_mean"], 0),
         " / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS),
         degenerate,
         _p(r["p_vs_8"]),
@@ -93,36 +104,56 @@ def _row_cells(r: dict) -> list[str]:
 
 
 def _table_lines(report: Report) -> list[str]:
-    lines = [
-        "| heads | d_k | params | BLEU | chrF | dev BLEU | latency ms/sent (batch 1) | sent/s "
-        "| train tok/s | peak mem MB | train min | entropy enc / dec-self / cross | degenerate "
-        "heads | p vs 8 heads |",
-        "|" + "---|" * 14,
+    speed = [label for label, _ in SPEED_METRICS.values()] if report.speed else []
+    header = [
+        "heads", "d_k", "params", "BLEU", "greedy BLEU", "chrF", "dev BLEU", *speed,
+        "updates", "entropy enc / dec-self / cross", "degenerate heads", "p vs 8 heads",
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(_row_cells(r, report.speed)) + " |" for r in report.rows]
+
+
+def _speed_note(report: Report) -> list[str]:
+    """Where the speed columns come from, or how to get them."""
+    speed = report.speed
+    if speed is None:
+        command = SPEED_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
+        return [
+            "",
+            "No speed columns: each job timed itself inside its own run, at another time and "
+            "beside other work, so its `results.json` speed fields are not compared here. To "
+            f"time all jobs side by side: `{command}`, then write the report again.",
+        ]
+    m, s = speed.get("machine", {}), speed.get("settings", {})
+    memory = speed.get("peak_mem_mb")
+    return [
+        "",
+        f"Speed: from `{SPEED_FILE}`, every job timed side by side in one process on "
+        f"{m.get('device_name', '?')} ({m.get('threads', '?')} threads, {m.get('date', '?')}, "
+        f"precision {s.get('precision', '?')}): medians of {s.get('rounds', '?')} rounds that "
+        "visit every job in a rotated order, then the median over seeds; (x) = ratio to the "
+        f"{speed['baseline_heads']}-head row. Latency: mean ms per sentence at batch size 1 over "
+        f"{s.get('sentences', '?')} test sentences, greedy and with the run's beam; sent/s: "
+        f"greedy at the evaluation batch size on {s.get('batch_sentences', '?')} sentences; "
+        f"train tok/s: {s.get('train_steps', '?')} optimizer steps. Peak memory: {memory}.",
     ]
-    return lines + ["| " + " | ".join(_row_cells(r)) + " |" for r in report.rows]
 
 
 def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
     """What the columns mean, and the BLEU signature."""
-    done = [j for j in report.jobs if j.completed]
     lines = [
         "",
-        "BLEU, chrF, dev BLEU and latency: mean ± sample standard deviation over the seeds of a "
-        "row (per-seed BLEU and p-values in `ablation.csv`); the other columns are means. "
+        "BLEU (the run's beam), greedy BLEU, chrF and dev BLEU: mean ± sample standard "
+        "deviation over the seeds of a row (per-seed BLEU and p-values in `ablation.csv`). "
         f"p: sacreBLEU's paired bootstrap ({bootstrap_samples} resamples) of the test "
         "hypotheses against the 8-head run with the same seed, seeds pooled; * marks p < 0.05 "
         "(the BLEU difference is unlikely to be resampling noise). Entropy: mean attention "
         "entropy in nats per layer type on dev sentences; degenerate heads: near-uniform or "
         "fixed-position heads (`conf/analysis/default.yaml`), mean over seeds, of all heads.",
     ]
+    lines += _speed_note(report)
     if not any(r["p_vs_8"] == "baseline" for r in report.rows):
         lines += ["", "No finished 8-head run: no p-values."]
-    if done and done[0].results.get("device") == "cpu":
-        lines += [
-            "",
-            "Peak memory on the CPU is the peak resident set size during each job's training "
-            "(Linux's VmHWM, reset when the job starts training).",
-        ]
     if report.bootstrap_signature:
         lines += ["", f"BLEU signature: `{report.bootstrap_signature}`"]
     return lines
@@ -158,34 +189,71 @@ def to_markdown(report: Report, bootstrap_samples: int = 1000) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _heads_axis(ax, heads: list[int], ylabel: str, title: str) -> None:
+    if heads:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(heads, [str(h) for h in heads])
+    ax.set_xlabel("attention heads")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def _bleu_panel(ax, report: Report) -> None:
+    """Mean ± std over seeds per head count, every seed's BLEU a grey dot."""
+    rows = report.rows
+    heads = [r["heads"] for r in rows]
+    means = [math.nan if r["bleu_mean"] is None else r["bleu_mean"] for r in rows]
+    ax.errorbar(heads, means, yerr=[r["bleu_std"] or 0.0 for r in rows], fmt="o-", capsize=4)
+    for job in (j for j in report.jobs if j.completed):
+        ax.plot(job.results["heads"], job.results["bleu"], ".", color="gray", alpha=0.6)
+    if not rows:
+        ax.text(0.5, 0.5, "no finished jobs", ha="center", transform=ax.transAxes)
+    _heads_axis(ax, heads, "test BLEU", "Test BLEU (mean ± std over seeds)")
+
+
+def _latency_panel(ax, report: Report) -> None:
+    """Batch-1 latency over the baseline head count's, from the side-by-side measurement."""
+    speed = report.speed
+    if speed is None:
+        ax.text(
+            0.5, 0.5, f"no {SPEED_FILE}:\n{SPEED_COMMAND}", ha="center", va="center",
+            fontsize=8, transform=ax.transAxes,
+        )  # fmt: skip
+        _heads_axis(ax, [], "latency ratio", "Decoding latency, batch 1")
+        return
+    base = speed["baseline_heads"]
+    rows = sorted(speed["heads"], key=lambda r: r["heads"])
+    heads = [r["heads"] for r in rows]
+    for metric, label in (("latency_greedy_ms", "greedy"), ("latency_beam_ms", "beam")):
+        ratios = [r.get(ratio_key(metric, base)) for r in rows]
+        ax.plot(heads, [math.nan if v is None else v for v in ratios], "o-", label=label)
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.legend(fontsize=8)
+    _heads_axis(ax, heads, f"ms / sentence, x {base} heads", "Decoding latency, batch 1")
+
+
+def _params_panel(ax, report: Report) -> None:
+    """The parameter count per head count, from zero: a flat line says equal model size."""
+    rows = [r for r in report.rows if isinstance(r["params"], int)]
+    heads = [r["heads"] for r in rows]
+    ax.plot(heads, [r["params"] / 1e6 for r in rows], "s-")
+    ax.set_ylim(bottom=0)
+    title = "Parameters (equal)" if report.params_equal else "Parameters DIFFER"
+    _heads_axis(ax, heads, "parameters (millions)", title)
+
+
 def ablation_figure(report: Report):
-    """BLEU (mean ± std, seeds as dots) and batch-1 latency against the head count."""
+    """Test BLEU, batch-1 latency over 8 heads', and the parameter count, against heads."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: sweeps run on servers without a display
     import matplotlib.pyplot as plt
 
-    fig, (ax_bleu, ax_lat) = plt.subplots(1, 2, figsize=(10, 4))
-    rows = report.rows
-    heads = [r["heads"] for r in rows]
-    for ax, stem, label in (
-        (ax_bleu, "bleu", "test BLEU"),
-        (ax_lat, "latency_ms", "ms / sentence"),
-    ):
-        means = [math.nan if r[f"{stem}_mean"] is None else r[f"{stem}_mean"] for r in rows]
-        stds = [r[f"{stem}_std"] or 0.0 for r in rows]
-        ax.errorbar(heads, means, yerr=stds, fmt="o-", capsize=4)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(heads, [str(h) for h in heads])
-        ax.set_xlabel("attention heads")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    for job in (j for j in report.jobs if j.completed):
-        ax_bleu.plot(job.results["heads"], job.results["bleu"], ".", color="gray", alpha=0.6)
-    ax_bleu.set_title("Test BLEU (mean ± std over seeds)", fontsize=10)
-    ax_lat.set_title("Decoding latency, batch 1", fontsize=10)
-    if not rows:
-        ax_bleu.text(0.5, 0.5, "no finished jobs", ha="center", transform=ax_bleu.transAxes)
+    fig, (ax_bleu, ax_lat, ax_params) = plt.subplots(1, 3, figsize=(14, 4))
+    _bleu_panel(ax_bleu, report)
+    _latency_panel(ax_lat, report)
+    _params_panel(ax_params, report)
     fig.tight_layout()
     return fig
 

@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""Time a heads sweep's models side by side: ``python scripts/ablation_speed.py <sweep_dir>``.
+
+Loads every completed job's scored checkpoint into this one process and measures, in rounds
+that visit every job in turn (a rotated order each round), batch-1 latency (greedy and beam),
+batched sentences/s and training tokens/s, plus peak memory on CUDA; medians over rounds
+(``translate.analysis.speed``). Writes ``ablation_speed.json`` into the sweep dir (or
+``--json``), where ``scripts/ablation_report.py`` takes the report's speed columns from. Exits
+2 with a one-line error when the sweep dir does not exist or has no completed job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from translate.analysis.speed import SpeedSettings, run_speed
+from translate.analysis.speed_schema import SPEED_METRICS, ratio_key
+from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.training.step import Trainer
+
+DEFAULTS = SpeedSettings()
+
+
+def format_table(payload: dict) -> str:
+    """The per-head-count medians with their ratios to the baseline, as aligned text."""
+    base = payload["baseline_heads"]
+    header = ["heads", "jobs", *(SPEED_METRICS[m][0] for m in SPEED_METRICS)]
+    lines = [header]
+    for row in payload["heads"]:
+        cells = [str(row["heads"]), str(len(row["jobs"]))]
+        for m, (_, digits) in SPEED_METRICS.items():
+            value, ratio = row[m], row[ratio_key(m, base)]
+            text = "-" if value is None else f"{value:,.{digits}f}"
+            cells.append(text + ("" if ratio is None else f" ({ratio:.2f}x)"))
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines]
+    s = payload["settings"]
+    return "\n".join(
+        [
+            f"{payload['machine']['device_name']}, {payload['machine']['threads']} threads, "
+            f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; "
+            f"(x) = ratio to {base} heads",
+            *text,
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
+    parser.add_argument("--rounds", type=int, default=DEFAULTS.rounds, help="default %(default)s")
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=DEFAULTS.sentences,
+        help="test sentences for batch-1 latency (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-sentences",
+        type=int,
+        default=DEFAULTS.batch_sentences,
+        help="test sentences for batched sentences/s and the training batches (%(default)s)",
+    )
+    parser.add_argument(
+        "--train-steps",
+        type=int,
+        default=DEFAULTS.train_steps,
+        help="timed optimizer steps per job and round (default %(default)s)",
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--precision", default="auto", help="auto, 32, bf16 or fp16")
+    parser.add_argument(
+        "--json", default=None, help="output (default SWEEP_DIR/ablation_speed.json)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    if args.threads:  # recorded in the file's machine section
+        torch.set_num_threads(args.threads)
+    settings = SpeedSettings(
+        args.rounds, args.sentences, args.batch_sentences, args.train_steps, args.device,
+        args.precision,
+    )  # fmt: skip
+    try:
+        if min(args.rounds, args.sentences, args.batch_sentences, args.train_steps) < 1:
+            raise UserError(
+                "--rounds, --sentences, --batch-sentences and --train-steps must be >= 1"
+            )
+        payload, path = run_speed(args.sweep_dir, settings, Trainer, args.json)
+    except UserError as err:
+        if debug_enabled():
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print(format_table(payload))
+    for warning in payload["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

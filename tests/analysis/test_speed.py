@@ -1,0 +1,189 @@
+"""Side-by-side speed of a sweep's models (``scripts/ablation_speed.py``) and the report's
+speed columns taken from it."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, assert_one_line_error
+from test_ablation import make_job
+
+from translate.analysis import speed
+from translate.analysis.speed_schema import SPEED_FILE, SPEED_METRICS
+from translate.checkpoint import load_checkpoint, save_checkpoint
+from translate.sweeps import write_report
+from translate.training.step import Trainer
+
+TINY_SPEED = ["--rounds", "2", "--sentences", "2", "--batch-sentences", "4", "--train-steps", "1"]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "ablation_speed", ROOT / "scripts/ablation_speed.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def _speed_job(sweep: Path, ckpt: dict, heads: int, seed: int) -> None:
+    """A finished job whose checkpoint is the shared tiny run's weights with ``heads`` heads:
+    d_model stays 32, so the same weights fit (only d_k changes)."""
+    job = sweep / f"heads={heads},seed={seed}"
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(
+        yaml.safe_dump([f"heads={heads}", f"seed={seed}"])
+    )
+    ckpt["config"]["model"].update(num_heads=heads, num_kv_heads=heads)
+    save_checkpoint(ckpt, job / "checkpoints" / "best.pt")
+    results = {"status": "completed", "heads": heads, "seed": seed, "params": 1,
+               "checkpoint": str(job / "checkpoints" / "best.pt"), "latency_ms": 999.0}  # fmt: skip
+    (job / "results.json").write_text(json.dumps(results))
+
+
+@pytest.fixture
+def speed_sweep(tmp_path, trained_run) -> Path:
+    """heads 1, 2 (seed 1) and 8 (seeds 1, 2) finished; heads=4 failed (no results.json)."""
+    run_dir, results = trained_run
+    sweep = tmp_path / "sweep"
+    for heads, seed in ((1, 1), (2, 1), (8, 1), (8, 2)):
+        _speed_job(sweep, load_checkpoint(results["checkpoint"]), heads, seed)
+    (sweep / "heads=4,seed=1" / ".hydra").mkdir(parents=True)
+    return sweep
+
+
+def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
+    speed_sweep, monkeypatch, capsys
+):
+    visits = []
+    measure_one = speed.measure_one
+
+    def recording(sj, metric, settings, make_trainer):
+        visits.append((metric, sj.job.name))
+        return measure_one(sj, metric, settings, make_trainer)
+
+    monkeypatch.setattr(speed, "measure_one", recording)
+    assert _script().main([str(speed_sweep), *TINY_SPEED, "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads((speed_sweep / SPEED_FILE).read_text())
+
+    names = ["heads=1,seed=1", "heads=2,seed=1", "heads=8,seed=1", "heads=8,seed=2"]
+    assert [j["name"] for j in data["jobs"]] == names  # the failed heads=4 job is not there
+    for job in data["jobs"]:
+        for metric in speed.TIMED:
+            assert job[metric] > 0 and len(job["rounds"][metric]) == 2
+        assert job["peak_mem_mb"] is None and job["rounds"]["peak_mem_mb"] == [None, None]
+    assert "cannot be attributed" in data["peak_mem_mb"]
+    assert [j["heads"] for j in data["jobs"]] == [1, 2, 8, 8]
+    assert {"device", "device_name", "torch", "threads", "date"} <= set(data["machine"])
+    assert data["settings"]["rounds"] == 2 and data["settings"]["sentences"] == 2
+
+    # Each round visits every job once per metric, in an order rotated by one per round.
+    rotated = [names, names[1:] + names[:1]]
+    assert data["order"] == rotated
+    per_round = len(speed.TIMED) * len(names)
+    for r, order in enumerate(rotated):
+        round_visits = visits[r * per_round : (r + 1) * per_round]
+        for m, metric in enumerate(speed.TIMED):
+            turn = round_visits[m * len(names) : (m + 1) * len(names)]
+            assert turn == [(metric, name) for name in order]
+
+    rows = {r["heads"]: r for r in data["heads"]}
+    assert sorted(rows) == [1, 2, 8] and rows[8]["seeds"] == [1, 2]
+    eight = [j for j in data["jobs"] if j["heads"] == 8]
+    assert rows[8]["latency_beam_ms"] == pytest.approx(
+        (eight[0]["latency_beam_ms"] + eight[1]["latency_beam_ms"]) / 2  # median of two
+    )
+    for metric in speed.TIMED:
+        assert rows[8][f"{metric}_vs_8"] == 1.0
+        assert rows[1][f"{metric}_vs_8"] == pytest.approx(rows[1][metric] / rows[8][metric])
+    assert rows[8]["peak_mem_mb_vs_8"] is None
+    assert "(1.00x)" in out and f"wrote {speed_sweep / SPEED_FILE}" in out
+
+
+def test_training_steps_run_on_a_copy_of_the_decoding_model(speed_sweep):
+    settings = speed.SpeedSettings(rounds=1, sentences=1, batch_sentences=2, device="cpu")
+    jobs = speed.load_jobs(speed_sweep, settings, [])[:1]
+    speed.prepare_inputs(jobs, settings, [])
+    model = jobs[0].loaded.model
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    speed.measure(jobs, settings, Trainer)
+    assert not model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert jobs[0].values["train_tokens_per_s"][0] > 0
+
+
+SPEED = {
+    1: {"latency_greedy_ms": 40.0, "latency_beam_ms": 120.0, "sentences_per_s": 50.0,
+        "train_tokens_per_s": 9000.0, "peak_mem_mb": 700.0},
+    8: {"latency_greedy_ms": 25.0, "latency_beam_ms": 80.0, "sentences_per_s": 75.0,
+        "train_tokens_per_s": 7000.0, "peak_mem_mb": 650.0},
+}  # fmt: skip
+
+
+def _speed_file(sweep: Path, heads: list[int], jobs: list[str]) -> None:
+    rows = []
+    for h in heads:
+        row = {"heads": h, "jobs": [], "seeds": [], **SPEED[h]}
+        row.update({f"{m}_vs_8": SPEED[h][m] / SPEED[8][m] for m in SPEED_METRICS})
+        rows.append(row)
+    machine = {"device_name": "Test GPU", "threads": 4, "date": "2026-11-30"}
+    settings = {"rounds": 5, "sentences": 20, "batch_sentences": 200, "train_steps": 3}
+    data = {"machine": machine, "settings": {**settings, "precision": "bf16"}, "heads": rows,
+            "peak_mem_mb": "CUDA allocator", "baseline_heads": 8,
+            "jobs": [{"name": n} for n in jobs]}  # fmt: skip
+    (sweep / SPEED_FILE).write_text(json.dumps(data))
+
+
+def test_report_takes_its_speed_columns_from_the_speed_file(tmp_path):
+    for heads, bleu in ((1, 20.0), (8, 27.0)):
+        make_job(tmp_path, heads, 1, bleu, bleu_greedy=bleu - 1)
+    make_job(tmp_path, 8, 2, 27.5, bleu_greedy=26.5)
+    _speed_file(tmp_path, [1, 8], ["heads=1,seed=1", "heads=8,seed=1"])
+    report = write_report(tmp_path, bootstrap_samples=100)
+
+    md = (tmp_path / "ablation.md").read_text()
+    assert "| 40.0 (1.60x) | 120.0 (1.50x) | 50.0 (0.67x) | 9,000 (1.29x) | 700 (1.08x) |" in md
+    assert "| 25.0 (1.00x) | 80.0 (1.00x) |" in md and "Test GPU" in md
+    assert "10.0" not in md and "80.0 ± " not in md  # results.json's latency_ms: 10 x heads
+    assert "heads=8,seed=2" in report.warnings[0] and "ablation_speed.py" in report.warnings[0]
+    rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
+    assert float(rows[0]["latency_beam_ms"]) == 120.0
+    assert float(rows[0]["latency_greedy_ms_vs_8"]) == pytest.approx(1.6)
+    assert float(rows[1]["train_tokens_per_s_vs_8"]) == 1.0
+    assert not {"latency_ms_mean", "sentences_per_s_mean", "tokens_per_s_mean"} & set(rows[0])
+    assert float(rows[1]["bleu_greedy_mean"]) == pytest.approx(26.25)
+    assert rows[0]["bleu_greedy_std"] == "" and float(rows[1]["bleu_greedy_std"]) > 0
+    assert (tmp_path / "ablation.png").stat().st_size > 0
+
+
+def test_without_a_speed_file_the_report_says_how_to_get_one(tmp_path):
+    make_job(tmp_path, 4, 1, 25.0)
+    make_job(tmp_path, 8, 1, 27.0)
+    report = write_report(tmp_path, bootstrap_samples=100)
+    md = (tmp_path / "ablation.md").read_text()
+    assert report.speed is None and "No speed columns" in md
+    assert f"`python scripts/ablation_speed.py {tmp_path}`" in md
+    assert "ms/sent" not in md and "sent/s" not in md and "peak mem" not in md
+    assert "latency_greedy_ms" not in (tmp_path / "ablation.csv").read_text()
+    assert (tmp_path / "ablation.png").stat().st_size > 0
+
+
+def test_a_bad_sweep_dir_is_one_line(tmp_path, capsys):
+    proc = subprocess.run(
+        [sys.executable, "scripts/ablation_speed.py", str(tmp_path / "nope")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert_one_line_error(proc, "does not exist")
+    make_job(tmp_path, 4, 1, None)  # a failed job only
+    assert _script().main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no completed job" in err

@@ -1,0 +1,320 @@
+"""Side-by-side speed of a heads sweep: every finished job's scored checkpoint loaded into one
+process and timed in turns, so that whatever else the machine does falls on all jobs alike
+(each job's own ``results.json`` speed fields were measured at another time, beside other work).
+
+Every round visits every job once per measurement, one job later than the round before (round
+``r``: jobs ``r, r+1, ..., r-1``); a job's figure is the median over rounds. Measured: batch-1
+latency (greedy and beam), batched greedy sentences/s, training tokens/s from the checkpoint's
+weights, and peak memory on CUDA (none on the CPU); docs/ablation.md says how exactly.
+
+The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
+package sits below ``translate.training`` and may not import it. ``scripts/ablation_speed.py``
+runs this; :mod:`translate.analysis.speed_schema` reads the file back for the report.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as dt
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
+from translate.analysis.speed_schema import SPEED_FILE, SPEED_METRICS, ratio_key
+from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.corpus import load_raw_split
+from translate.decoding.translator import Loaded, load_translator
+from translate.errors import UserError
+from translate.io import atomic_write
+from translate.nn.model import count_parameters
+from translate.runtime import peak_memory_mb, reset_peak_memory
+from translate.schema import OptimSettings
+from translate.settings import build
+
+# (model, optim, device, precision, pad_id) -> an object whose step([batch]) returns .tokens.
+MakeTrainer = Callable[..., object]
+TIMED = ("latency_greedy_ms", "latency_beam_ms", "sentences_per_s", "train_tokens_per_s")
+CUDA_MEMORY_NOTE = (
+    "the CUDA allocator's peak in the job's turns above what was allocated before each (the "
+    "other jobs' resident weights), plus the job's own weights"
+)
+CPU_MEMORY_NOTE = (
+    "null on the CPU: all jobs share one process, whose resident set size cannot be "
+    "attributed to one of them"
+)
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    rounds: int = 5
+    sentences: int = 20  # batch-1 latency
+    batch_sentences: int = 200  # batched sentences/s and the training batches
+    train_steps: int = 3  # timed optimizer steps per job and round
+    device: str = "auto"
+    precision: str = "auto"
+
+
+@dataclass
+class SpeedJob:
+    """One finished job, loaded, with its inputs and what has been measured so far."""
+
+    job: Job
+    checkpoint: Path
+    loaded: Loaded
+    latency_ids: list[list[int]] = field(default_factory=list)
+    batch_ids: list[list[int]] = field(default_factory=list)
+    train_batches: list[Batch] = field(default_factory=list)
+    values: dict[str, list] = field(default_factory=dict)  # metric -> one value per round
+    round_peak_mb: float = 0.0
+
+    @property
+    def device(self) -> torch.device:
+        return self.loaded.translator.device
+
+
+def _checkpoint(job: Job) -> Path | None:
+    """The job's scored checkpoint; looked for beside the job too, as the sweep dir may have
+    been moved since training wrote the absolute path."""
+    ckpt = job.results.get("checkpoint")
+    if not ckpt:
+        return None
+    for path in (Path(ckpt), job.path / "checkpoints" / Path(ckpt).name):
+        if path.is_file():
+            return path
+    return None
+
+
+def load_jobs(sweep_dir: Path, settings: SpeedSettings, warnings: list[str]) -> list[SpeedJob]:
+    """Every completed job with a checkpoint, loaded on ``settings.device``."""
+    if not Path(sweep_dir).is_dir():
+        raise UserError(f"sweep dir {sweep_dir} does not exist")
+    jobs = []
+    for job in (j for j in find_jobs(Path(sweep_dir)) if j.completed):
+        path = _checkpoint(job)
+        if path is None:
+            ckpt = job.results.get("checkpoint")
+            warnings.append(f"{job.name} left out: its checkpoint {ckpt} does not exist")
+            continue
+        loaded = load_translator(path, settings.device, settings.precision)
+        jobs.append(SpeedJob(job, path, loaded))
+    if not jobs:
+        raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
+    return jobs
+
+
+def _spread(items: list, n: int) -> list:
+    """``n`` items spread evenly over ``items``: a split's order may group lengths or topics."""
+    return items[:: max(1, len(items) // max(n, 1))][:n]
+
+
+def _cut(ids: list[int], limit: int | None) -> list[int]:
+    return ids if limit is None else ids[: limit - 1]
+
+
+def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list[str]) -> str:
+    """Give every job the same test sentences (from the first job's data config), tokenized
+    with its own tokenizer; returns the test split's name."""
+    data = jobs[0].loaded.data
+    name, sources, refs = load_raw_split(data, "test")
+    pairs = [(s, r) for s, r in zip(sources, refs) if s.strip() and r.strip()]
+    if not pairs:
+        raise UserError(f"the test split {name!r} of data={data.source} has no sentence pairs")
+    latency, batch = _spread(pairs, settings.sentences), _spread(pairs, settings.batch_sentences)
+    first = jobs[0].loaded
+    for sj in jobs:
+        other = sj.loaded
+        if dataclasses.replace(other.data, cache_dir="") != dataclasses.replace(data, cache_dir=""):
+            warnings.append(f"{sj.job.name} was trained on other data than {jobs[0].job.name}")
+        if other.tokenizer.model_proto != first.tokenizer.model_proto:
+            warnings.append(f"{sj.job.name} has another tokenizer: not the same token batches")
+        tok, limits = other.tokenizer, other.data.filter
+        sj.latency_ids = tok.encode([s for s, _ in latency])
+        sj.batch_ids = tok.encode([s for s, _ in batch])
+        # Cut to the longest pairs training kept (its filter counts the EOS / BOS).
+        src = [_cut(ids, limits.max_src_len) for ids in sj.batch_ids]
+        tgt = [_cut(ids, limits.max_tgt_len) for ids in tok.encode([r for _, r in batch])]
+        lens = ([len(s) + 1 for s in src], [len(t) + 1 for t in tgt])  # + EOS / BOS
+        sj.train_batches = [
+            collate([(i, src[i], tgt[i]) for i in idx])
+            for idx in length_sorted_batches(*lens, other.data.max_tokens)
+        ]
+    return name
+
+
+# ------------------------------------------------------------------------ measuring
+
+
+def _seconds(fn: Callable[[], object], device: torch.device) -> tuple[object, float]:
+    """``(fn(), wall seconds)``, with the GPU's queued work finished before and after."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
+    sync(device)
+    start = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - start
+
+
+def _train_tokens_per_s(sj: SpeedJob, steps: int, make_trainer: MakeTrainer) -> float:
+    """Tokens per second over ``steps`` optimizer steps after one untimed (Adam's state, the
+    allocator, kernels); on a copy, so the decoding model keeps its weights and eval mode."""
+    loaded = sj.loaded
+    optim = build(OptimSettings, loaded.config["optim"], "optim")
+    model = copy.deepcopy(loaded.model)
+    trainer = make_trainer(
+        model, optim, sj.device, loaded.translator.precision, loaded.tokenizer.PAD
+    )
+    batches = sj.train_batches
+    trainer.step([batches[0]])
+    tokens, seconds = 0, 0.0
+    for i in range(steps):
+        batch = batches[i % len(batches)]
+        result, s = _seconds(lambda b=batch: trainer.step([b]), sj.device)
+        tokens, seconds = tokens + result.tokens, seconds + s
+    return tokens / max(seconds, 1e-9)
+
+
+def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> float:
+    """One job's value of one metric in one round."""
+    translator = sj.loaded.translator
+    if metric == "train_tokens_per_s":
+        return _train_tokens_per_s(sj, settings.train_steps, make_trainer)
+    if metric == "sentences_per_s":
+        _, s = _seconds(lambda: translator.translate_ids(sj.batch_ids, beam_size=1), sj.device)
+        return len(sj.batch_ids) / max(s, 1e-9)
+    beam = 1 if metric == "latency_greedy_ms" else translator.decode.beam_size
+    total = sum(
+        _seconds(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]
+        for ids in sj.latency_ids
+    )
+    return total * 1000 / len(sj.latency_ids)
+
+
+def _turn(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> None:
+    """Measure, and on CUDA keep the peak memory the turn added to what was allocated."""
+    cuda = sj.device.type == "cuda"
+    if cuda:
+        before_mb = torch.cuda.memory_allocated(sj.device) / 2**20
+        reset_peak_memory(sj.device)
+    sj.values.setdefault(metric, []).append(measure_one(sj, metric, settings, make_trainer))
+    if cuda:
+        sj.round_peak_mb = max(sj.round_peak_mb, peak_memory_mb(sj.device) - before_mb)
+
+
+def _weights_mb(sj: SpeedJob) -> float:
+    tensors = [*sj.loaded.model.parameters(), *sj.loaded.model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**20
+
+
+def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list[list[str]]:
+    """Every round, every metric, every job in the round's rotated order; returns the order
+    (job names) of each round."""
+    for sj in jobs:  # untimed: lazy initialisation, the allocator, kernels for these shapes
+        sj.loaded.translator.translate_ids(sj.latency_ids[:2], beam_size=1)
+        sj.loaded.translator.translate_ids(sj.latency_ids[:2])
+        sj.loaded.translator.translate_ids(sj.batch_ids, beam_size=1)
+    order = []
+    for r in range(settings.rounds):
+        shift = r % len(jobs)
+        visit = jobs[shift:] + jobs[:shift]
+        order.append([sj.job.name for sj in visit])
+        for sj in jobs:
+            sj.round_peak_mb = 0.0
+        for metric in TIMED:
+            for sj in visit:
+                _turn(sj, metric, settings, make_trainer)
+        for sj in jobs:
+            cuda = sj.device.type == "cuda"
+            peak = _weights_mb(sj) + sj.round_peak_mb if cuda else None
+            sj.values.setdefault("peak_mem_mb", []).append(peak)
+    return order
+
+
+# ------------------------------------------------------------------------ summarising
+
+
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def job_entry(sj: SpeedJob) -> dict:
+    r = sj.job.results
+    return {
+        "name": sj.job.name,
+        "heads": int(r["heads"]),
+        "seed": r.get("seed"),
+        "params": count_parameters(sj.loaded.model),
+        "checkpoint": str(sj.checkpoint),
+        "beam_size": sj.loaded.translator.decode.beam_size,
+        **{m: _median(sj.values.get(m, [])) for m in SPEED_METRICS},
+        "rounds": {m: sj.values.get(m, []) for m in SPEED_METRICS},
+    }
+
+
+def heads_rows(entries: list[dict], baseline_heads: int = BASELINE_HEADS) -> list[dict]:
+    """Per head count: the median over its jobs (seeds) of each metric, and its ratio to the
+    baseline head count's row (1.0 in that row; None without one)."""
+    rows = []
+    for heads in sorted({e["heads"] for e in entries}):
+        group = [e for e in entries if e["heads"] == heads]
+        row = {"heads": heads, "jobs": [e["name"] for e in group]}
+        row["seeds"] = [e["seed"] for e in group]
+        row.update({m: _median([e[m] for e in group]) for m in SPEED_METRICS})
+        rows.append(row)
+    base = next((r for r in rows if r["heads"] == baseline_heads), {})
+    for row in rows:
+        for m in SPEED_METRICS:
+            value, ref = row[m], base.get(m)
+            row[ratio_key(m, baseline_heads)] = None if not (value and ref) else value / ref
+    return rows
+
+
+def machine(device: torch.device) -> dict:
+    cpu = f"cpu ({os.cpu_count()} logical CPUs)"
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def run_speed(
+    sweep_dir: str | Path,
+    settings: SpeedSettings,
+    make_trainer: MakeTrainer,
+    out: str | Path | None = None,
+) -> tuple[dict, Path]:
+    """Load, measure and write the speed file (``out``, default in the sweep dir)."""
+    sweep_dir, warnings = Path(sweep_dir), []
+    jobs = load_jobs(sweep_dir, settings, warnings)
+    test_split = prepare_inputs(jobs, settings, warnings)
+    order = measure(jobs, settings, make_trainer)
+    entries = [job_entry(sj) for sj in jobs]
+    device = jobs[0].device
+    payload = {
+        "machine": machine(device),
+        "settings": {
+            **dataclasses.asdict(settings),
+            "precision": jobs[0].loaded.translator.precision,
+            "test_split": test_split,
+        },
+        "peak_mem_mb": CUDA_MEMORY_NOTE if device.type == "cuda" else CPU_MEMORY_NOTE,
+        "baseline_heads": BASELINE_HEADS,
+        "order": order,
+        "warnings": warnings,
+        "jobs": entries,
+        "heads": heads_rows(entries),
+    }
+    path = Path(out) if out is not None else sweep_dir / SPEED_FILE
+    atomic_write(path, json.dumps(payload, indent=2) + "\n")
+    return payload, path

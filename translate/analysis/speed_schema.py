@@ -1,0 +1,64 @@
+"""``ablation_speed.json``, a heads sweep's side-by-side speed figures: its name, its metrics,
+and reading it back into the report's rows.
+
+Written by :mod:`translate.analysis.speed` (``python scripts/ablation_speed.py SWEEP_DIR``), read
+by :mod:`translate.analysis.ablation`. Imports nothing heavy: the report is built when Hydra
+starts a sweep, and this module is part of it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPEED_FILE = "ablation_speed.json"
+SPEED_COMMAND = "python scripts/ablation_speed.py SWEEP_DIR"
+# Per-job and per-head-count metrics -> (column header in ablation.md, decimals shown).
+SPEED_METRICS = {
+    "latency_greedy_ms": ("greedy ms/sent (batch 1)", 1),
+    "latency_beam_ms": ("beam ms/sent (batch 1)", 1),
+    "sentences_per_s": ("sent/s (batched, greedy)", 1),
+    "train_tokens_per_s": ("train tok/s", 0),
+    "peak_mem_mb": ("peak mem MB", 0),
+}
+
+
+def ratio_key(metric: str, baseline_heads: int) -> str:
+    """The key of ``metric`` over the baseline head count's, e.g. ``latency_beam_ms_vs_8``."""
+    return f"{metric}_vs_{baseline_heads}"
+
+
+def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
+    """The sweep dir's speed file, or None when it has none (or an unreadable one, with a
+    warning). ``finished``: the completed jobs' names; those the file lacks (jobs that
+    finished after the measurement) are named in a warning, since their rows then mix."""
+    path = Path(sweep_dir) / SPEED_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        measured = {job["name"] for job in data["jobs"]}
+        if not isinstance(data.get("heads"), list) or "baseline_heads" not in data:
+            raise KeyError("heads or baseline_heads")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        warnings.append(f"{path} is unreadable ({err!r}): no speed columns; run {SPEED_COMMAND}")
+        return None
+    unmeasured = [name for name in finished if name not in measured]
+    if unmeasured:
+        warnings.append(
+            f"{SPEED_FILE} has no figures for {', '.join(unmeasured)} (finished after it was "
+            f"measured?): run {SPEED_COMMAND.replace('SWEEP_DIR', str(sweep_dir))} again"
+        )
+    return data
+
+
+def speed_cells(data: dict, heads: int) -> dict:
+    """The row of head count ``heads``: every metric and its ratio to the baseline's (None
+    where the file has no such row)."""
+    baseline = data["baseline_heads"]
+    row = next((r for r in data["heads"] if r.get("heads") == heads), {})
+    out = {}
+    for metric in SPEED_METRICS:
+        out[metric] = row.get(metric)
+        out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
+    return out
