@@ -23,13 +23,25 @@ interleaved (rounds A B C, B C A, ...) and each reports the median sentences/s. 
 cache`` re-runs the decoder over the whole prefix at every step (``greedy_search(...,
 use_cache=False)``); both greedy modes must produce the same tokens.
 
+Key/value heads (grouped-query attention; without ``--checkpoint``): the same random model
+with ``--kv-heads`` key/value heads (default: every divisor of ``--heads``, so 1/2/4/8 at 8
+heads), cached greedy and beam search, all interleaved in one set of rounds, the first
+``--impls`` entry. Besides the speed each row gives the KV-cache bytes per sentence: the
+decoder's self-attention caches plus the cross-attention (encoder) caches of every layer, read
+from the cache tensors after every decoding step (:class:`CacheMeter`); a batch's peak over its
+steps, summed over batches and divided by the sentences (so beam search counts its beams).
+
 ``summary``: ``greedy_cache_speedup`` = cached / uncached greedy sentences/s for the first
-``--impls`` entry (target >= 3).
+``--impls`` entry (target >= 3); ``kv_cache_bytes_ratio_kv1_vs_kv8`` = KV-cache bytes per
+sentence with 1 key/value head over 8 (``8`` is ``--heads``, ``1`` the fewest ``--kv-heads``),
+and ``greedy_cache_speed_ratio_kv1_vs_kv8`` / ``beam5_speed_ratio_kv1_vs_kv8`` the same for
+sentences/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +68,17 @@ COLUMNS = [
     ("speedup_vs_no_cache", "cache speed-up", ".2f"),
     ("same_output", "same tokens", ""),
 ]
+KV_MODES = ("greedy_cache", "beam5")
+KV_COLUMNS = [
+    ("kv_heads", "kv heads", ""),
+    ("mode", "mode", ""),
+    ("sentences_per_s", "sent/s", ".4g"),
+    ("ms_per_sentence", "ms/sent", ".3g"),
+    ("mean_output_len", "out len", ".1f"),
+    ("kv_cache_kib_per_sentence", "KV cache KiB/sent", ".4g"),
+    ("speed_vs_mha", "speed vs MHA", ".2f"),
+    ("kv_cache_vs_mha", "cache vs MHA", ".3f"),
+]
 
 
 # ---------------------------------------------------------------------------- models, sources
@@ -68,23 +91,27 @@ def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
     return [rng.integers(4, vocab, int(n_tok)) for n_tok in lengths]
 
 
+def random_model(args, device: torch.device, impl: str, kv_heads: int | None = None):
+    """A seeded random model of the ``--d-model``/``--heads``/... sizes, in eval mode."""
+    torch.manual_seed(args.seed)
+    model = Seq2SeqTransformer(
+        args.vocab,
+        d_model=args.d_model,
+        num_heads=args.heads,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        d_ff=args.d_ff,
+        attention_impl=impl,
+        pad_id=Tokenizer.PAD,
+        num_kv_heads=kv_heads,
+    )
+    return model.to(device).eval()
+
+
 def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
     """One seeded random model per ``--impls`` entry and synthetic sources; the length limit
     defaults to the source length (``1.0 * src + 0``)."""
-    models = {}
-    for impl in args.impls:
-        torch.manual_seed(args.seed)
-        models[impl] = Seq2SeqTransformer(
-            args.vocab,
-            d_model=args.d_model,
-            num_heads=args.heads,
-            num_encoder_layers=args.layers,
-            num_decoder_layers=args.layers,
-            d_ff=args.d_ff,
-            attention_impl=impl,
-            pad_id=Tokenizer.PAD,
-        )
-        models[impl].to(device).eval()
+    models = {impl: random_model(args, device, impl) for impl in args.impls}
     args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
     args.max_len_b = 0.0 if args.max_len_b is None else args.max_len_b
     sources = synthetic_sources(args.sentences, args.vocab, args.seed)
@@ -169,6 +196,108 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
     return rows
 
 
+# ---------------------------------------------------------------------------- kv heads
+
+
+class CacheMeter:
+    """The largest number of bytes the decoder's K/V caches held at the end of any decoding
+    step: every layer's self-attention cache plus its cross-attention (encoder) cache, read
+    from the tensors through forward hooks on the decoder layers."""
+
+    def __init__(self, model: Seq2SeqTransformer) -> None:
+        self.layer_bytes = [0] * len(model.decoder_layers)
+        self.peak = 0
+        self.handles = [
+            layer.register_forward_hook(functools.partial(self._record, i), with_kwargs=True)
+            for i, layer in enumerate(model.decoder_layers)
+        ]
+
+    def _record(self, i: int, layer, args, kwargs, output) -> None:
+        caches = (kwargs.get("self_cache"), kwargs.get("cross_cache"))
+        self.layer_bytes[i] = sum(c.nbytes for c in caches if c is not None)
+        if i == len(self.layer_bytes) - 1:  # every layer has updated its caches for this step
+            self.peak = max(self.peak, sum(self.layer_bytes))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precision) -> int:
+    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak, summed over the
+    batches (divided by the sentences: what a sentence holds at its batch's peak, on average)."""
+    total = 0
+    for b in batches:
+        meter = CacheMeter(model)
+        try:
+            decode_all(model, [b], mode, args, device, precision)
+        finally:
+            meter.remove()
+        total += meter.peak
+    return total
+
+
+def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[dict]:
+    """Cached greedy and beam search for every ``--kv-heads``, all interleaved; one row per
+    (kv heads, mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
+    impl = args.impls[0]
+    models = {kv: random_model(args, device, impl, kv) for kv in args.kv_heads}
+    outputs = {}
+
+    def run(kv: int, mode: str) -> None:
+        outputs[kv, mode] = decode_all(models[kv], batches, mode, args, device, precision)
+
+    fns = {(kv, mode): functools.partial(run, kv, mode) for kv in models for mode in KV_MODES}
+    # The cache is measured in an untimed pass (the hooks cost time); it doubles as a warm-up.
+    cache = {
+        (kv, mode): kv_cache_bytes(models[kv], batches, mode, args, device, precision)
+        for kv, mode in fns
+    }
+    times = _bench.interleaved(fns, device, max(args.warmup - 1, 0), args.rounds)
+    rows = []
+    for kv, mode in fns:
+        seconds = _bench.median(times[kv, mode])
+        rows.append(
+            {
+                "impl": impl,
+                "kv_heads": kv,
+                "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
+                "sentences_per_s": n_sentences / seconds,
+                "ms_per_sentence": 1e3 * seconds / n_sentences,
+                "mean_output_len": float(np.mean([len(h) for h in outputs[kv, mode]])),
+                "kv_cache_bytes_per_sentence": cache[kv, mode] / n_sentences,
+                "kv_cache_kib_per_sentence": cache[kv, mode] / n_sentences / 2**10,
+                "seconds_runs": times[kv, mode],
+            }
+        )
+    for row in rows:
+        mha = next(r for r in rows if r["mode"] == row["mode"] and r["kv_heads"] == args.heads)
+        row["speed_vs_mha"] = row["sentences_per_s"] / mha["sentences_per_s"]
+        row["kv_cache_vs_mha"] = (
+            row["kv_cache_bytes_per_sentence"] / mha["kv_cache_bytes_per_sentence"]
+        )
+    return rows
+
+
+def kv_title(args) -> str:
+    return (
+        f"Key/value heads at {args.heads} heads ({args.impls[0]}, the same sentences): cached "
+        "decoding, KV cache = self- + cross-attention K/V of every decoder layer, peak per batch"
+    )
+
+
+def kv_summary(rows: list[dict], args) -> dict:
+    """The fewest key/value heads against multi-head attention (``--heads`` kv heads)."""
+    lo, hi = min(args.kv_heads), args.heads
+    fewest = {r["mode"]: r for r in rows if r["kv_heads"] == lo}
+    greedy, beam = fewest["greedy_cache"], fewest[f"beam{args.beam_size}"]
+    return {
+        f"kv_cache_bytes_ratio_kv{lo}_vs_kv{hi}": greedy["kv_cache_vs_mha"],
+        f"greedy_cache_speed_ratio_kv{lo}_vs_kv{hi}": greedy["speed_vs_mha"],
+        f"beam{args.beam_size}_speed_ratio_kv{lo}_vs_kv{hi}": beam["speed_vs_mha"],
+    }
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -192,9 +321,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
     parser.add_argument("--d-ff", type=int, default=512)
+    parser.add_argument(
+        "--kv-heads", type=int, nargs="*", default=None,
+        help="key/value head counts to compare (default: every divisor of --heads, which is "
+        "always added as the multi-head baseline); given with no value: skip the comparison",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    args.sentences = args.sentences or (48 if args.quick else 200)
+    args.sentences = args.sentences or (32 if args.quick else 200)
     args.rounds = args.rounds or (3 if args.quick else 5)
+    if args.kv_heads is None:
+        args.kv_heads = [k for k in range(1, args.heads + 1) if args.heads % k == 0]
+    elif args.kv_heads:
+        if any(k < 1 or args.heads % k for k in args.kv_heads):
+            parser.error(f"--kv-heads {args.kv_heads}: each must divide --heads {args.heads}")
+        args.kv_heads = sorted({*args.kv_heads, args.heads})
     return args
 
 
@@ -220,6 +360,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"max length {args.max_len_a} * src + {args.max_len_b}, precision {precision}"
         )
         _bench.print_table(rows, COLUMNS, title=title)
+        kv_rows = []
+        if args.checkpoint is None and args.kv_heads:
+            kv_rows = time_kv_heads(args, batches, len(sources), device, precision)
+            print()
+            _bench.print_table(kv_rows, KV_COLUMNS, title=kv_title(args))
+            summary.update(kv_summary(kv_rows, args))
         _bench.print_summary(summary, TARGETS)
         result = _bench.report(
             "bench_decode",
@@ -234,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             batch_sizes=[len(g) for g in groups],
             mean_source_len=float(np.mean(src_lens)),
             rows=rows,
+            kv_rows=kv_rows,
         )
     _bench.write_json(args.json, result)
     return result

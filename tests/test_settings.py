@@ -23,6 +23,8 @@ def test_the_presets_compose_into_valid_settings():
         overrides = [f"experiment={preset}", "run_dir=unused", *extra]
         s = train_settings(compose_config("train", overrides))
         assert s.model.num_heads == s.config["heads"] and isinstance(s.optim.lr, float)
+        # Multi-head unless asked: kv_heads follows heads, in every preset.
+        assert s.model.num_kv_heads == s.model.num_heads == s.config["kv_heads"]
 
 
 @pytest.mark.parametrize(
@@ -31,6 +33,10 @@ def test_the_presets_compose_into_valid_settings():
         ("decode.beam_size=2.5", "decode.beam_size=2.5 must be an integer"),
         ("decode.length_penalty=abc", "decode.length_penalty='abc' must be a number"),
         ("heads=abc", "model.num_heads='abc' must be an integer"),
+        ("kv_heads=abc", "model.num_kv_heads='abc' must be an integer"),
+        ("kv_heads=3", "kv_heads=3 must be >= 1 and divide heads=2"),
+        ("kv_heads=0", "kv_heads=0 must be >= 1 and divide heads=2"),
+        ("kv_heads=4", "kv_heads=4 must be >= 1 and divide heads=2"),
         ("optim.lr=abc", "optim.lr='abc' must be a number"),
         ("seed=abc", "seed='abc' must be an integer"),
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),
@@ -65,3 +71,20 @@ def test_the_multi30k_heads_study_is_one_command_of_equal_update_counts():
         full = compose("train", overrides, return_hydra_config=True)
     params = full.hydra.sweeper.params
     assert params.heads == "1,4,8,16" and params.seed == "1,2,3"
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4, 8])
+def test_kv_heads_set_the_key_value_heads_of_the_model(kv_heads):
+    """``heads=8 kv_heads=K``, as each job of ``-m heads=8 kv_heads=1,2,4,8`` composes it."""
+    s = settings("heads=8", f"kv_heads={kv_heads}")
+    assert (s.model.num_heads, s.model.num_kv_heads) == (8, kv_heads)
+    assert s.config["model"]["num_kv_heads"] == kv_heads
+    model = s.model.build(vocab_size=20, pad_id=0)
+    attn = model.decoder_layers[0].cross_attn
+    assert attn.num_kv_heads == kv_heads
+    assert attn.k_proj.weight.shape == (kv_heads * 32 // 8, 32)  # TINY: d_model 32
+
+
+def test_kv_heads_follow_heads_on_the_command_line():
+    s = settings("heads=4")
+    assert (s.model.num_heads, s.model.num_kv_heads) == (4, 4)

@@ -9,6 +9,11 @@ from it. A file that needs more than that is refused with one line.
 Format 1 (translate before the package layout of ``translate.nn``) stored numpy's RNG state as
 a numpy array and the embedding as ``embed.weight``; it still loads: the numpy array type is
 allowed by name (it only rebuilds an array) and the keys are renamed on load.
+
+Formats 1 and 2 predate grouped-query attention: their model config has no ``num_kv_heads``.
+Their models are multi-head attention, one key/value head per head, so on load the config gets
+``num_kv_heads = num_heads``; a run resumed, finished-checked or evaluated against today's
+config (where ``kv_heads`` defaults to ``heads``) then sees the model config it was trained with.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import torch
 from translate.errors import UserError
 from translate.io import atomic_write_with
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
 # Format 1 renamed on load: the token table moved into Seq2SeqTransformer.embedding.
 _RENAMED_V1 = {"embed.weight": "embedding.embed.weight"}
@@ -98,7 +103,16 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise UserError(f"{path} was written by a newer translate; upgrade to read it")
     if version == 1:
         ckpt["model"] = {_RENAMED_V1.get(k, k): v for k, v in ckpt["model"].items()}
+    if version <= 2:
+        _add_kv_heads(ckpt["config"])
     return ckpt
+
+
+def _add_kv_heads(config: dict) -> None:
+    """A format-1/2 model config as written today: multi-head, ``num_kv_heads = num_heads``."""
+    model = config.get("model")
+    if isinstance(model, dict) and "num_heads" in model:
+        model.setdefault("num_kv_heads", model["num_heads"])
 
 
 def _corrupt(path: Path, err: Exception) -> UserError:

@@ -55,10 +55,23 @@ class ModelSettings:
     activation: str
     norm_first: bool
     attention_impl: str
+    # Key/value heads (conf: kv_heads, which defaults to heads). Optional only for settings
+    # built in code, where None means num_heads (multi-head); every config sets it.
+    num_kv_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_kv_heads is None:  # so readers always see the number
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
 
     def validate(self) -> None:
         if self.num_heads < 1:
             raise UserError(f"heads={self.num_heads} must be >= 1")
+        kv = self.num_kv_heads
+        if kv < 1 or self.num_heads % kv:
+            raise UserError(
+                f"kv_heads={kv} must be >= 1 and divide heads={self.num_heads}; pick kv_heads "
+                f"from the divisors of {self.num_heads} (1: multi-query attention)"
+            )
         for key in ("d_model", "d_ff", "num_encoder_layers", "num_decoder_layers"):
             _positive(f"model.{key}", getattr(self, key))
         if self.d_model % self.num_heads:

@@ -123,10 +123,37 @@ def test_bench_decode_tiny(scripts, tmp_path):
             "--impls", "sdpa", "manual", "--threads", "1", "--json", str(out),
         ]
     )  # fmt: skip
-    written = check_report(out, result, {"greedy_cache_speedup"}, "bench_decode")
+    kv_keys = {
+        "kv_cache_bytes_ratio_kv1_vs_kv2",
+        "greedy_cache_speed_ratio_kv1_vs_kv2",
+        "beam5_speed_ratio_kv1_vs_kv2",
+    }
+    written = check_report(out, result, {"greedy_cache_speedup", *kv_keys}, "bench_decode")
     cached = [r for r in written["rows"] if r["mode"] == "greedy_cache"]
     assert len(cached) == 2 and all(r["same_output"] for r in cached)
     assert {r["mode"] for r in written["rows"]} == {"greedy_no_cache", "greedy_cache", "beam5"}
+    check_kv_rows(written, heads=2)
+
+
+def check_kv_rows(written: dict, heads: int) -> None:
+    """One row per (kv heads, mode) at ``heads`` query heads; multi-head is the baseline and
+    fewer key/value heads hold a smaller cache."""
+    kv_rows = written["kv_rows"]
+    assert {(r["kv_heads"], r["mode"]) for r in kv_rows} == {
+        (kv, mode) for kv in (1, heads) for mode in ("greedy_cache", "beam5")
+    }
+    for row in kv_rows:
+        assert row["sentences_per_s"] > 0 and row["kv_cache_bytes_per_sentence"] > 0
+        if row["kv_heads"] == heads:
+            assert row["speed_vs_mha"] == row["kv_cache_vs_mha"] == 1.0
+        else:
+            assert 0 < row["kv_cache_vs_mha"] < 1
+    by_key = {(r["kv_heads"], r["mode"]): r for r in kv_rows}
+    # Beam search keeps 5 hypotheses per sentence, so more cache per sentence than greedy.
+    assert (
+        by_key[heads, "beam5"]["kv_cache_bytes_per_sentence"]
+        > by_key[heads, "greedy_cache"]["kv_cache_bytes_per_sentence"]
+    )
 
 
 def test_scripts_run_from_the_command_line(tmp_path):

@@ -15,18 +15,25 @@ Incremental decoding follows fairseq's contract: the caller owns an :class:`Atte
 attention module, passes it in at every step and it is updated in place. Self-attention appends
 the new step's keys/values; cross-attention (``static=True``) projects the encoder output once
 and reuses it; :meth:`AttentionCache.reorder` selects beams.
+
+Grouped-query attention (Ainslie et al. 2023) shares each key/value head across a group of
+``G = num_heads // num_kv_heads`` query heads; ``num_kv_heads=1`` is multi-query attention
+(Shazeer 2019) and ``num_kv_heads=num_heads`` (the default) is multi-head attention, parameter
+for parameter. Query head ``h`` reads K/V head ``h // G``. The K/V projections, and so the
+decoding cache, shrink by ``G``; masks, per-head weights and ``head_mask`` stay per query head.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend
+
+from translate.nn.cache import AttentionCache
+from translate.nn.sdpa import fused_attention
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +53,9 @@ def scaled_dot_product_attention(
 
     Args:
         q: queries ``(B, H, T, Dh)``.
-        k: keys ``(B, H, S, Dh)``.
-        v: values ``(B, H, S, Dh)``.
+        k: keys ``(B, Hkv, S, Dh)``; ``Hkv`` divides ``H`` and query head ``h`` reads K/V head
+            ``h // (H // Hkv)`` (``Hkv == H``: one K/V head per query head).
+        v: values ``(B, Hkv, S, Dh)``.
         mask: broadcastable to ``(B, H, T, S)``; boolean ``True`` = excluded, or float added
             to the scores (``-inf`` = excluded).
         dropout_p: dropout probability on the attention weights, applied only if ``training``.
@@ -56,7 +64,13 @@ def scaled_dot_product_attention(
         ``(out, weights)``: ``(B, H, T, Dh)`` and ``(B, H, T, S)``. Rows whose keys are all
         excluded give zero output and zero weights.
     """
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    B, H, T, Dh = q.shape
+    Hkv, S = k.size(1), k.size(2)
+    # The G = H / Hkv query heads of a group take turns on the query axis, so each shared K/V
+    # head is multiplied once, as it is, never copied G times.
+    q = q.reshape(B, Hkv, H // Hkv * T, Dh)  # (B, Hkv, G*T, Dh) from (B, Hkv, G, T, Dh)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(Dh)  # (B, Hkv, G*T, S)
+    scores = scores.view(B, H, T, S)  # (B, H, T, S): masks and softmax per query head
     fully_masked = None
     if mask is not None:
         excluded = mask if mask.dtype == torch.bool else torch.isneginf(mask)
@@ -71,30 +85,8 @@ def scaled_dot_product_attention(
         weights = weights.masked_fill(fully_masked, 0.0)
     if training and dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return weights @ v, weights  # (B, H, T, Dh), (B, H, T, S)
-
-
-@dataclass
-class AttentionCache:
-    """Keys and values kept between decoding steps for one attention module.
-
-    ``static=True`` marks cross-attention: keys/values come from the encoder and are computed
-    once. Otherwise new keys/values are appended at every step.
-    """
-
-    static: bool = False
-    k: Tensor | None = None  # (B, H, S, Dh)
-    v: Tensor | None = None  # (B, H, S, Dh)
-
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.size(2)
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows (beams) given by ``index`` ``(B',)``, in that order."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+    out = weights.reshape(B, Hkv, H // Hkv * T, S) @ v  # (B, Hkv, G*T, Dh)
+    return out.view(B, H, T, Dh), weights  # (B, H, T, Dh), (B, H, T, S)
 
 
 def _log_weights_fallback() -> None:
@@ -104,18 +96,38 @@ def _log_weights_fallback() -> None:
         _logged_weights_fallback = True
 
 
+def _check_sizes(embed_dim: int, num_heads: int, num_kv_heads: int, impl: str) -> None:
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+    if embed_dim % num_heads != 0:
+        raise ValueError(
+            f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
+            f"choose a head count that divides it"
+        )
+    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_kv_heads={num_kv_heads} must be >= 1 and divide num_heads={num_heads} "
+            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)"
+        )
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch-first, ``torch.nn.MultiheadAttention`` semantics.
 
     Args:
         embed_dim: model width ``D`` (of queries and of the output); split into ``num_heads``
             heads of ``D // num_heads``.
-        num_heads: number of heads ``H``.
+        num_heads: number of (query) heads ``H``.
         dropout: dropout on the attention weights (training mode only).
         bias: whether the four projections have biases.
         impl: ``"manual"`` (reference) or ``"sdpa"`` (fused PyTorch kernel).
         kdim: width of the keys given to :meth:`forward`; ``None`` = ``embed_dim``.
         vdim: width of the values given to :meth:`forward`; ``None`` = ``embed_dim``.
+        num_kv_heads: key/value heads ``Hkv``, a divisor of ``H``: ``None`` or ``H`` is
+            multi-head attention, 1 multi-query, in between grouped-query attention. The K/V
+            projections map to ``Hkv * D // H`` features.
     """
 
     def __init__(
@@ -127,27 +139,23 @@ class MultiHeadAttention(nn.Module):
         impl: str = "manual",
         kdim: int | None = None,
         vdim: int | None = None,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        if num_heads < 1:
-            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
-                f"choose a head count that divides it"
-            )
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        _check_sizes(embed_dim, num_heads, num_kv_heads, impl)
         self.embed_dim = embed_dim
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = embed_dim // num_heads
         self.dropout = dropout
         self.impl = impl
+        kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.reset_parameters()
 
@@ -203,9 +211,9 @@ class MultiHeadAttention(nn.Module):
                 ours.out_proj.bias.copy_(module.out_proj.bias)
         return ours
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, heads: int) -> Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+        return x.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
 
     def _build_mask(
         self,
@@ -273,15 +281,17 @@ class MultiHeadAttention(nn.Module):
                 float (added to the scores).
             is_causal: exclude keys after each query's position (offset by the cached length).
             need_weights: also return per-head weights ``(B, H, T, S_total)``.
-            cache: incremental-decoding state, updated in place.
-            head_mask: ``(H,)`` multiplier per head output (0 removes a head; Michel et al. 2019).
+            cache: incremental-decoding state, updated in place; it holds ``num_kv_heads``
+                heads.
+            head_mask: ``(H,)`` multiplier per query head's output (0 removes a head; Michel et
+                al. 2019).
 
         Returns:
             ``(output (B, T, D), weights (B, H, T, S_total) or None)``.
         """
         B, T, _ = query.shape
-        q = self._split_heads(self.q_proj(query))  # (B, H, T, Dh)
-        k, v, past = self._project_kv(key, value, cache)  # (B, H, S_total, Dh) each
+        q = self._split_heads(self.q_proj(query), self.num_heads)  # (B, H, T, Dh)
+        k, v, past = self._project_kv(key, value, cache)  # (B, Hkv, S_total, Dh) each
         # A single new query against a full history needs no causal mask: every key is past.
         causal = is_causal and not (past > 0 and T == 1)
         out, weights = self._attend(
@@ -295,20 +305,20 @@ class MultiHeadAttention(nn.Module):
     def _project_kv(
         self, key: Tensor, value: Tensor, cache: AttentionCache | None
     ) -> tuple[Tensor, Tensor, int]:
-        """Keys and values ``(B, H, S_total, Dh)`` for this call, and the cached length before it.
+        """Keys and values ``(B, Hkv, S_total, Dh)`` for this call, and the cached length before it.
 
         A filled static cache is reused unchanged; otherwise the new projections are appended to
         (self-attention) or stored in (first cross-attention step) the cache.
         """
         if cache is not None and cache.static and cache.k is not None:
             return cache.k, cache.v, 0  # encoder keys/values projected at the first step
-        k = self._split_heads(self.k_proj(key))  # (B, H, S, Dh)
-        v = self._split_heads(self.v_proj(value))  # (B, H, S, Dh)
+        k = self._split_heads(self.k_proj(key), self.num_kv_heads)  # (B, Hkv, S, Dh)
+        v = self._split_heads(self.v_proj(value), self.num_kv_heads)  # (B, Hkv, S, Dh)
         past = 0
         if cache is not None:
             if not cache.static and cache.k is not None:
                 past = cache.k.size(2)
-                k = torch.cat([cache.k, k], dim=2)  # (B, H, past + S, Dh)
+                k = torch.cat([cache.k, k], dim=2)  # (B, Hkv, past + S, Dh)
                 v = torch.cat([cache.v, v], dim=2)
             cache.k, cache.v = k, v
         return k, v, past
@@ -324,7 +334,8 @@ class MultiHeadAttention(nn.Module):
         past: int,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """Per-head outputs ``(B, H, T, Dh)``, and weights ``(B, H, T, S)`` on the manual path."""
+        """Per-head outputs ``(B, H, T, Dh)`` from ``q (B, H, T, Dh)`` and ``k``/``v``
+        ``(B, Hkv, S, Dh)``, and weights ``(B, H, T, S)`` on the manual path."""
         dropout_p = self.dropout if self.training else 0.0
         use_manual = self.impl == "manual" or need_weights
         if need_weights and self.impl == "sdpa":
@@ -336,8 +347,7 @@ class MultiHeadAttention(nn.Module):
             and (not causal or past == 0)
         ):
             # Mask-free or plain causal: let SDPA pick its fastest kernel (Flash where available).
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)
-            return out, None
+            return fused_attention(q, k, v, dropout_p=dropout_p, is_causal=causal), None
         B, _, T, _ = q.shape
         mask = self._build_mask(
             B, T, k.size(2), key_padding_mask, attn_mask, causal, past, q.device
@@ -352,24 +362,9 @@ class MultiHeadAttention(nn.Module):
         if mask.dtype == torch.bool:
             fully_masked = mask.all(dim=-1, keepdim=True)
             allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
+            out = fused_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
         else:
             fully_masked = torch.isneginf(mask).all(dim=-1, keepdim=True)
             additive = mask.masked_fill(fully_masked, 0.0).to(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
+            out = fused_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
         return out.masked_fill(fully_masked, 0.0)  # (B, H, T, Dh)
-
-
-def sdpa_backend(
-    device: torch.device, dtype: torch.dtype, num_heads: int, head_dim: int, masked: bool
-) -> str:
-    """The kernel ``F.scaled_dot_product_attention`` picks for our calls of this shape (causal
-    without a mask, or with a padding mask), e.g. ``"flash_attention"``, to say in a run's
-    log; asks torch's (private) dispatcher, ``"unknown"`` where it cannot answer."""
-    q = torch.zeros(2, num_heads, 8, head_dim, device=device, dtype=dtype)  # (B, H, T, Dh)
-    mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool, device=device) if masked else None
-    try:
-        index = torch._fused_sdp_choice(q, q, q, mask, 0.0, not masked)
-        return SDPBackend(index).name.lower()
-    except (AttributeError, RuntimeError, TypeError, ValueError):
-        return "unknown"

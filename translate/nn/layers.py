@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from translate.nn.attention import AttentionCache, MultiHeadAttention
+from translate.nn.attention import MultiHeadAttention
+from translate.nn.cache import AttentionCache
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -79,7 +80,8 @@ class _Sublayer(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each in a residual sublayer."""
+    """Self-attention then feed-forward, each in a residual sublayer. ``num_kv_heads``: the
+    attention's key/value heads (``None`` = ``num_heads``; :class:`MultiHeadAttention`)."""
 
     def __init__(
         self,
@@ -92,10 +94,11 @@ class EncoderLayer(nn.Module):
         activation: str,
         norm_first: bool,
         attention_impl: str,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, impl=attention_impl
+            d_model, num_heads, attention_dropout, impl=attention_impl, num_kv_heads=num_kv_heads
         )
         self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
         self.attn_block = _Sublayer(d_model, dropout, norm_first)
@@ -125,7 +128,8 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the encoder, feed-forward."""
+    """Causal self-attention, cross-attention to the encoder, feed-forward; both attentions
+    have ``num_kv_heads`` key/value heads (``None`` = ``num_heads``)."""
 
     def __init__(
         self,
@@ -138,13 +142,14 @@ class DecoderLayer(nn.Module):
         activation: str,
         norm_first: bool,
         attention_impl: str,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, impl=attention_impl
+            d_model, num_heads, attention_dropout, impl=attention_impl, num_kv_heads=num_kv_heads
         )
         self.cross_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, impl=attention_impl
+            d_model, num_heads, attention_dropout, impl=attention_impl, num_kv_heads=num_kv_heads
         )
         self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
         self.self_block = _Sublayer(d_model, dropout, norm_first)

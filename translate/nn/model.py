@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from translate.nn.attention import AttentionCache
+from translate.nn.cache import AttentionCache
 from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
 
 HEAD_MASK_KEYS = ("encoder", "decoder_self", "decoder_cross")
@@ -109,6 +109,8 @@ class Seq2SeqTransformer(nn.Module):
     Args:
         vocab_size: joint vocabulary size ``V``.
         d_model: width ``D``. num_heads: ``H`` (must divide ``D``).
+        num_kv_heads: key/value heads of every self- and cross-attention, a divisor of ``H``:
+            ``None`` or ``H`` is multi-head, 1 multi-query, in between grouped-query attention.
         num_encoder_layers / num_decoder_layers: stack depths.
         d_ff: feed-forward width. dropout: residual and embedding dropout.
         attention_dropout: on attention weights. activation_dropout: inside the feed-forward.
@@ -131,6 +133,7 @@ class Seq2SeqTransformer(nn.Module):
         norm_first: bool = True,
         attention_impl: str = "manual",
         pad_id: int = 0,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -144,6 +147,7 @@ class Seq2SeqTransformer(nn.Module):
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.d_model = d_model
         self.num_heads = num_heads
+        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         self.pad_id = pad_id
         layer_args = dict(
             d_model=d_model,
@@ -155,6 +159,7 @@ class Seq2SeqTransformer(nn.Module):
             activation=activation,
             norm_first=norm_first,
             attention_impl=attention_impl,
+            num_kv_heads=num_kv_heads,
         )
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
         self.encoder_layers = nn.ModuleList(

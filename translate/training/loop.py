@@ -27,8 +27,8 @@ from translate.decoding.scoring import mean_nll
 from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.metrics import score
-from translate.nn.attention import sdpa_backend
 from translate.nn.model import count_parameters
+from translate.nn.sdpa import sdpa_backend
 from translate.runtime import (
     reset_peak_memory,
     resolve_device,
@@ -157,10 +157,12 @@ def _log_start(run: Run) -> None:
     """What the run is doing, in its first lines: model, device, precision, the attention
     kernel, tokens per update, and where its outputs go."""
     m, t, device = run.settings.model, run.settings.trainer, run.trainer.device
+    kv = "" if m.num_kv_heads == m.num_heads else f" sharing {m.num_kv_heads} key/value heads"
     log.info(
-        "model: %s parameters, %d heads, d_model %d, %s attention",
+        "model: %s parameters, %d heads%s, d_model %d, %s attention",
         f"{count_parameters(run.model):,}",
         m.num_heads,
+        kv,
         m.d_model,
         m.attention_impl,
     )
@@ -172,8 +174,8 @@ def _log_start(run: Run) -> None:
         args = (device, dtype or torch.float32, m.num_heads, m.d_model // m.num_heads)
         log.info(
             "sdpa kernels: %s for causal self-attention, %s with padding masks",
-            sdpa_backend(*args, masked=False),
-            sdpa_backend(*args, masked=True),
+            sdpa_backend(*args, masked=False, num_kv_heads=m.num_kv_heads),
+            sdpa_backend(*args, masked=True, num_kv_heads=m.num_kv_heads),
         )
     per_update = run.corpus.max_tokens * t.accumulate_grad_batches * run.dist.world_size
     log.info(

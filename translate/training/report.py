@@ -185,6 +185,7 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "status": "completed",
         "heads": m.num_heads,
         "d_k": m.d_model // m.num_heads,
+        "kv_heads": m.num_kv_heads,  # = heads for multi-head attention
         "d_model": m.d_model,
         "layers": {"encoder": m.num_encoder_layers, "decoder": m.num_decoder_layers},
         "params": count_parameters(run.model),
@@ -219,6 +220,7 @@ def _log_hparams(run: Run, results: dict) -> None:
     s, m = run.settings, run.settings.model
     hparams = {
         "heads": m.num_heads,
+        "kv_heads": m.num_kv_heads,
         "d_model": m.d_model,
         "d_ff": m.d_ff,
         "encoder_layers": m.num_encoder_layers,
