@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
 from translate.analysis.speed_schema import SPEED_METRICS, ratio_key
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
@@ -25,12 +26,16 @@ DEFAULTS = SpeedSettings()
 
 
 def format_table(payload: dict) -> str:
-    """The per-head-count medians with their ratios to the baseline, as aligned text."""
+    """The per-row medians with their ratios to the baseline, as aligned text; a kv heads
+    column when the sweep varies kv_heads (rows from before GQA have none: multi-head)."""
     base = payload["baseline_heads"]
-    header = ["heads", "jobs", *(SPEED_METRICS[m][0] for m in SPEED_METRICS)]
+    keys = [heads_key(row) for row in payload["heads"]]
+    kv_axis = any(kv != heads for heads, kv in keys)
+    header = ["heads", *(["kv heads"] if kv_axis else []), "jobs"]
+    header += [SPEED_METRICS[m][0] for m in SPEED_METRICS]
     lines = [header]
-    for row in payload["heads"]:
-        cells = [str(row["heads"]), str(len(row["jobs"]))]
+    for row, (heads, kv) in zip(payload["heads"], keys):
+        cells = [str(heads), *([str(kv)] if kv_axis else []), str(len(row["jobs"]))]
         for m, (_, digits) in SPEED_METRICS.items():
             value, ratio = row[m], row[ratio_key(m, base)]
             text = "-" if value is None else f"{value:,.{digits}f}"
@@ -43,7 +48,7 @@ def format_table(payload: dict) -> str:
         [
             f"{payload['machine']['device_name']}, {payload['machine']['threads']} threads, "
             f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; "
-            f"(x) = ratio to {base} heads",
+            f"(x) = ratio to {base} heads" + (f" with {base} kv heads" if kv_axis else ""),
             *text,
         ]
     )

@@ -23,11 +23,22 @@ REFS = [f"the cat number {i} sits on the mat near house {i % 7} today ." for i i
 BAD = [f"dog {i} runs" for i in range(40)]
 
 
-def make_job(sweep: Path, heads: int, seed: int, bleu: float | None, params: int = 1000, **kw):
-    """A job dir as a training job leaves it; ``bleu=None`` makes a failed job."""
-    job = sweep / f"heads={heads},seed={seed}"
+def make_job(
+    sweep: Path,
+    heads: int,
+    seed: int,
+    bleu: float | None,
+    params: int = 1000,
+    *,
+    kv_heads: int | None = None,
+    **kw,
+):
+    """A job dir as a training job leaves it; ``bleu=None`` makes a failed job. Without
+    ``kv_heads`` it is a job of a plain heads sweep from before GQA (no ``kv_heads`` key)."""
+    kv = [] if kv_heads is None else [f"kv_heads={kv_heads}"]
+    job = sweep / ",".join([f"heads={heads}", *kv, f"seed={seed}"])
     (job / ".hydra").mkdir(parents=True)
-    overrides = [f"heads={heads}", f"seed={seed}", "experiment=quickstart"]
+    overrides = [f"heads={heads}", *kv, f"seed={seed}", "experiment=quickstart"]
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     if bleu is None:
         (job / "train.log").write_text("[2026][translate.train][ERROR] - error: out of memory\n")
@@ -56,10 +67,14 @@ def make_job(sweep: Path, heads: int, seed: int, bleu: float | None, params: int
             "degenerate_heads": heads // 4,
             "total_heads": 6 * heads,
         },
+        **({} if kv_heads is None else {"kv_heads": kv_heads}),
         **kw,
     }
     (job / "results.json").write_text(json.dumps(results))
-    hyps = REFS if heads == 8 else [r if i % 3 else b for i, (r, b) in enumerate(zip(REFS, BAD))]
+    # The baseline (8 heads, multi-head) translates perfectly, every other row worse.
+    hyps = [r if i % 3 else b for i, (r, b) in enumerate(zip(REFS, BAD))]
+    if heads == 8 and kv_heads in (None, 8):
+        hyps = REFS
     (job / "test.hyp.txt").write_text("".join(h + "\n" for h in hyps))
     (job / "test.ref.txt").write_text("".join(r + "\n" for r in REFS))
     return job

@@ -1,12 +1,16 @@
-"""The heads-ablation report: one row per head count, from a Hydra multirun's job dirs.
+"""The heads-ablation report: one row per head count (and kv head count), from a multirun.
 
 :func:`build_report` reads every job dir's ``results.json`` and ``.hydra/overrides.yaml`` under
-a sweep dir and groups the finished jobs by head count. Failed jobs (a job dir without
-``results.json``) and jobs the sweep defines but never started (the caller's ``expected_jobs``,
-e.g. :func:`translate.sweeps.expected_jobs` from ``multirun.yaml``) are listed, never dropped
-silently. BLEU differences are tested against the 8-head rows with sacreBLEU's paired bootstrap
-on the test hypotheses each job wrote (``test.hyp.txt``). The speed columns come from the sweep
-dir's ``ablation_speed.json`` (:mod:`translate.analysis.speed_schema`) when it has one.
+a sweep dir and groups the finished jobs by ``(heads, kv_heads)``: one row per head count in a
+plain heads sweep, one per key/value head count in a grouped-query sweep (``kv_heads=1,2,4,8``;
+a ``results.json`` without ``kv_heads`` predates GQA and was multi-head). Failed jobs (a job
+dir without ``results.json``) and jobs the sweep defines but never started (the caller's
+``expected_jobs``, e.g. :func:`translate.sweeps.expected_jobs` from ``multirun.yaml``) are
+listed, never dropped silently. BLEU differences are tested against the 8-head multi-head row
+(kv_heads = 8) with sacreBLEU's paired bootstrap on the test hypotheses each job wrote
+(``test.hyp.txt``). The speed columns come from the sweep dir's ``ablation_speed.json``
+(:mod:`translate.analysis.speed_schema`) when it has one. The parameter check and the
+significance test are :mod:`translate.analysis.ablation_stats`.
 
 Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
 writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra nor OmegaConf.
@@ -25,6 +29,13 @@ from pathlib import Path
 
 import yaml
 
+from translate.analysis.ablation_stats import (
+    Key,
+    check_equal_params,
+    heads_key,
+    key_label,
+    significance,
+)
 from translate.analysis.speed_schema import read_speed, speed_cells
 from translate.errors import UserError
 
@@ -61,16 +72,22 @@ class Job:
 @dataclass
 class Report:
     sweep_dir: Path
-    rows: list[dict]  # one per head count, ascending
+    rows: list[dict]  # one per (heads, kv_heads), ascending
     jobs: list[Job]
     failed: list[Job]
     missing: list[str]  # swept overrides of jobs the sweep defines but that have no dir
     seeds: list
-    params_equal: bool
+    params_equal: bool  # the parameter check passed (with a kv axis: equal where it must be)
     params_message: str
     warnings: list[str] = field(default_factory=list)
     bootstrap_signature: str | None = None
     speed: dict | None = None  # ablation_speed.json, None when the sweep dir has none
+
+    @property
+    def kv_axis(self) -> bool:
+        """Whether some row has fewer key/value heads than heads: only then do the files show
+        kv_heads, so that a plain heads sweep's report reads as it did before GQA."""
+        return any(r["kv_heads"] != r["heads"] for r in self.rows)
 
 
 # ------------------------------------------------------------------------ reading jobs
@@ -145,81 +162,6 @@ def _std(values: list) -> float | None:
     return statistics.stdev(values) if len(values) >= 2 else None
 
 
-def check_equal_params(jobs: list[Job]) -> tuple[bool, str]:
-    """Whether every finished job has the same parameter count, and a sentence saying so."""
-    by_heads: dict[int, set[int]] = {}
-    for job in jobs:
-        if job.completed:
-            by_heads.setdefault(int(job.results["heads"]), set()).add(job.results.get("params"))
-    counts = {p for ps in by_heads.values() for p in ps}
-    if not counts:
-        return True, "no finished jobs to compare"
-    if len(counts) == 1:
-        (params,) = counts
-        return True, (
-            f"every run has the same parameter count, {params:,}: the head count only splits the "
-            "same width d_model into heads of d_k = d_model / heads"
-        )
-    detail = "; ".join(
-        f"heads={h}: {', '.join(f'{p:,}' for p in sorted(ps))}"
-        for h, ps in sorted(by_heads.items())
-    )
-    return False, (
-        f"PARAMETER COUNTS DIFFER ({detail}): the rows are not models of equal size, so BLEU "
-        "differences cannot be put down to the number of heads alone"
-    )
-
-
-def _read_lines(path: Path) -> list[str] | None:
-    if not path.is_file():
-        return None
-    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
-
-
-def _significance(groups, baseline_heads, n_samples, warnings) -> tuple[dict, str | None]:
-    """``{heads: {"pooled": p, seed: p, ...}}``: paired bootstrap of each run's test
-    hypotheses against the baseline run of the same seed, per seed and with seeds pooled."""
-    from translate.metrics import paired_bootstrap
-
-    base = {}
-    for job in groups.get(baseline_heads, []):
-        base.setdefault(job.results.get("seed"), job)
-    out, signature = {}, None
-    for heads, jobs in groups.items():
-        if heads == baseline_heads or not base:
-            continue
-        per_seed, pooled = {}, ([], [], [])
-        for job in jobs:
-            seed = job.results.get("seed")
-            other = base.get(seed)
-            if other is None or seed in per_seed:
-                continue
-            hyp, ref = (
-                _read_lines(job.path / "test.hyp.txt"),
-                _read_lines(job.path / "test.ref.txt"),
-            )
-            base_hyp = _read_lines(other.path / "test.hyp.txt")
-            base_ref = _read_lines(other.path / "test.ref.txt")
-            if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
-                warnings.append(
-                    f"no significance test for {job.name} against {other.name}: test.hyp.txt / "
-                    "test.ref.txt missing, of different length or with different references"
-                )
-                continue
-            test = paired_bootstrap(base_hyp, {"run": hyp}, ref, n_samples=n_samples)["run"]
-            per_seed[seed], signature = test["p_value"], test["signature"]
-            for part, lines in zip(pooled, (base_hyp, hyp, ref)):
-                part.extend(lines)
-        if len(per_seed) > 1:
-            test = paired_bootstrap(pooled[0], {"run": pooled[1]}, pooled[2], n_samples=n_samples)
-            per_seed["pooled"] = test["run"]["p_value"]
-        elif per_seed:
-            per_seed["pooled"] = next(iter(per_seed.values()))
-        out[heads] = per_seed
-    return out, signature
-
-
 def _missing(sweep_dir, jobs, expected_jobs, warnings) -> list[str]:
     """Labels of the jobs ``expected_jobs`` says the sweep defines that have no job dir."""
     keys, expected = [], []
@@ -234,29 +176,32 @@ def _missing(sweep_dir, jobs, expected_jobs, warnings) -> list[str]:
     return [lbl for lbl in (_label(e, keys) for e in expected) if lbl not in found]
 
 
-def _group_by_heads(done: list[Job], warnings: list[str]) -> dict[int, list[Job]]:
-    """The finished jobs by head count, sorted by seed; warns when the sweep varies more."""
-    groups: dict[int, list[Job]] = {}
+def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
+    """The finished jobs by (heads, kv_heads), sorted by seed; warns when the sweep varies
+    more than those and the seed."""
+    groups: dict[Key, list[Job]] = {}
     for job in done:
-        groups.setdefault(int(job.results["heads"]), []).append(job)
-    for heads, members in groups.items():
+        groups.setdefault(heads_key(job.results), []).append(job)
+    kv_axis = any(kv != heads for heads, kv in groups)
+    axes = "heads, kv_heads and seed" if kv_axis else "heads and seed"
+    for key, members in groups.items():
         members.sort(key=lambda j: (str(j.results.get("seed")), j.name))
         seeds = [j.results.get("seed") for j in members]
         if len(set(seeds)) < len(seeds):
             warnings.append(
-                f"heads={heads} has several jobs with the same seed "
-                f"({', '.join(j.name for j in members)}): the sweep varies more than heads and "
-                "seed, and this row averages over it"
+                f"{key_label(key, kv_axis)} has several jobs with the same seed "
+                f"({', '.join(j.name for j in members)}): the sweep varies more than {axes}, "
+                "and this row averages over it"
             )
+    # Either spelling of the kv override is a row axis already (the key is from results.json).
+    axis_keys = ("heads", "kv_heads", "model.num_kv_heads", "seed")
     others = {
-        json.dumps(
-            {k: v for k, v in j.overrides.items() if k not in ("heads", "seed")}, sort_keys=True
-        )
+        json.dumps({k: v for k, v in j.overrides.items() if k not in axis_keys}, sort_keys=True)
         for j in done
         if j.overrides
     }
     if len(others) > 1:
-        warnings.append(f"the finished jobs differ in more than heads and seed: {sorted(others)}")
+        warnings.append(f"the finished jobs differ in more than {axes}: {sorted(others)}")
     return groups
 
 
@@ -279,19 +224,20 @@ def build_report(
     warnings: list[str] = []
     missing = _missing(sweep_dir, jobs, expected_jobs, warnings)
     done = [j for j in jobs if j.completed]
-    groups = _group_by_heads(done, warnings)
+    groups = _group_rows(done, warnings)
     params_equal, params_message = check_equal_params(jobs)
     if not params_equal:
         warnings.insert(0, params_message)
-    p_values, signature = _significance(groups, baseline_heads, bootstrap_samples, warnings)
+    # The baseline is plain multi-head attention, also in a kv_heads sweep: its kv=8 row.
+    base = (baseline_heads, baseline_heads)
+    p_values, signature = significance(groups, base, bootstrap_samples, warnings)
     all_seeds = sorted({j.results.get("seed") for j in done}, key=str)
     rows = [
-        _row(heads, groups[heads], all_seeds, p_values.get(heads), heads == baseline_heads)
-        for heads in sorted(groups)
+        _row(key, groups[key], all_seeds, p_values.get(key), key == base) for key in sorted(groups)
     ]
     speed = read_speed(sweep_dir, [j.name for j in done], warnings)
     for row in rows if speed else []:
-        row.update(speed_cells(speed, row["heads"]))
+        row.update(speed_cells(speed, row["heads"], row["kv_heads"]))
     failed = [j for j in jobs if not j.completed]
     return Report(
         sweep_dir,
@@ -308,11 +254,12 @@ def build_report(
     )
 
 
-def _row(heads: int, jobs: list[Job], seeds: list, p_values: dict | None, is_base: bool) -> dict:
+def _row(key: Key, jobs: list[Job], seeds: list, p_values: dict | None, is_base: bool) -> dict:
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
     row = {
-        "heads": heads,
+        "heads": key[0],
+        "kv_heads": key[1],
         "d_k": res[0].get("d_k"),
         "params": params[0] if len(params) == 1 else " / ".join(str(p) for p in params),
         "seeds": " ".join(str(r.get("seed")) for r in res),

@@ -3,6 +3,9 @@
 Rendering only; :mod:`translate.analysis.ablation` reads the sweep and computes the rows (this
 module imports it, never the other way round). Matplotlib and torch are imported inside the
 functions that need them: this module is imported when Hydra starts (for the callback).
+
+kv_heads appears (a column, the plot's x-axis) only when the sweep varies it
+(:attr:`Report.kv_axis`): a plain heads sweep's files read as they did before GQA.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 from pathlib import Path
 
 from translate.analysis.ablation import Report
+from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed_schema import SPEED_COMMAND, SPEED_FILE, SPEED_METRICS, ratio_key
 from translate.io import atomic_write
 
@@ -25,6 +29,7 @@ def _csv_value(v) -> str:
 
 def to_csv(report: Report) -> str:
     columns = list(dict.fromkeys(k for row in report.rows for k in row))
+    columns = [c for c in columns if report.kv_axis or c != "kv_heads"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
@@ -67,8 +72,8 @@ def _summary_lines(report: Report) -> list[str]:
 
 
 def _speed_cells(r: dict, speed: dict | None) -> list[str]:
-    """The side-by-side speed columns: each value with its ratio to the baseline head count's
-    (none without ``ablation_speed.json``)."""
+    """The side-by-side speed columns: each value with its ratio to the baseline row's (none
+    without ``ablation_speed.json``)."""
     if speed is None:
         return []
     cells = []
@@ -78,7 +83,7 @@ def _speed_cells(r: dict, speed: dict | None) -> list[str]:
     return cells
 
 
-def _row_cells(r: dict, speed: dict | None) -> list[str]:
+def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
     """One row of the main table, in the order of :func:`_table_lines`' header."""
     # translate.nn.model imports torch: imported here, where the rows (built with it) exist.
     from translate.nn.model import HEAD_MASK_KEYS
@@ -89,6 +94,7 @@ def _row_cells(r: dict, speed: dict | None) -> list[str]:
         degenerate = f"{r['degenerate_heads']:.1f} of {r['total_heads']:.0f}"
     return [
         str(r["heads"]),
+        *([str(r["kv_heads"])] if kv_axis else []),
         str(r["d_k"]),
         params,
         _fmt(r["bleu_mean"], std=r["bleu_std"]),
@@ -105,12 +111,19 @@ def _row_cells(r: dict, speed: dict | None) -> list[str]:
 
 def _table_lines(report: Report) -> list[str]:
     speed = [label for label, _ in SPEED_METRICS.values()] if report.speed else []
+    kv = ["kv heads"] if report.kv_axis else []
     header = [
-        "heads", "d_k", "params", "BLEU", "greedy BLEU", "chrF", "dev BLEU", *speed,
+        "heads", *kv, "d_k", "params", "BLEU", "greedy BLEU", "chrF", "dev BLEU", *speed,
         "updates", "entropy enc / dec-self / cross", "degenerate heads", "p vs 8 heads",
     ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(_row_cells(r, report.speed)) + " |" for r in report.rows]
+    cells = (_row_cells(r, report.speed, report.kv_axis) for r in report.rows)
+    return lines + ["| " + " | ".join(row) + " |" for row in cells]
+
+
+def _baseline(report: Report, heads: int = 8) -> str:
+    """The baseline row in words: with a kv axis, the multi-head row of that head count."""
+    return f"{heads}-head multi-head (kv_heads={heads})" if report.kv_axis else f"{heads}-head"
 
 
 def _speed_note(report: Report) -> list[str]:
@@ -132,10 +145,11 @@ def _speed_note(report: Report) -> list[str]:
         f"{m.get('device_name', '?')} ({m.get('threads', '?')} threads, {m.get('date', '?')}, "
         f"precision {s.get('precision', '?')}): medians of {s.get('rounds', '?')} rounds that "
         "visit every job in a rotated order, then the median over seeds; (x) = ratio to the "
-        f"{speed['baseline_heads']}-head row. Latency: mean ms per sentence at batch size 1 over "
-        f"{s.get('sentences', '?')} test sentences, greedy and with the run's beam; sent/s: "
-        f"greedy at the evaluation batch size on {s.get('batch_sentences', '?')} sentences; "
-        f"train tok/s: {s.get('train_steps', '?')} optimizer steps. Peak memory: {memory}.",
+        f"{_baseline(report, speed['baseline_heads'])} row. Latency: mean ms per sentence at "
+        f"batch size 1 over {s.get('sentences', '?')} test sentences, greedy and with the "
+        "run's beam; sent/s: greedy at the evaluation batch size on "
+        f"{s.get('batch_sentences', '?')} sentences; train tok/s: "
+        f"{s.get('train_steps', '?')} optimizer steps. Peak memory: {memory}.",
     ]
 
 
@@ -146,14 +160,15 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
         "BLEU (the run's beam), greedy BLEU, chrF and dev BLEU: mean ± sample standard "
         "deviation over the seeds of a row (per-seed BLEU and p-values in `ablation.csv`). "
         f"p: sacreBLEU's paired bootstrap ({bootstrap_samples} resamples) of the test "
-        "hypotheses against the 8-head run with the same seed, seeds pooled; * marks p < 0.05 "
-        "(the BLEU difference is unlikely to be resampling noise). Entropy: mean attention "
-        "entropy in nats per layer type on dev sentences; degenerate heads: near-uniform or "
-        "fixed-position heads (`conf/analysis/default.yaml`), mean over seeds, of all heads.",
+        f"hypotheses against the {_baseline(report)} run with the same seed, seeds pooled; "
+        "* marks p < 0.05 (the BLEU difference is unlikely to be resampling noise). Entropy: "
+        "mean attention entropy in nats per layer type on dev sentences; degenerate heads: "
+        "near-uniform or fixed-position heads (`conf/analysis/default.yaml`), mean over seeds, "
+        "of all heads.",
     ]
     lines += _speed_note(report)
     if not any(r["p_vs_8"] == "baseline" for r in report.rows):
-        lines += ["", "No finished 8-head run: no p-values."]
+        lines += ["", f"No finished {_baseline(report)} run: no p-values."]
     if report.bootstrap_signature:
         lines += ["", f"BLEU signature: `{report.bootstrap_signature}`"]
     return lines
@@ -161,21 +176,18 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
 
 def _job_lines(report: Report) -> list[str]:
     """Every job with its status, then the failed and missing ones spelt out."""
-    lines = [
-        "",
-        "## Jobs",
-        "",
-        "| job | heads | seed | status | test BLEU | dev BLEU |",
-        "|---|---|---|---|---|---|",
-    ]
+    kv = ["kv heads"] if report.kv_axis else []
+    header = ["job", "heads", *kv, "seed", "status", "test BLEU", "dev BLEU"]
+    lines = ["", "## Jobs", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for j in report.jobs:
-        r = j.results or {}
+        r, o = j.results or {}, j.overrides
         status = "completed" if j.completed else f"failed: {j.error}".replace("|", "\\|")
-        lines.append(
-            f"| `{j.name}` | {r.get('heads', j.overrides.get('heads', '-'))} | "
-            f"{r.get('seed', j.overrides.get('seed', '-'))} | {status} | {_fmt(r.get('bleu'))} | "
-            f"{_fmt(r.get('dev_bleu'))} |"
-        )
+        heads = r.get("heads", o.get("heads", "-"))
+        # kv_heads defaults to heads (in the config, and in results.json from before GQA).
+        kv_cell = [str(r.get("kv_heads") or o.get("kv_heads") or heads)] if kv else []
+        cells = [f"`{j.name}`", str(heads), *kv_cell, str(r.get("seed", o.get("seed", "-")))]
+        cells += [status, _fmt(r.get("bleu")), _fmt(r.get("dev_bleu"))]
+        lines.append("| " + " | ".join(cells) + " |")
     if report.failed or report.missing:
         lines += ["", "## Failed or missing jobs", ""]
         lines += [f"- `{j.name}`: failed: {j.error}" for j in report.failed]
@@ -189,62 +201,77 @@ def to_markdown(report: Report, bootstrap_samples: int = 1000) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _heads_axis(ax, heads: list[int], ylabel: str, title: str) -> None:
-    if heads:
+def _x(report: Report, entry: dict) -> int:
+    """A row's or a job's place on the x-axis: its kv_heads when the sweep varies them."""
+    heads, kv = heads_key(entry)
+    return kv if report.kv_axis else heads
+
+
+def _heads_axis(ax, report: Report, xs: list[int], ylabel: str, title: str) -> None:
+    if xs:
         ax.set_xscale("log", base=2)
-        ax.set_xticks(heads, [str(h) for h in heads])
-    ax.set_xlabel("attention heads")
+        ax.set_xticks(sorted(set(xs)), [str(x) for x in sorted(set(xs))])
+    xlabel = "attention heads"
+    if report.kv_axis:  # a GQA sweep varies kv_heads at one head count (or a few: "4/8")
+        heads = "/".join(str(h) for h in sorted({r["heads"] for r in report.rows}))
+        xlabel = f"kv heads (at {heads} heads)"
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
 
 
 def _bleu_panel(ax, report: Report) -> None:
-    """Mean ± std over seeds per head count, every seed's BLEU a grey dot."""
+    """Mean ± std over seeds per row, every seed's BLEU a grey dot."""
     rows = report.rows
-    heads = [r["heads"] for r in rows]
+    xs = [_x(report, r) for r in rows]
     means = [math.nan if r["bleu_mean"] is None else r["bleu_mean"] for r in rows]
-    ax.errorbar(heads, means, yerr=[r["bleu_std"] or 0.0 for r in rows], fmt="o-", capsize=4)
+    ax.errorbar(xs, means, yerr=[r["bleu_std"] or 0.0 for r in rows], fmt="o-", capsize=4)
     for job in (j for j in report.jobs if j.completed):
-        ax.plot(job.results["heads"], job.results["bleu"], ".", color="gray", alpha=0.6)
+        ax.plot(_x(report, job.results), job.results["bleu"], ".", color="gray", alpha=0.6)
     if not rows:
         ax.text(0.5, 0.5, "no finished jobs", ha="center", transform=ax.transAxes)
-    _heads_axis(ax, heads, "test BLEU", "Test BLEU (mean ± std over seeds)")
+    _heads_axis(ax, report, xs, "test BLEU", "Test BLEU (mean ± std over seeds)")
 
 
 def _latency_panel(ax, report: Report) -> None:
-    """Batch-1 latency over the baseline head count's, from the side-by-side measurement."""
+    """Batch-1 latency over the baseline row's, from the side-by-side measurement."""
     speed = report.speed
     if speed is None:
         ax.text(
             0.5, 0.5, f"no {SPEED_FILE}:\n{SPEED_COMMAND}", ha="center", va="center",
             fontsize=8, transform=ax.transAxes,
         )  # fmt: skip
-        _heads_axis(ax, [], "latency ratio", "Decoding latency, batch 1")
+        _heads_axis(ax, report, [], "latency ratio", "Decoding latency, batch 1")
         return
     base = speed["baseline_heads"]
-    rows = sorted(speed["heads"], key=lambda r: r["heads"])
-    heads = [r["heads"] for r in rows]
+    rows = sorted(speed["heads"], key=heads_key)
+    xs = [_x(report, r) for r in rows]
     for metric, label in (("latency_greedy_ms", "greedy"), ("latency_beam_ms", "beam")):
         ratios = [r.get(ratio_key(metric, base)) for r in rows]
-        ax.plot(heads, [math.nan if v is None else v for v in ratios], "o-", label=label)
+        ax.plot(xs, [math.nan if v is None else v for v in ratios], "o-", label=label)
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
     ax.legend(fontsize=8)
-    _heads_axis(ax, heads, f"ms / sentence, x {base} heads", "Decoding latency, batch 1")
+    ylabel = f"ms / sentence, x {base} heads" + (f" ({base} kv)" if report.kv_axis else "")
+    _heads_axis(ax, report, xs, ylabel, "Decoding latency, batch 1")
 
 
 def _params_panel(ax, report: Report) -> None:
-    """The parameter count per head count, from zero: a flat line says equal model size."""
+    """The parameter count per row, from zero: a flat line says equal model size (with a kv
+    axis it rightly rises with kv_heads)."""
     rows = [r for r in report.rows if isinstance(r["params"], int)]
-    heads = [r["heads"] for r in rows]
-    ax.plot(heads, [r["params"] / 1e6 for r in rows], "s-")
+    xs = [_x(report, r) for r in rows]
+    ax.plot(xs, [r["params"] / 1e6 for r in rows], "s-")
     ax.set_ylim(bottom=0)
     title = "Parameters (equal)" if report.params_equal else "Parameters DIFFER"
-    _heads_axis(ax, heads, "parameters (millions)", title)
+    if report.kv_axis and report.params_equal:
+        title = "Parameters (by kv heads)"
+    _heads_axis(ax, report, xs, "parameters (millions)", title)
 
 
 def ablation_figure(report: Report):
-    """Test BLEU, batch-1 latency over 8 heads', and the parameter count, against heads."""
+    """Test BLEU, batch-1 latency over 8 heads', and the parameter count, against heads (or
+    kv_heads, when the sweep varies them)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: sweeps run on servers without a display

@@ -9,7 +9,8 @@ weights, and peak memory on CUDA (none on the CPU); docs/ablation.md says how ex
 
 The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
 package sits below ``translate.training`` and may not import it. ``scripts/ablation_speed.py``
-runs this; :mod:`translate.analysis.speed_schema` reads the file back for the report.
+runs this; :mod:`translate.analysis.speed_schema` reads the file back for the report. Rows
+are per ``(heads, kv_heads)``, so a grouped-query sweep (``kv_heads=1,2,4,8``) gets one each.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
+from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed_schema import SPEED_FILE, SPEED_METRICS, ratio_key
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.corpus import load_raw_split
@@ -250,6 +252,7 @@ def job_entry(sj: SpeedJob) -> dict:
     return {
         "name": sj.job.name,
         "heads": int(r["heads"]),
+        "kv_heads": heads_key(r)[1],
         "seed": r.get("seed"),
         "params": count_parameters(sj.loaded.model),
         "checkpoint": str(sj.checkpoint),
@@ -260,16 +263,17 @@ def job_entry(sj: SpeedJob) -> dict:
 
 
 def heads_rows(entries: list[dict], baseline_heads: int = BASELINE_HEADS) -> list[dict]:
-    """Per head count: the median over its jobs (seeds) of each metric, and its ratio to the
-    baseline head count's row (1.0 in that row; None without one)."""
+    """Per (heads, kv_heads) pair: the median over its jobs (seeds) of each metric, and its
+    ratio to the baseline row's, multi-head ``baseline_heads`` (1.0 there; None without one)."""
     rows = []
-    for heads in sorted({e["heads"] for e in entries}):
-        group = [e for e in entries if e["heads"] == heads]
-        row = {"heads": heads, "jobs": [e["name"] for e in group]}
+    for heads, kv in sorted({heads_key(e) for e in entries}):
+        group = [e for e in entries if heads_key(e) == (heads, kv)]
+        row = {"heads": heads, "kv_heads": kv, "jobs": [e["name"] for e in group]}
         row["seeds"] = [e["seed"] for e in group]
         row.update({m: _median([e[m] for e in group]) for m in SPEED_METRICS})
         rows.append(row)
-    base = next((r for r in rows if r["heads"] == baseline_heads), {})
+    # The baseline is plain multi-head attention, also in a kv_heads sweep.
+    base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
     for row in rows:
         for m in SPEED_METRICS:
             value, ref = row[m], base.get(m)

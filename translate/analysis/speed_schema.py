@@ -1,6 +1,10 @@
 """``ablation_speed.json``, a heads sweep's side-by-side speed figures: its name, its metrics,
 and reading it back into the report's rows.
 
+Its rows (the list ``heads``) are keyed by ``(heads, kv_heads)``, like the report's; a file
+written before grouped-query attention has no ``kv_heads`` in them (multi-head: = heads). The
+ratios are over the baseline row: ``baseline_heads`` heads with as many kv heads.
+
 Written by :mod:`translate.analysis.speed` (``python scripts/ablation_speed.py SWEEP_DIR``), read
 by :mod:`translate.analysis.ablation`. Imports nothing heavy: the report is built when Hydra
 starts a sweep, and this module is part of it.
@@ -11,9 +15,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from translate.analysis.ablation_stats import heads_key
+
 SPEED_FILE = "ablation_speed.json"
 SPEED_COMMAND = "python scripts/ablation_speed.py SWEEP_DIR"
-# Per-job and per-head-count metrics -> (column header in ablation.md, decimals shown).
+# Per-job and per-row metrics -> (column header in ablation.md, decimals shown).
 SPEED_METRICS = {
     "latency_greedy_ms": ("greedy ms/sent (batch 1)", 1),
     "latency_beam_ms": ("beam ms/sent (batch 1)", 1),
@@ -24,7 +30,8 @@ SPEED_METRICS = {
 
 
 def ratio_key(metric: str, baseline_heads: int) -> str:
-    """The key of ``metric`` over the baseline head count's, e.g. ``latency_beam_ms_vs_8``."""
+    """The key of ``metric`` over the baseline row's, e.g. ``latency_beam_ms_vs_8`` (the row of
+    8 heads and 8 kv heads)."""
     return f"{metric}_vs_{baseline_heads}"
 
 
@@ -52,11 +59,11 @@ def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dic
     return data
 
 
-def speed_cells(data: dict, heads: int) -> dict:
-    """The row of head count ``heads``: every metric and its ratio to the baseline's (None
-    where the file has no such row)."""
-    baseline = data["baseline_heads"]
-    row = next((r for r in data["heads"] if r.get("heads") == heads), {})
+def speed_cells(data: dict, heads: int, kv_heads: int | None = None) -> dict:
+    """The row of ``heads`` heads and ``kv_heads`` (default: as many) key/value heads: every
+    metric and its ratio to the baseline's (None where the file has no such row)."""
+    baseline, key = data["baseline_heads"], (heads, heads if kv_heads is None else kv_heads)
+    row = next((r for r in data["heads"] if "heads" in r and heads_key(r) == key), {})
     out = {}
     for metric in SPEED_METRICS:
         out[metric] = row.get(metric)
