@@ -73,6 +73,20 @@ def test_the_multi30k_heads_study_is_one_command_of_equal_update_counts():
     assert params.heads == "1,4,8,16" and params.seed == "1,2,3"
 
 
+def test_the_multi30k_kv_heads_study_sweeps_kv_heads_at_8_heads_on_the_same_recipe():
+    heads_study = ["experiment=heads_ablation_multi30k", "data.dir=m30k", "run_dir=unused"]
+    kv_study = ["experiment=kv_heads_ablation_multi30k", "data.dir=m30k", "run_dir=unused"]
+    s = train_settings(compose_config("train", [*kv_study, "kv_heads=2"]))
+    same = train_settings(compose_config("train", [*heads_study, "heads=8"]))
+    assert (s.model.num_heads, s.model.num_kv_heads) == (8, 2)
+    assert (s.trainer, s.optim, s.data) == (same.trainer, same.optim, same.data)
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        full = compose("train", kv_study[:2], return_hydra_config=True)
+    params = full.hydra.sweeper.params
+    assert {k: str(v) for k, v in params.items()} == {"kv_heads": "1,2,4,8", "seed": "1"}
+    assert full.hydra.sweep.dir == "outputs/multirun/kv_heads_ablation_multi30k"
+
+
 @pytest.mark.parametrize("kv_heads", [1, 2, 4, 8])
 def test_kv_heads_set_the_key_value_heads_of_the_model(kv_heads):
     """``heads=8 kv_heads=K``, as each job of ``-m heads=8 kv_heads=1,2,4,8`` composes it."""
