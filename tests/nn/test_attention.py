@@ -3,6 +3,7 @@ properties that must hold for any attention (masking, normalisation, caching).""
 
 import pytest
 import torch
+from equivalence import assert_same_outputs_and_grads
 from torch import nn
 
 from translate.nn.attention import AttentionCache, MultiHeadAttention, scaled_dot_product_attention
@@ -120,17 +121,7 @@ def assert_sdpa_matches_manual(heads, B, T, masks):
     manual = MultiHeadAttention(D, heads, impl="manual")
     sdpa = MultiHeadAttention(D, heads, impl="sdpa")
     sdpa.load_state_dict(manual.state_dict())
-    x1 = torch.randn(B, T, D, requires_grad=True)
-    x2 = x1.detach().clone().requires_grad_()
-    out1, _ = manual(x1, x1, x1, **masks)
-    out2, _ = sdpa(x2, x2, x2, **masks)
-    torch.testing.assert_close(out2, out1, atol=1e-5, rtol=1e-5)
-    g = torch.randn_like(out1)
-    out1.backward(g)
-    out2.backward(g)
-    torch.testing.assert_close(x2.grad, x1.grad, atol=1e-5, rtol=1e-4)
-    for p1, p2 in zip(manual.parameters(), sdpa.parameters()):
-        torch.testing.assert_close(p2.grad, p1.grad, atol=1e-5, rtol=1e-4)
+    assert_same_outputs_and_grads(manual, sdpa, torch.randn(B, T, D), masks)
 
 
 def test_sdpa_with_need_weights_uses_manual_path_and_returns_weights():

@@ -6,6 +6,7 @@ MHA."""
 import pytest
 import torch
 import torch.nn.functional as F
+from equivalence import assert_same_outputs_and_grads
 from torch import nn
 
 from translate.nn import sdpa
@@ -166,18 +167,7 @@ def test_gqa_manual_equals_sdpa(heads, kv_heads, case):
     masks = mask_kwargs(case, B, T)
     if case == "float_attn_per_head":  # (B*H, T, S): one mask per query head
         masks["attn_mask"] = torch.randn(B * heads, T, T)
-    x1 = torch.randn(B, T, D, requires_grad=True)
-    x2 = x1.detach().clone().requires_grad_()
-    out1, _ = manual(x1, x1, x1, **masks)
-    out2, none = fused(x2, x2, x2, **masks)
-    assert none is None
-    torch.testing.assert_close(out2, out1, atol=1e-5, rtol=1e-5)
-    g = torch.randn_like(out1)
-    out1.backward(g)
-    out2.backward(g)
-    torch.testing.assert_close(x2.grad, x1.grad, atol=1e-5, rtol=1e-4)
-    for p1, p2 in zip(manual.parameters(), fused.parameters()):
-        torch.testing.assert_close(p2.grad, p1.grad, atol=1e-5, rtol=1e-4)
+    assert_same_outputs_and_grads(manual, fused, torch.randn(B, T, D), masks)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
