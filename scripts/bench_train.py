@@ -179,7 +179,15 @@ def synthetic_batches(args, vocab: int) -> list[Batch]:
         for i, (s, t) in enumerate(zip(src_lens, tgt_lens))
     ]
     sampler = TokenBatchSampler(src_lens + 1, tgt_lens + 1, args.max_tokens, True, args.seed)
-    return [collate([examples[i] for i in idx]) for idx in list(sampler)[: args.batches]]
+    # Full batches only: a bucket's leftover (down to one sentence) times per-call overheads,
+    # not training, and the shuffled order put one into --quick's two batches.
+    full = [idx for idx in sampler if _padded(idx, src_lens, tgt_lens) >= args.max_tokens // 2]
+    return [collate([examples[i] for i in idx]) for idx in full[: args.batches]]
+
+
+def _padded(idx: list[int], src_lens, tgt_lens) -> int:
+    """The larger side's padded token count of a batch (+1: the EOS)."""
+    return len(idx) * (max(max(src_lens[idx]), max(tgt_lens[idx])) + 1)
 
 
 def sample_batches(args) -> tuple[list[Batch], int]:
