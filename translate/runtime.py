@@ -7,13 +7,17 @@ import contextlib
 import random
 import resource
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from translate.errors import UserError
+
+T = TypeVar("T")
 
 PRECISIONS = ("auto", "bf16", "fp16", "32")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -96,6 +100,19 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         yield model
     finally:
         model.train(was_training)
+
+
+def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    """``(fn(), wall seconds)``; on CUDA the queued work is finished before and after, since
+    kernels run asynchronously and the clock would otherwise stop before they do."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    if sync:
+        sync(device)
+    start = time.perf_counter()
+    out = fn()
+    if sync:
+        sync(device)
+    return out, time.perf_counter() - start
 
 
 _PROC_STATUS = Path("/proc/self/status")

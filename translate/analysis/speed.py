@@ -21,7 +21,6 @@ import datetime as dt
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
-from translate.runtime import peak_memory_mb, reset_peak_memory
+from translate.runtime import peak_memory_mb, reset_peak_memory, timed
 from translate.schema import OptimSettings
 from translate.settings import build
 
@@ -154,16 +153,6 @@ def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list
 # ------------------------------------------------------------------------ measuring
 
 
-def _seconds(fn: Callable[[], object], device: torch.device) -> tuple[object, float]:
-    """``(fn(), wall seconds)``, with the GPU's queued work finished before and after."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else lambda _: None
-    sync(device)
-    start = time.perf_counter()
-    out = fn()
-    sync(device)
-    return out, time.perf_counter() - start
-
-
 def _train_tokens_per_s(sj: SpeedJob, steps: int, make_trainer: MakeTrainer) -> float:
     """Tokens per second over ``steps`` optimizer steps after one untimed (Adam's state, the
     allocator, kernels); on a copy, so the decoding model keeps its weights and eval mode."""
@@ -178,7 +167,7 @@ def _train_tokens_per_s(sj: SpeedJob, steps: int, make_trainer: MakeTrainer) -> 
     tokens, seconds = 0, 0.0
     for i in range(steps):
         batch = batches[i % len(batches)]
-        result, s = _seconds(lambda b=batch: trainer.step([b]), sj.device)
+        result, s = timed(lambda b=batch: trainer.step([b]), sj.device)
         tokens, seconds = tokens + result.tokens, seconds + s
     return tokens / max(seconds, 1e-9)
 
@@ -189,11 +178,10 @@ def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps, make_trainer)
     if metric == "sentences_per_s":
-        _, s = _seconds(lambda: translator.translate_ids(sj.batch_ids, beam_size=1), sj.device)
-        return len(sj.batch_ids) / max(s, 1e-9)
+        return translator.timed_translate_ids(sj.batch_ids, beam_size=1)[1]
     beam = 1 if metric == "latency_greedy_ms" else translator.decode.beam_size
     total = sum(
-        _seconds(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]
+        timed(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]
         for ids in sj.latency_ids
     )
     return total * 1000 / len(sj.latency_ids)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.search import generate
 from translate.errors import UserError
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast, eval_mode, resolve_device, resolve_precision
+from translate.runtime import autocast, eval_mode, resolve_device, resolve_precision, timed
 from translate.schema import DataSettings, DecodeSettings
 from translate.settings import data_settings, decode_settings, model_settings
 
@@ -122,26 +121,15 @@ class Translator:
     def latency_ms(self, src_ids: list[list[int]]) -> float:
         """Median milliseconds to translate one sentence alone (batch size 1)."""
         self.translate_ids(src_ids[:2])  # warm-up: allocator, kernels, lazy init
-        times = []
-        for ids in src_ids:
-            self._sync()
-            start = time.perf_counter()
-            self.translate_ids([ids])
-            self._sync()
-            times.append((time.perf_counter() - start) * 1000)
-        return statistics.median(times)
+        seconds = [timed(lambda i=ids: self.translate_ids([i]), self.device)[1] for ids in src_ids]
+        return statistics.median(seconds) * 1000
 
-    def timed_translate_ids(self, src_ids: list[list[int]], progress: bool = False):
+    def timed_translate_ids(
+        self, src_ids: list[list[int]], beam_size: int | None = None, progress: bool = False
+    ):
         """``(hypotheses, sentences_per_s)`` at the evaluation batch size."""
-        self._sync()
-        start = time.perf_counter()
-        hyps = self.translate_ids(src_ids, progress=progress)
-        self._sync()
-        return hyps, len(src_ids) / max(time.perf_counter() - start, 1e-9)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        hyps, seconds = timed(lambda: self.translate_ids(src_ids, beam_size, progress), self.device)
+        return hyps, len(src_ids) / max(seconds, 1e-9)
 
 
 @dataclass
