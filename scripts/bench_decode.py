@@ -168,6 +168,19 @@ def decode_all(model, batches: list[Batch], mode: str, args, device, precision) 
     return hyps
 
 
+def speed_row(impl: str, mode: str, runs: list[float], hyps: list, n_sentences: int, args) -> dict:
+    """One timed decoding mode: sentences/s and ms/sentence from the median of its rounds."""
+    seconds = _bench.median(runs)
+    return {
+        "impl": impl,
+        "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
+        "sentences_per_s": n_sentences / seconds,
+        "ms_per_sentence": 1e3 * seconds / n_sentences,
+        "mean_output_len": float(np.mean([len(h) for h in hyps])),
+        "seconds_runs": runs,
+    }
+
+
 def time_modes(impl, model, batches, n_sentences: int, args, device, precision) -> list[dict]:
     """The three modes of one model, interleaved; one row per mode."""
     outputs = {}
@@ -177,19 +190,7 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
 
     fns = {mode: (lambda m=mode: run(m)) for mode in MODES}
     times = _bench.interleaved(fns, device, args.warmup, args.rounds)
-    rows = []
-    for mode in MODES:
-        seconds = _bench.median(times[mode])
-        rows.append(
-            {
-                "impl": impl,
-                "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
-                "sentences_per_s": n_sentences / seconds,
-                "ms_per_sentence": 1e3 * seconds / n_sentences,
-                "mean_output_len": float(np.mean([len(h) for h in outputs[mode]])),
-                "seconds_runs": times[mode],
-            }
-        )
+    rows = [speed_row(impl, mode, times[mode], outputs[mode], n_sentences, args) for mode in MODES]
     no_cache, cached = rows[0], rows[1]
     cached["speedup_vs_no_cache"] = cached["sentences_per_s"] / no_cache["sentences_per_s"]
     cached["same_output"] = outputs["greedy_cache"] == outputs["greedy_no_cache"]
@@ -256,20 +257,11 @@ def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[di
     times = _bench.interleaved(fns, device, max(args.warmup - 1, 0), args.rounds)
     rows = []
     for kv, mode in fns:
-        seconds = _bench.median(times[kv, mode])
-        rows.append(
-            {
-                "impl": impl,
-                "kv_heads": kv,
-                "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
-                "sentences_per_s": n_sentences / seconds,
-                "ms_per_sentence": 1e3 * seconds / n_sentences,
-                "mean_output_len": float(np.mean([len(h) for h in outputs[kv, mode]])),
-                "kv_cache_bytes_per_sentence": cache[kv, mode] / n_sentences,
-                "kv_cache_kib_per_sentence": cache[kv, mode] / n_sentences / 2**10,
-                "seconds_runs": times[kv, mode],
-            }
-        )
+        row = speed_row(impl, mode, times[kv, mode], outputs[kv, mode], n_sentences, args)
+        row["kv_heads"] = kv
+        row["kv_cache_bytes_per_sentence"] = cache[kv, mode] / n_sentences
+        row["kv_cache_kib_per_sentence"] = cache[kv, mode] / n_sentences / 2**10
+        rows.append(row)
     for row in rows:
         mha = next(r for r in rows if r["mode"] == row["mode"] and r["kv_heads"] == args.heads)
         row["speed_vs_mha"] = row["sentences_per_s"] / mha["sentences_per_s"]
