@@ -142,6 +142,16 @@ def test_single_seed_rows_have_no_std(tmp_path):
     assert report.rows[0]["bleu_std"] is None and report.missing == [] and not report.failed
 
 
+def test_dev_bleu_is_the_scored_checkpoints(tmp_path):
+    """The test set was scored with averaged.pt where it won on dev: the row's dev BLEU is then
+    averaged.pt's, not best.pt's, so both columns describe the same weights."""
+    averaged = {"scored_checkpoint": "averaged", "averaged_dev_bleu": 40.0}
+    make_job(tmp_path, 8, 1, 27.0, **averaged)  # dev_bleu (best.pt's) = 28.0
+    make_job(tmp_path, 8, 2, 27.0, scored_checkpoint="best", averaged_dev_bleu=20.0)
+    row = build_report(tmp_path, bootstrap_samples=100).rows[0]
+    assert row["dev_bleu_mean"] == pytest.approx((40.0 + 28.0) / 2)
+
+
 def test_unequal_parameter_counts_fail_loudly(tmp_path, caplog, capsys):
     make_job(tmp_path, 4, 1, 25.0, params=1000)
     make_job(tmp_path, 8, 1, 27.0, params=1200)

@@ -48,10 +48,20 @@ ExpectedJobs = Callable[[Path], tuple[list[str], list[dict[str, str]]]]
 METRICS = {
     "bleu": True,
     "chrf": True,
-    "dev_bleu": True,
+    "dev_bleu": True,  # of the scored checkpoint: see scored_dev_bleu
     "bleu_greedy": True,  # None in runs that decoded greedily (beam_size 1)
     "steps": False,
 }
+
+
+def scored_dev_bleu(results: dict) -> float | None:
+    """Dev BLEU of the checkpoint the test split was scored with: the averaged checkpoint's
+    when it won (``scored_checkpoint: averaged``), else best.pt's (``dev_bleu``), so that the
+    report's dev and test columns describe the same weights."""
+    averaged = results.get("averaged_dev_bleu")
+    if results.get("scored_checkpoint") == "averaged" and averaged is not None:
+        return averaged
+    return results.get("dev_bleu")
 
 
 @dataclass
@@ -266,7 +276,7 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_values: dict | None, is_base:
         "n": len(res),
     }
     for key, with_std in METRICS.items():
-        values = [r.get(key) for r in res]
+        values = [scored_dev_bleu(r) if key == "dev_bleu" else r.get(key) for r in res]
         row[f"{key}_mean"] = _mean(values)
         if with_std:
             row[f"{key}_std"] = _std(values)

@@ -15,7 +15,7 @@ import io
 import math
 from pathlib import Path
 
-from translate.analysis.ablation import Report
+from translate.analysis.ablation import Report, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed_schema import SPEED_COMMAND, SPEED_FILE, SPEED_METRICS, ratio_key
 from translate.io import atomic_write
@@ -164,7 +164,9 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
         "* marks p < 0.05 (the BLEU difference is unlikely to be resampling noise). Entropy: "
         "mean attention entropy in nats per layer type on dev sentences; degenerate heads: "
         "near-uniform or fixed-position heads (`conf/analysis/default.yaml`), mean over seeds, "
-        "of all heads.",
+        "of all heads. Dev BLEU is that of the checkpoint scored on the test set (the "
+        "averaged one where it beat best.pt on dev), decoded as training validates "
+        "(`trainer.val_beam_size` on the first `trainer.val_bleu_sentences` dev sentences).",
     ]
     lines += _speed_note(report)
     if not any(r["p_vs_8"] == "baseline" for r in report.rows):
@@ -186,7 +188,7 @@ def _job_lines(report: Report) -> list[str]:
         # kv_heads defaults to heads (in the config, and in results.json from before GQA).
         kv_cell = [str(r.get("kv_heads") or o.get("kv_heads") or heads)] if kv else []
         cells = [f"`{j.name}`", str(heads), *kv_cell, str(r.get("seed", o.get("seed", "-")))]
-        cells += [status, _fmt(r.get("bleu")), _fmt(r.get("dev_bleu"))]
+        cells += [status, _fmt(r.get("bleu")), _fmt(scored_dev_bleu(r))]
         lines.append("| " + " | ".join(cells) + " |")
     if report.failed or report.missing:
         lines += ["", "## Failed or missing jobs", ""]
