@@ -12,10 +12,11 @@ from conftest import compose_config
 
 from translate.analysis.heads import (
     HeadAccumulator,
+    head_ids,
     head_statistics,
     make_batches,
 )
-from translate.analysis.importance import HeadMasked
+from translate.analysis.importance import HeadMasked, pruning_curve
 from translate.analyze import analyze
 from translate.decoding.search import greedy_search
 from translate.errors import UserError
@@ -154,6 +155,22 @@ def test_masking_a_head_equals_zeroing_its_slice_of_out_proj(kind):
     assert greedy_search(HeadMasked(model, mask), src, pad, **ids) == greedy_search(
         zeroed, src, pad, **ids
     )
+
+
+def test_pruning_curve_masks_least_important_first_one_point_per_head_count():
+    model = tiny_model(heads=1)  # 6 heads: 90% and 80% both round to 5 kept
+    order = head_ids(model)
+    masks = []
+
+    def removed(mask) -> int:
+        masks.append(mask)
+        return int(sum((m == 0).sum() for m in mask.values()))
+
+    curve = pruning_curve(model, order, [1.0, 0.9, 0.8, 0.5, 0.0], removed, lambda m: 0.0)
+    assert [p["heads_kept"] for p in curve] == [6, 5, 3, 0]
+    assert [p["loss"] for p in curve] == [0, 1, 3, 6]  # loss_fn saw that many masked heads
+    assert curve[2]["removed"] == [list(h) for h in order[:3]]  # the first of the order go
+    assert len(masks) == 4
 
 
 def test_training_and_analyze_read_the_same_analysis_settings():

@@ -82,11 +82,12 @@ def importance(model: Seq2SeqTransformer, loss_fn, bleu_fn=None, device="cpu") -
 
 
 def pruning_curve(model, order: list, fractions, loss_fn, bleu_fn, device="cpu") -> list[dict]:
-    """Mask the first heads of ``order`` (least important first) to keep each fraction."""
+    """Mask the first heads of ``order`` (least important first) to keep each fraction; one
+    point per distinct head count (with 6 heads, 90% and 80% both keep 5: decoded once)."""
     total = len(order)
     curve = []
-    for fraction in sorted({float(f) for f in fractions}, reverse=True):
-        kept = round(fraction * total)
+    counts = sorted({round(float(f) * total) for f in fractions}, reverse=True)
+    for kept in counts:
         removed = order[: total - kept]
         mask = head_mask_without(model, removed, device)
         curve.append(
