@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
-from translate.data.batching import length_sorted_batches
+from translate.data.batching import length_sorted_batches, padding_ratio
 from translate.nn.model import TokenEmbedding
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,6 +205,17 @@ def test_bench_train_uses_the_package(scripts):
     assert isinstance(baseline.embedding, TokenEmbedding)
     src = torch.randint(4, 100, (2, 5))
     assert baseline(src, src[:, :3]).shape == (2, 3, 100)
+
+
+def test_bench_train_synthetic_batches_are_as_full_as_in_training(scripts):
+    """The default batches (2,048 tokens) are full ones, cut from a Multi30k-sized pool, so
+    their padding is what training sees on the real corpus (about 97% real tokens), not the
+    coarse buckets of a small pool."""
+    bench_train = scripts["bench_train"]
+    batches = bench_train.synthetic_batches(bench_train.parse_args(["--batches", "8"]), 5000)
+    assert len(batches) == 8
+    assert all(b.src.numel() >= 1024 or b.tgt_in.numel() >= 1024 for b in batches)
+    assert padding_ratio(batches)["all"] > 0.93
 
 
 def test_bench_train_runs_without_cpu_time_or_profile(scripts, tmp_path, capsys):
