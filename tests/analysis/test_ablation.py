@@ -31,6 +31,7 @@ def make_job(
     params: int = 1000,
     *,
     kv_heads: int | None = None,
+    extra_overrides: tuple[str, ...] = (),
     **kw,
 ):
     """A job dir as a training job leaves it; ``bleu=None`` makes a failed job. Without
@@ -38,7 +39,7 @@ def make_job(
     kv = [] if kv_heads is None else [f"kv_heads={kv_heads}"]
     job = sweep / ",".join([f"heads={heads}", *kv, f"seed={seed}"])
     (job / ".hydra").mkdir(parents=True)
-    overrides = [f"heads={heads}", *kv, f"seed={seed}", "experiment=quickstart"]
+    overrides = [f"heads={heads}", *kv, f"seed={seed}", "experiment=quickstart", *extra_overrides]
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
     if bleu is None:
         (job / "train.log").write_text("[2026][translate.train][ERROR] - error: out of memory\n")
@@ -150,6 +151,17 @@ def test_dev_bleu_is_the_scored_checkpoints(tmp_path):
     make_job(tmp_path, 8, 2, 27.0, scored_checkpoint="best", averaged_dev_bleu=20.0)
     row = build_report(tmp_path, bootstrap_samples=100).rows[0]
     assert row["dev_bleu_mean"] == pytest.approx((40.0 + 28.0) / 2)
+
+
+def test_jobs_differing_beyond_the_axes_warn_but_not_in_how_they_ran(tmp_path):
+    """A study split over commands with other thread counts or caches is one experiment; a job
+    trained with another learning rate is not, and the report says so."""
+    make_job(tmp_path, 4, 1, 25.0, extra_overrides=("trainer.num_threads=1",))
+    make_job(tmp_path, 8, 1, 27.0, extra_overrides=("data.cache_dir=/tmp/c", "trainer.resume=true"))
+    assert build_report(tmp_path, bootstrap_samples=100).warnings == []
+    make_job(tmp_path, 16, 1, 26.0, extra_overrides=("optim.lr=1e-3",))
+    (warning,) = build_report(tmp_path, bootstrap_samples=100).warnings
+    assert "differ in more than heads and seed" in warning and "optim.lr" in warning
 
 
 def test_unequal_parameter_counts_fail_loudly(tmp_path, caplog, capsys):

@@ -40,6 +40,9 @@ from translate.analysis.speed_schema import read_speed, speed_cells
 from translate.errors import UserError
 
 BASELINE_HEADS = 8
+# Overrides that change how or where a job runs, never what it trains: jobs that differ only in
+# these are still one experiment (a study split over commands with other thread counts, say).
+RUN_ONLY_KEYS = ("trainer.num_threads", "trainer.progress_bar", "trainer.resume", "data.cache_dir")
 # (swept_keys, one {key: value} per job) the sweep defines; see translate.sweeps.expected_jobs.
 ExpectedJobs = Callable[[Path], tuple[list[str], list[dict[str, str]]]]
 # results.json keys averaged over seeds -> whether the row also gets their standard deviation.
@@ -204,9 +207,9 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
                 "and this row averages over it"
             )
     # Either spelling of the kv override is a row axis already (the key is from results.json).
-    axis_keys = ("heads", "kv_heads", "model.num_kv_heads", "seed")
+    ignored = ("heads", "kv_heads", "model.num_kv_heads", "seed", *RUN_ONLY_KEYS)
     others = {
-        json.dumps({k: v for k, v in j.overrides.items() if k not in axis_keys}, sort_keys=True)
+        json.dumps({k: v for k, v in j.overrides.items() if k not in ignored}, sort_keys=True)
         for j in done
         if j.overrides
     }
