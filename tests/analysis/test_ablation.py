@@ -119,6 +119,7 @@ def test_report_rows_means_std_and_missing_and_failed_jobs(sweep):
     assert "latency_ms_mean" not in one  # speed comes from ablation_speed.json only
     assert one["entropy_encoder"] == pytest.approx(2.0) and one["degenerate_heads"] == 0
     assert [j.name for j in report.failed] == ["heads=16,seed=1"]
+    assert report.jobs[-1].name == "heads=16,seed=1"  # by number: 1, 4, 8, 16, not as text
     assert "out of memory" in report.failed[0].error
     assert report.missing == ["heads=16,seed=2"]
     assert report.params_equal and "1,000" in report.params_message

@@ -22,6 +22,7 @@ sacreBLEU, torch) inside the functions that need them.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -128,13 +129,20 @@ def _failure_reason(job_dir: Path) -> str:
     return "no results.json: the job failed or was stopped before it finished (see its log)"
 
 
+def _natural_key(path: Path) -> list:
+    """``heads=4,seed=2`` before ``heads=16,seed=1``: the numbers in a job dir's name compare as
+    numbers (``re.split`` with a group alternates text and digits, so the types line up)."""
+    parts = re.split(r"(\d+)", path.as_posix())
+    return [int(p) if i % 2 else p for i, p in enumerate(parts)]
+
+
 def find_jobs(sweep_dir: Path) -> list[Job]:
     """Every job dir under ``sweep_dir``: those with ``.hydra/overrides.yaml`` or results."""
     dirs = {p.parent.parent for p in sweep_dir.rglob("overrides.yaml") if p.parent.name == ".hydra"}
     dirs |= {p.parent for p in sweep_dir.rglob("results.json")}
     dirs.discard(sweep_dir)
     jobs = []
-    for job_dir in sorted(dirs):
+    for job_dir in sorted(dirs, key=_natural_key):
         overrides_file = job_dir / ".hydra" / "overrides.yaml"
         overrides = {}
         if overrides_file.is_file():
