@@ -26,6 +26,8 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
+from translate.runtime import synchronize
+
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), for the model FLOPs utilisation estimate.
@@ -73,20 +75,15 @@ class Session:
         torch.set_num_threads(self._saved_threads)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed(fn: Callable[[], object], device: torch.device) -> tuple[object, float, float]:
     """``(result, wall seconds, CPU seconds)`` of one call, the device synchronised on both
     sides. CPU seconds are the process's (``time.process_time``: every thread, user + system),
     which other jobs on a shared host barely move; with N busy threads they approach N x wall.
     """
-    sync(device)
+    synchronize(device)
     wall, cpu = time.perf_counter(), time.process_time()
     result = fn()
-    sync(device)
+    synchronize(device)
     return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -102,7 +99,7 @@ def interleaved(
     for _ in range(warmup):
         for name in names:
             fns[name]()
-    sync(device)
+    synchronize(device)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         shift = r % len(names)
@@ -148,10 +145,10 @@ def profile_ops(
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     out = {}
     for name, fn in fns.items():
-        sync(device)
+        synchronize(device)
         with profile(activities=activities) as prof:
             fn()
-            sync(device)
+            synchronize(device)
         events = [e for e in prof.key_averages() if getattr(e, key) > 0]
         total = sum(getattr(e, key) for e in events) or 1.0
         events.sort(key=lambda e: getattr(e, key), reverse=True)
@@ -238,7 +235,7 @@ class Gemm:
     def warm_up(self, calls: int = GEMM_WARMUP) -> None:
         for _ in range(calls):
             self()
-        sync(self.device)
+        synchronize(self.device)
 
     def report(self, seconds: Sequence[Sequence[float]]) -> dict:
         """The JSON section from the timed calls' wall seconds, grouped by round: ``tflops`` is

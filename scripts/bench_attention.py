@@ -49,7 +49,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from translate.nn.attention import MultiHeadAttention
-from translate.runtime import peak_memory_mb, reset_peak_memory
+from translate.runtime import peak_memory_mb, reset_peak_memory, synchronize
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = {
@@ -171,13 +171,13 @@ def peak_growth(runner: Runner, device: torch.device) -> dict:
     out = {}
     for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
         runner.clear()
-        _bench.sync(device)
+        synchronize(device)
         if device.type == "cuda":
             torch.cuda.empty_cache()
         reset_peak_memory(device)
         base = peak_memory_mb(device)
         fn()
-        _bench.sync(device)
+        synchronize(device)
         out[key] = peak_memory_mb(device) - base
     runner.clear()
     return out

@@ -65,7 +65,7 @@ from torch import Tensor, nn
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
-from translate.runtime import resolve_precision
+from translate.runtime import resolve_precision, synchronize
 from translate.schema import OptimSettings
 from translate.settings import build as build_settings
 from translate.training.step import Trainer
@@ -297,7 +297,7 @@ def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, ge
     for trainer in trainers.values():
         for i in range(warmup):
             trainer.step([batches[i % len(batches)]])
-    _bench.sync(device)
+    synchronize(device)
     gemm.warm_up()
 
 

@@ -102,16 +102,19 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         model.train(was_training)
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously); no-op on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
     """``(fn(), wall seconds)``; on CUDA the queued work is finished before and after, since
     kernels run asynchronously and the clock would otherwise stop before they do."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
-    if sync:
-        sync(device)
+    synchronize(device)
     start = time.perf_counter()
     out = fn()
-    if sync:
-        sync(device)
+    synchronize(device)
     return out, time.perf_counter() - start
 
 
