@@ -12,7 +12,8 @@ On a fixed prefix of the dev set (``analysis.max_sentences``) this measures, per
 then masks heads in order of increasing importance and records BLEU and loss at each fraction
 of heads kept (the pruning curve). Everything goes into this command's Hydra run dir
 (``outputs/analyze/<time>/``): ``analysis.json``, ``heads.png``, ``pruning.png``,
-``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same images in ``tensorboard/``.
+``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same images in ``tensorboard/``. That dir
+is held (locked) while the command runs; one that already holds these outputs is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch.utils.tensorboard import SummaryWriter
 from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
 from translate.analysis.importance import MaskedBleu, importance, pruning_curve
 from translate.analysis.plots import figure_pixels, heads_figure, pruning_figure, sentence_figures
-from translate.cli import exit_on_user_error
+from translate.cli import exit_on_user_error, own_output_dir, refuse_dangling_dirs
 from translate.data.corpus import load_raw_split
 from translate.decoding.scoring import mean_nll
 from translate.decoding.translator import Loaded, load_translator
@@ -39,11 +40,13 @@ from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
 from translate.schema import AnalysisSettings
-from translate.settings import analysis_settings, checkpoint_command
+from translate.settings import CheckpointCommand, analysis_settings, checkpoint_command
 
 log = logging.getLogger(__name__)
 
 _ROLES = {"valid": "valid", "test": "test"}
+# What an analysis writes into its dir: a second one there would replace or mix with them.
+OUTPUTS = ("analysis.json", "heads.png", "pruning.png", "heatmaps", "tensorboard")
 
 
 def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, list, list[str]]:
@@ -63,6 +66,13 @@ def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, lis
 def analyze(cfg: DictConfig) -> dict:
     """Run every diagnostic, write the outputs; returns the ``analysis.json`` dict."""
     command, a = checkpoint_command(cfg), analysis_settings(cfg.analysis)
+    with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "analyze") as out_dir:
+        return _analyze(cfg, command, a, out_dir)
+
+
+def _analyze(
+    cfg: DictConfig, command: CheckpointCommand, a: AnalysisSettings, out_dir: Path
+) -> dict:
     # data=<source> data.dir=... on the command line overrides the checkpoint's data config
     loaded = load_translator(
         command.checkpoint, command.device, command.precision, data_overrides=cfg.get("data")
@@ -70,8 +80,6 @@ def analyze(cfg: DictConfig) -> dict:
     # Importance and pruning compare masks, not systems: decode with analysis.beam_size.
     loaded.translator.decode = dataclasses.replace(loaded.translator.decode, beam_size=a.beam_size)
     name, src_ids, tgt_ids, refs = _pairs(loaded, str(cfg.split), a.max_sentences)
-    out_dir = Path(str(cfg.output_dir))
-    out_dir.mkdir(parents=True, exist_ok=True)
     model, tr = loaded.model, loaded.translator
     log.info(
         "analysing %d heads of %s on %d sentences of %s; outputs in %s",
@@ -82,7 +90,7 @@ def analyze(cfg: DictConfig) -> dict:
         out_dir,
     )
     start = time.perf_counter()
-    limits = (loaded.data.filter.max_src_len, loaded.data.filter.max_tgt_len)
+    limits = (loaded.data.eval_cap, loaded.data.eval_cap)  # as validation feeds the model
     batches = make_batches(src_ids, tgt_ids, a.max_tokens, *limits)
     stats = head_statistics(model, batches, tr.device, tr.precision, a.degenerate)
     base, curve = _importance(loaded, a, stats, batches, src_ids, refs)
@@ -205,4 +213,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_dangling_dirs()
     main()

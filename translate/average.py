@@ -5,7 +5,8 @@ or ``python -m translate.average run_dir=<run> n=5 [output=<file>]`` for a run's
 The element-wise mean of the model weights (:mod:`translate.training.averaging`), written
 atomically as an inference checkpoint that ``evaluate``, ``translate`` and ``analyze`` read.
 Every problem (a missing file, mixed model configs or tokenizers, ``n`` larger than the run
-has, an output in a missing folder) is one line before anything is written.
+has, an output in a missing folder or over a file that is not an earlier average) is one line
+before anything is written.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error
+from translate.cli import exit_on_user_error, refuse_dangling_dirs
 from translate.errors import UserError
 from translate.settings import optional_path, plain
 from translate.training.averaging import average_into, check_output, last_step_checkpoints
@@ -79,4 +80,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_dangling_dirs()
     main()

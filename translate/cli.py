@@ -1,4 +1,5 @@
-"""What the ``python -m`` entry points share: the user-error exit and Hydra's run facts.
+"""What the ``python -m`` entry points share: the user-error exit, Hydra's run facts, and the
+output dirs each command holds for itself.
 
 Entry-point layer: like ``train.py`` and ``settings.py`` it may import Hydra; the library
 packages below it never do.
@@ -6,19 +7,24 @@ packages below it never do.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.training.rundir import RunLock
 
 T = TypeVar("T")
 
@@ -73,7 +79,70 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
             if in_multirun():
                 logging.getLogger(fn.__module__).error("error: %s", err)
                 raise
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(EXIT_USER_ERROR)
+            fail(str(err))
 
     return wrapper
+
+
+def fail(message: str) -> NoReturn:
+    """Stop as every user error stops a command: ``error: <message>`` on stderr, exit 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def hold_dir(directory: Path, key: str = "hydra.run.dir") -> RunLock:
+    """An exclusive :class:`RunLock` on a command's dir; a dir another process holds is one
+    line naming ``key``, the override that gives this command another dir."""
+    try:
+        return RunLock(directory).acquire()
+    except UserError as err:
+        # RunLock's hint names a run's override; a sweep picks its dir with hydra.sweep.dir.
+        raise UserError(str(err).replace("hydra.run.dir=", f"{key}=")) from None
+
+
+@contextlib.contextmanager
+def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
+    """Hold ``out_dir`` while ``command`` writes there. A dir that already holds ``outputs``
+    (another evaluation's hypotheses, say) is refused: writing would replace or mix with them."""
+    lock = hold_dir(out_dir)
+    try:
+        found = [name for name in outputs if (out_dir / name).exists()]
+        if found:
+            raise UserError(
+                f"{out_dir} already holds the outputs of an earlier {command} "
+                f"({', '.join(found)}); pass another hydra.run.dir=<folder>"
+            )
+        yield out_dir
+    finally:
+        lock.release()
+
+
+_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def refuse_dangling_dirs() -> None:
+    """Stop before Hydra starts when ``hydra.run.dir=`` or ``hydra.sweep.dir=`` on the command
+    line is (or lies inside) a symbolic link to a missing folder: Hydra's own mkdir would fail
+    with a traceback. The entry points call it before ``main()``."""
+    parser = OverridesParser.create()
+    for arg in sys.argv[1:]:
+        if arg.lstrip("+~").split("=", 1)[0] not in _DIR_KEYS:
+            continue
+        try:
+            override = parser.parse_overrides([arg])[0]
+        except OverrideParseException:  # Hydra reports it in its own words
+            continue
+        value = override.value()
+        if isinstance(value, str):
+            _refuse_dangling(override.key_or_group, Path(value))
+
+
+def _refuse_dangling(key: str, path: Path) -> None:
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():
+            target = os.path.realpath(link)  # the end of the chain: the folder to create
+            where = "is" if link == path else f"is inside {link},"
+            fail(
+                f"{key}={path} {where} a symbolic link to {target}, which does not exist; "
+                f"create {target} or pass another {key}"
+            )

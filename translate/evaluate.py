@@ -3,6 +3,8 @@
 Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (override
 it with ``data=<source> data.dir=...``). Hypotheses go to ``hyp.txt`` in this command's Hydra
 run dir; BLEU, chrF and the sacreBLEU signature are printed and written to ``scores.json``.
+That dir is held (locked) while the command runs, and one that already holds another
+evaluation's outputs is refused rather than overwritten.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error
+from translate.cli import exit_on_user_error, own_output_dir, refuse_dangling_dirs
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
 from translate.decoding.translator import load_translator
@@ -21,6 +23,9 @@ from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
 from translate.settings import checkpoint_command, decode_settings, optional_path
+
+# What an evaluation writes into its dir: a second one there would replace them.
+OUTPUTS = ("hyp.txt", "scores.json")
 
 
 def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
@@ -46,22 +51,22 @@ def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
     command, decode = checkpoint_command(cfg), decode_settings(cfg.decode)
-    loaded = load_translator(
-        command.checkpoint, command.device, command.precision, decode, cfg.get("data")
-    )
-    name, sources, references = _texts(cfg, loaded)
-    hyps = loaded.translator.translate(sources, progress=True)
-    scores = score(hyps, references)
-    out_dir = Path(str(cfg.output_dir))
-    atomic_write(out_dir / "hyp.txt", "".join(h + "\n" for h in hyps))
-    result = {
-        "checkpoint": command.checkpoint,
-        "test": name,
-        "sentences": len(sources),
-        "beam_size": decode.beam_size,
-        **scores,
-    }
-    atomic_write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n")
+    with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "evaluate") as out_dir:
+        loaded = load_translator(
+            command.checkpoint, command.device, command.precision, decode, cfg.get("data")
+        )
+        name, sources, references = _texts(cfg, loaded)
+        hyps = loaded.translator.translate(sources, progress=True)
+        scores = score(hyps, references)
+        atomic_write(out_dir / "hyp.txt", "".join(h + "\n" for h in hyps))
+        result = {
+            "checkpoint": command.checkpoint,
+            "test": name,
+            "sentences": len(sources),
+            "beam_size": decode.beam_size,
+            **scores,
+        }
+        atomic_write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n")
     print(
         f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({name}, {len(sources)} sentences, "
         f"beam {decode.beam_size})"
@@ -78,4 +83,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_dangling_dirs()
     main()

@@ -5,7 +5,9 @@ after every job and when the multirun ends: Hydra's basic sweeper raises after t
 job failed, which skips ``on_multirun_end``, so the per-job report is the one that survives.
 ``python scripts/ablation_report.py <sweep_dir>`` writes it on demand; both call
 :func:`write_report`. The rows come from :mod:`translate.analysis.ablation`, the files from
-:mod:`translate.analysis.render`.
+:mod:`translate.analysis.render`. The callback also holds the sweep dir's lock from the start of
+the multirun to its end, so a second sweep into the same dir stops before it writes anything,
+and it writes a job's ``error.txt`` only while holding that job dir's lock.
 
 Entry-point layer: like ``cli.py`` it may import Hydra; the library packages never do. Hydra
 imports this module when it starts (for the callback): keep heavy imports (matplotlib,
@@ -14,7 +16,9 @@ sacreBLEU, torch) out of the module level here and in the modules it imports.
 
 from __future__ import annotations
 
+import atexit
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -22,7 +26,10 @@ from hydra.experimental.callback import Callback
 
 from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
 from translate.analysis.render import write_files
+from translate.cli import fail, hold_dir
+from translate.errors import UserError
 from translate.io import atomic_write
+from translate.training.rundir import RunLock
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +79,31 @@ def write_report(
     return report
 
 
+def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None:
+    """``change(job_dir)`` while holding the job dir's lock. When another process holds it (a
+    run resumed into it by hand), its files are not the sweep's: nothing is changed, and the
+    reason is returned."""
+    try:
+        lock = RunLock(job_dir).acquire()
+    except UserError as err:
+        return str(err)
+    try:
+        change(job_dir)
+    finally:
+        lock.release()
+    return None
+
+
+def _write_error(job_dir: Path, error: BaseException) -> None:
+    try:  # read by translate.analysis.ablation as the job's failure reason
+        atomic_write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n")
+    except OSError:
+        log.exception("could not write %s", job_dir / "error.txt")
+
+
 class AblationReportCallback(Callback):
-    """Writes the ablation report into the sweep dir after every job and at the end.
+    """Holds the sweep dir for the multirun, and writes the ablation report into it after every
+    job and at the end.
 
     Only for multiruns of the configs named in ``config_names`` (the training app), so the
     evaluate and analyze commands, which share ``hydra/default.yaml``, are left alone.
@@ -88,6 +118,7 @@ class AblationReportCallback(Callback):
         self.config_names = set(config_names)
         self.baseline_heads = int(baseline_heads)
         self.bootstrap_samples = int(bootstrap_samples)
+        self._lock: RunLock | None = None
 
     def _applies(self, config) -> bool:
         hydra_cfg = config.hydra
@@ -102,16 +133,33 @@ class AblationReportCallback(Callback):
             output_dir = Path(str(hydra_cfg.runtime.output_dir))
             depth = len(Path(str(hydra_cfg.sweep.subdir)).parts)
             sweep_dir = output_dir.parents[depth - 1] if depth else output_dir
-        else:  # sweep.dir is relative to where the command was started
-            sweep_dir = Path(str(hydra_cfg.runtime.cwd)) / str(hydra_cfg.sweep.dir)
+        else:
+            sweep_dir = self._sweep_dir(config)
         try:
             write_report(sweep_dir, self.baseline_heads, self.bootstrap_samples)
         except Exception:  # the report must never take a job or the sweep down with it
             log.exception("could not write the ablation report for %s", sweep_dir)
 
+    @staticmethod
+    def _sweep_dir(config) -> Path:
+        """The sweep dir as the launching process names it: relative to where it started."""
+        return Path(str(config.hydra.runtime.cwd)) / str(config.hydra.sweep.dir)
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        """Lock the sweep dir before Hydra writes there (multirun.yaml, the jobs): a second
+        sweep into it stops here instead of running into the first one's jobs."""
+        if not self._applies(config):
+            return
+        try:
+            self._lock = hold_dir(self._sweep_dir(config), "hydra.sweep.dir")
+        except UserError as err:
+            fail(str(err))  # not raised: Hydra turns a callback's exception into a warning
+        atexit.register(self._lock.release)  # Hydra skips on_multirun_end after a failed job
+
     def on_job_start(self, config, **kwargs) -> None:
         if self._applies(config):  # a re-run job (trainer.resume=true) drops its last failure
-            (Path(str(config.hydra.runtime.output_dir)) / "error.txt").unlink(missing_ok=True)
+            job_dir = Path(str(config.hydra.runtime.output_dir))
+            _in_own_job_dir(job_dir, lambda d: (d / "error.txt").unlink(missing_ok=True))
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         if not self._applies(config):
@@ -122,12 +170,13 @@ class AblationReportCallback(Callback):
             # job_return.return_value re-raises the job's exception; the stored one is enough.
             error = job_return._return_value
             job_dir = Path(str(config.hydra.runtime.output_dir))
-            try:  # read by translate.analysis.ablation as the job's failure reason
-                atomic_write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n")
-            except OSError:
-                log.exception("could not write %s", job_dir / "error.txt")
+            refused = _in_own_job_dir(job_dir, lambda d: _write_error(d, error))
+            if refused:
+                log.warning("no error.txt written into %s: %s", job_dir, refused)
         self._write(config, in_job=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if self._applies(config):
             self._write(config, in_job=False)
+            if self._lock is not None:
+                self._lock.release()

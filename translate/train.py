@@ -135,4 +135,7 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
+    from translate.cli import refuse_dangling_dirs
+
+    refuse_dangling_dirs()
     main()

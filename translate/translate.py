@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error
+from translate.cli import exit_on_user_error, refuse_dangling_dirs
 from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.translator import load_translator
 from translate.io import atomic_write, check_output_file
@@ -47,4 +47,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    refuse_dangling_dirs()
     main()

@@ -88,10 +88,10 @@ def test_averaging_two_gives_the_mean_and_keeps_the_newest_ones_metadata(tmp_pat
 @pytest.mark.parametrize(
     "other,message",
     [
-        ({"d_model": 8}, "different model configs (model.d_model=4 in a.pt, 8 in b.pt)"),
+        ({"d_model": 8}, "different model configs (model.d_model=4 in {a}, 8 in {b})"),
         ({"tokenizer": b"other"}, "they were trained with different tokenizers"),
         ({"count": 4}, "non-float entry model.count differs"),
-        ({"weight": [1.0, 2.0]}, "model.w is float32 (3,) in a.pt, float32 (2,) in b.pt"),
+        ({"weight": [1.0, 2.0]}, "model.w is float32 (3,) in {a}, float32 (2,) in {b}"),
     ],
 )
 def test_checkpoints_that_do_not_fit_together_are_refused_in_one_line(tmp_path, other, message):
@@ -100,7 +100,7 @@ def test_checkpoints_that_do_not_fit_together_are_refused_in_one_line(tmp_path, 
     with pytest.raises(UserError) as err:
         average_checkpoints([a, b])
     assert f"cannot average {b} with {a}" in str(err.value)
-    assert message in str(err.value) and "\n" not in str(err.value)
+    assert message.format(a=a, b=b) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_command_writes_a_checkpoint_that_evaluate_scores(trained_run, tmp_path):

@@ -52,7 +52,7 @@ def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
 
 def check_output(output: str | Path) -> Path:
     """Where an average may be written: in an existing folder, under a name training does
-    not own (``step_*.pt``, ``last.pt``, ``best.pt``)."""
+    not own (``step_*.pt``, ``last.pt``, ``best.pt``), over nothing but an earlier average."""
     output = Path(output)
     if not output.parent.is_dir():
         raise UserError(
@@ -65,7 +65,20 @@ def check_output(output: str | Path) -> Path:
         )
     if output.is_dir():
         raise UserError(f"output={output} is a folder; pass a file name, e.g. averaged.pt")
+    if output.exists() and not _is_average(output):
+        raise UserError(
+            f"output={output} already exists and is not an averaged checkpoint; "
+            "pass another output=<file> (only an earlier average is replaced)"
+        )
     return output
+
+
+def _is_average(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint this averaging wrote (it names its inputs)."""
+    try:
+        return "averaged_from" in load_checkpoint(path)
+    except UserError:  # not a readable translate checkpoint: a run's results, anything else
+        return False
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict:
@@ -140,7 +153,7 @@ def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> 
     why = f"cannot average {path} with {first_path}"
     saved, here = first["config"].get("model", {}), ckpt["config"].get("model", {})
     differ = [
-        f"model.{k}={saved.get(k)} in {first_path.name}, {here.get(k)} in {path.name}"
+        f"model.{k}={saved.get(k)} in {first_path}, {here.get(k)} in {path}"
         for k in sorted(set(saved) | set(here))
         if saved.get(k) != here.get(k)
     ]
@@ -155,8 +168,8 @@ def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> 
     for key, value in theirs.items():
         if _describe(value) != _describe(mine[key]):
             raise UserError(
-                f"{why}: model.{key} is {_describe(mine[key])} in {first_path.name}, "
-                f"{_describe(value)} in {path.name}"
+                f"{why}: model.{key} is {_describe(mine[key])} in {first_path}, "
+                f"{_describe(value)} in {path}"
             )
 
 
