@@ -87,6 +87,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
             f"checkpoint not found: {path}; pass checkpoint=<run_dir>/checkpoints/best.pt"
         )
     try:
+        _check_crcs(path)
         with torch.serialization.safe_globals(_numpy_array_globals()):
             ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
@@ -106,6 +107,23 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     if version <= 2:
         _add_kv_heads(ckpt["config"])
     return ckpt
+
+
+def _check_crcs(path: Path) -> None:
+    """Raise ``zipfile.BadZipFile`` if an entry of the checkpoint's zip fails its CRC.
+
+    torch.load does not check them: bytes overwritten inside a tensor load as wrong weights,
+    and inside the pickle as a later, unrelated error. One sequential read of the file. A file
+    that is no zip at all is left to torch.load, which refuses it or reads torch's legacy format.
+    """
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        return
+    with archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise zipfile.BadZipFile(f"CRC check failed for {bad}")
 
 
 def _add_kv_heads(config: dict) -> None:

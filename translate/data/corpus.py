@@ -82,6 +82,9 @@ class Corpus:
     eval_max_tokens: int = 8192  # data.eval_max_tokens
     max_src_len: int | None = None  # data.filter.max_src_len (counts the EOS)
     max_tgt_len: int | None = None  # data.filter.max_tgt_len (counts the BOS/EOS)
+    # role -> text_fingerprint of the split as read: checkpoints store it, so data read from
+    # another place can be recognised as the same text.
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------ loading
@@ -137,6 +140,7 @@ def load_corpus(data: DataSettings) -> Corpus:
         eval_max_tokens=data.eval_max_tokens,
         max_src_len=data.filter.max_src_len,
         max_tgt_len=data.filter.max_tgt_len,
+        fingerprints=prints,
     )
 
 
@@ -154,6 +158,13 @@ def _kept(name: str, cols, ids, data: DataSettings, apply_filter: bool) -> Encod
         dropped=dropped,
         filtered=apply_filter,
     )
+
+
+def split_fingerprints(data: DataSettings) -> dict[str, str]:
+    """``{role: text_fingerprint}`` of every split in ``data.splits``, as :func:`load_corpus`
+    computes them, but read only: no tokenizer is trained and nothing is encoded."""
+    texts = _read_texts(data, data.split_names, (data.src_lang, data.tgt_lang))
+    return {role: text_fingerprint(cols) for role, cols in texts.items()}
 
 
 def load_raw_split(data: DataSettings, role: str) -> tuple[str, list[str], list[str]]:
@@ -187,6 +198,9 @@ def _read_texts(
     columns = {n: _columns(ds, langs) for n, ds in by_name.items()}
     if "train" in names:
         _check_has_text(data, names["train"], columns[names["train"]])
+    for role in ("valid", "test"):
+        if role in names:
+            _check_has_pairs(data, role, names[role], columns[names[role]])
     return {role: columns[name] for role, name in names.items()}
 
 
@@ -200,6 +214,20 @@ def _check_has_text(data: DataSettings, name: str, columns: dict[str, list[str]]
                 f"all {len(lines)} lines are empty or whitespace; fill it or set "
                 "data.splits.train to another split"
             )
+
+
+def _check_has_pairs(data: DataSettings, role: str, name: str, columns) -> None:
+    """A dev or test split without one pair that has text on both sides cannot be scored:
+    refused before the tokenizer is trained, not after training when its scoring fails."""
+    src, tgt = columns[data.src_lang], columns[data.tgt_lang]
+    if any(s and t for s, t in zip(src, tgt)):
+        return
+    files = ", ".join(dict.fromkeys(_where(data, name, lang) for lang in columns))
+    lines = f"{len(src)} line{'' if len(src) == 1 else 's'}"
+    raise UserError(
+        f"the {role} split {name!r} ({files}) has no pair with text on both sides ({lines}); "
+        f"fill it, or set data.splits.{role} to another split"
+    )
 
 
 def _where(data: DataSettings, name: str, lang: str) -> str:

@@ -8,6 +8,10 @@ Checkpoints embed :attr:`Tokenizer.model_proto`, so a saved model never depends 
 
 :func:`encode_cached` caches the ids of a split the same way, keyed by the model's bytes and the
 text's fingerprint, so a second run skips encoding too.
+
+A cache file that is damaged or does not match what it is named for (a garbled model, another
+vocabulary size, another split's ids copied over the name) is never used: it is built again and
+written over, with a warning naming it, so one bad file never fails every later run.
 """
 
 from __future__ import annotations
@@ -57,7 +61,18 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> Tokenizer:
-        return cls(Path(path).read_bytes())
+        """The model in file ``path``; every way it can be bad is one UserError naming it."""
+        path = Path(path)
+        try:
+            proto = path.read_bytes()
+        except OSError as err:
+            raise UserError(
+                f"{path} cannot be read ({err.strerror or err}); check the file"
+            ) from None
+        try:
+            return cls(proto)
+        except UserError as err:
+            raise UserError(f"{path}: {err}") from None
 
     @property
     def model_proto(self) -> bytes:
@@ -131,13 +146,32 @@ def train_or_load_tokenizer(
     name = str(key_parts.get("source", "data"))
     path = Path(cache_dir) / f"spm-{name}-{model_type}{vocab_size}-{key[:16]}.model"
     if path.is_file():
-        log.info("tokenizer: reusing %s", path)
-        return Tokenizer.from_file(path), path
+        cached, why = _load_cached(path, settings["vocab_size"])
+        if cached is not None:
+            log.info("tokenizer: reusing %s", path)
+            return cached, path
+        # Left in place, a damaged file would fail every later run with the same settings.
+        log.warning("tokenizer: cache file %s is unusable (%s); training it again", path, why)
 
     log.info("tokenizer: training SentencePiece %s, vocab %d -> %s", model_type, vocab_size, path)
     proto = _train(train_texts(), settings)
     atomic_write(path, proto)
     return Tokenizer(proto), path
+
+
+def _load_cached(path: Path, vocab_size: int) -> tuple[Tokenizer | None, str]:
+    """``(tokenizer, "")`` for a usable cached model, else ``(None, why not)``."""
+    try:
+        proto = path.read_bytes()
+    except OSError as err:
+        return None, f"unreadable: {err.strerror or err}"
+    try:
+        tokenizer = Tokenizer(proto)
+    except UserError as err:
+        return None, str(err)
+    if tokenizer.vocab_size != vocab_size:
+        return None, f"vocab size {tokenizer.vocab_size}, expected {vocab_size}"
+    return tokenizer, ""
 
 
 def _train(texts: Iterable[str], settings: Mapping[str, object]) -> bytes:
@@ -191,19 +225,20 @@ def text_fingerprint(columns: Mapping[str, Sequence[str]]) -> str:
 def encode_cached(
     tokenizer: Tokenizer, columns: Mapping[str, list[str]], fingerprint: str, cache_dir: Path
 ) -> dict[str, list[np.ndarray]]:
-    """Ids of every sentence, cached by (tokenizer model bytes, text fingerprint)."""
+    """Ids of every sentence, cached by (tokenizer model bytes, text fingerprint).
+
+    The file holds its full key and is checked against it on load: a file renamed or copied
+    over another split's name would otherwise train on the wrong pairs without a word."""
     model_hash = hashlib.sha256(tokenizer.model_proto).hexdigest()
-    key = hashlib.sha256(f"{model_hash}:{fingerprint}".encode()).hexdigest()[:24]
-    path = cache_dir / f"encoded-{key}.npz"
+    key = hashlib.sha256(f"{model_hash}:{fingerprint}".encode()).hexdigest()
+    path = cache_dir / f"encoded-{key[:24]}.npz"
     arrays = None
     if path.is_file():
-        try:
-            with np.load(path) as stored:
-                arrays = {name: stored[name] for name in stored.files}
-        except (OSError, ValueError, zipfile.BadZipFile):
-            log.warning("tokenizer: ignoring unreadable cache file %s", path)
+        arrays, why = _load_encoded(path, key, columns)
+        if arrays is None:
+            log.warning("tokenizer: cache file %s is unusable (%s); encoding it again", path, why)
     if arrays is None:
-        arrays = {}
+        arrays = {"key": np.array(key)}
         for lang, texts in columns.items():
             ids = tokenizer.encode(texts)
             arrays[f"{lang}.offsets"] = np.cumsum([0] + [len(x) for x in ids], dtype=np.int64)
@@ -214,3 +249,24 @@ def encode_cached(
     return {
         lang: np.split(arrays[f"{lang}.ids"], arrays[f"{lang}.offsets"][1:-1]) for lang in columns
     }
+
+
+def _load_encoded(
+    path: Path, key: str, columns: Mapping[str, list[str]]
+) -> tuple[dict[str, np.ndarray] | None, str]:
+    """``(arrays, "")`` when ``path`` holds the ids for ``key`` of every sentence in ``columns``
+    (an offset per sentence; the offsets span the ids), else ``(None, why not)``."""
+    try:
+        with np.load(path) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as err:
+        return None, f"unreadable: {type(err).__name__}: {err}"
+    if "key" not in arrays or str(arrays["key"]) != key:
+        return None, "it was made from other text or with another tokenizer"
+    for lang, texts in columns.items():
+        offsets, ids = arrays.get(f"{lang}.offsets"), arrays.get(f"{lang}.ids")
+        if offsets is None or ids is None or len(offsets) != len(texts) + 1:
+            return None, f"it does not hold the ids of the {len(texts)} {lang} sentences"
+        if offsets[0] != 0 or offsets[-1] != len(ids):
+            return None, f"its {lang} offsets do not span its {len(ids)} ids"
+    return arrays, ""

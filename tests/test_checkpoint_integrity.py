@@ -1,0 +1,68 @@
+"""A checkpoint damaged inside (bytes overwritten, not cut off) is refused at load with the same
+one line a truncated one gets, never loaded into wrong weights or a later unrelated error."""
+
+from __future__ import annotations
+
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_one_line_error, run_cli
+
+from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
+from translate.errors import UserError
+
+WEIGHT = torch.arange(4096, dtype=torch.float32)
+
+
+def _entry_data(path: Path, suffix: str) -> tuple[int, int]:
+    """``(offset, size)`` of the bytes of the zip entry whose name ends with ``suffix``; the
+    local header is read from the file, since torch pads its extra field for alignment."""
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(suffix))
+    with path.open("rb") as f:
+        f.seek(info.header_offset)
+        header = f.read(30)
+    name_len, extra_len = struct.unpack("<HH", header[26:30])
+    return info.header_offset + 30 + name_len + extra_len, info.compress_size
+
+
+@pytest.fixture
+def damaged(tmp_path) -> Path:
+    """A checkpoint whose one tensor has 8 bytes overwritten in the middle of its data."""
+    path = tmp_path / "step_8.pt"
+    state = {
+        "format_version": FORMAT_VERSION,
+        "model": {"w": WEIGHT},
+        "config": {},
+        "tokenizer": b"model bytes",
+        "step": 8,
+    }
+    save_checkpoint(state, path)
+    offset, size = _entry_data(path, "data/0")
+    assert size == WEIGHT.numel() * 4  # stored, not compressed: these are the tensor's bytes
+    data = bytearray(path.read_bytes())
+    data[offset + size // 2 : offset + size // 2 + 8] = b"\xff" * 8
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_the_damage_goes_unnoticed_by_torch_load(damaged):
+    """The control: torch.load reads the damaged tensor without complaint, wrong."""
+    loaded = torch.load(damaged, weights_only=True)
+    assert not torch.equal(loaded["model"]["w"], WEIGHT)
+
+
+def test_a_checkpoint_with_overwritten_bytes_is_refused_as_corrupt(damaged):
+    with pytest.raises(UserError) as err:
+        load_checkpoint(damaged)
+    message = str(err.value)
+    assert f"checkpoint {damaged} is truncated or corrupt" in message
+    assert "use another one" in message and "\n" not in message
+
+
+def test_evaluate_refuses_a_checkpoint_with_overwritten_bytes(damaged, tmp_path):
+    proc = run_cli("translate.evaluate", f"checkpoint={damaged}", f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(proc, "truncated or corrupt", str(damaged))
