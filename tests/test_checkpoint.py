@@ -17,7 +17,7 @@ from translate.errors import UserError
 from translate.evaluate import evaluate
 from translate.settings import train_settings
 from translate.train import train
-from translate.training.progress import finished_results
+from translate.training.resume import finished_results
 
 
 class _Payload:

@@ -47,6 +47,14 @@ def test_the_presets_compose_into_valid_settings():
         ("+model.depth=3", "unknown key model.depth"),
         ("optim.betas=[0.9]", "optim.betas=[0.9] must be two numbers"),
         ("data=multi30k", "data.dir is not set: add data.dir=<value> to the command"),
+        # NaN passes every range check (its comparisons are false), infinity most of them.
+        ("optim.lr=nan", "optim.lr=nan must be a finite number"),
+        ("optim.lr=inf", "optim.lr=inf must be a finite number"),
+        ("decode.max_len_a=nan", "decode.max_len_a=nan must be a finite number"),
+        ("decode.length_penalty=-inf", "decode.length_penalty=-inf must be a finite number"),
+        ("model.dropout=nan", "model.dropout=nan must be a finite number"),
+        ("trainer.max_minutes=inf", "trainer.max_minutes=inf must be a finite number"),
+        ("optim.betas=[nan,0.98]", "optim.betas=[nan, 0.98] must be two numbers in [0, 1)"),
     ],
 )
 def test_bad_values_are_one_line_errors_before_any_work(override, message):

@@ -229,6 +229,16 @@ class DataSettings:
     path: str | None = None  # iwslt2017: the release archive or folder; None = the hub
     pair: str = "de-en"  # iwslt2017: the pair in the release's file names
     hub: HubSettings | None = None  # iwslt2017: where the Parquet export lives
+    # The longest sentence, in tokens with EOS/BOS, that validation, test, evaluate and
+    # translate feed the model: longer sources are cut, longer pairs left out of the dev loss.
+    # None only in the data config of a checkpoint written before the key existed.
+    eval_max_len: int | None = None
+
+    @property
+    def eval_cap(self) -> int | None:
+        """``eval_max_len``, or for an older checkpoint's config the training filter's
+        ``max_src_len`` it was evaluated with then."""
+        return self.filter.max_src_len if self.eval_max_len is None else self.eval_max_len
 
     def validate(self) -> None:
         _choice("data.source", self.source, SOURCES)
@@ -241,6 +251,13 @@ class DataSettings:
             raise UserError("data.splits.train must name the training split")
         for key in ("max_tokens", "eval_max_tokens"):
             _positive(f"data.{key}", getattr(self, key))
+        _positive("data.eval_max_len", self.eval_max_len, allow_none=True)
+        if self.eval_max_len is not None and self.eval_max_tokens < self.eval_max_len:
+            raise UserError(
+                f"data.eval_max_tokens={self.eval_max_tokens} is smaller than the longest "
+                f"sentence evaluation feeds the model (data.eval_max_len={self.eval_max_len}); "
+                "raise data.eval_max_tokens or lower data.eval_max_len"
+            )
         for side in ("max_src_len", "max_tgt_len"):
             limit = getattr(self.filter, side)
             if limit is not None and self.max_tokens < limit:

@@ -10,6 +10,7 @@ dataclasses and never read configuration themselves. Defaults live in ``conf/`` 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ def _typed(value: Any, hint: Any, key: str) -> Any:
         raise UserError(f"{key}={value!r} must be {want}")
     if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)  # trainer.precision=32 arrives as a number
+    if hint is float and not math.isfinite(value):
+        # Hydra reads nan/inf as numbers, and every range check passes NaN (its comparisons
+        # are all false): no setting of ours means anything with them; null is "no limit".
+        raise UserError(f"{key}={value} must be a finite number")
     return float(value) if hint is float else value
 
 
@@ -148,6 +153,11 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
     for role, why in (("valid", "validation"), ("test", "the final scoring")):
         if role not in data.split_names:
             raise UserError(f"data.splits.{role} is null; training needs it for {why}")
+    if data.eval_max_len is None:  # without a cap one long dev line can exhaust the memory
+        raise UserError(
+            "data.eval_max_len is null: set it to the longest sentence, in tokens, that "
+            "validation and test may feed the model (e.g. data.filter.max_src_len)"
+        )
     return TrainSettings(
         model=model_settings(cfg.model),
         optim=build(OptimSettings, cfg.optim, "optim"),

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 import signal
 
@@ -18,11 +19,15 @@ from translate.cli import exit_on_user_error, sweep_job, task_overrides
 from translate.errors import UserError
 from translate.settings import train_settings
 from translate.training import distributed
-from translate.training.loop import Run, fit, setup
-from translate.training.progress import Stopped, StopRequest, finished_results
+from translate.training.loop import fit
+from translate.training.progress import Stopped, StopRequest
 from translate.training.report import finish_run
+from translate.training.resume import finished_results
+from translate.training.run import Run, setup
 
 log = logging.getLogger(__name__)
+
+CUT_SHORT = 0.9  # a run that ends on max_minutes below this share of max_steps says so
 
 
 def train(cfg: DictConfig) -> dict:
@@ -64,7 +69,9 @@ def train(cfg: DictConfig) -> dict:
                 "steps": run.progress.step,
                 "bleu": None,
             }
-        return _score(run)
+        results = _score(run)
+        _say_if_cut_short(run, stop_reason)
+        return results
     except Stopped as stop:  # a second signal during training
         if run is None:
             raise SystemExit(128 + stop.signum) from None
@@ -78,6 +85,23 @@ def train(cfg: DictConfig) -> dict:
             run.lock.release()
         if dist.enabled:
             distributed.shutdown()
+
+
+def _say_if_cut_short(run: Run, stop_reason: str) -> None:
+    """A run that ended on its clock long before its step budget says so, last: its scores
+    are those of fewer updates than the recipe names, and another machine makes more."""
+    t, p = run.settings.trainer, run.progress
+    if stop_reason.startswith("max_minutes") and p.step < CUT_SHORT * t.max_steps:
+        log.warning(
+            "training ended on its clock (trainer.max_minutes=%g) after %s of "
+            "trainer.max_steps=%s updates (%.0f%%): the scores above are of a model trained "
+            "that far, and a faster or less busy machine trains further; for the same result "
+            "on any machine, set trainer.max_minutes=null and budget trainer.max_steps",
+            t.max_minutes,
+            f"{p.step:,}",
+            f"{t.max_steps:,}",
+            100 * p.step / t.max_steps,
+        )
 
 
 def _score(run: Run) -> dict:
@@ -96,14 +120,24 @@ def _score(run: Run) -> dict:
         ) from None
 
 
+def hydra_quoted(text: str) -> str:
+    """``text`` as a Hydra override value that reads back as exactly ``text``, whatever it
+    holds (job dirs of sweeps hold '=' and ','; a user's folder may hold quotes, spaces,
+    backslashes or ``${``): single-quoted, with quotes, the backslashes before them or at the
+    end, and interpolations escaped."""
+    text = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m[1] * 2, text)
+    return "'" + text.replace("${", "\\${") + "'"
+
+
 def _resume_command(run: Run) -> str:
     launcher = "torchrun <same options> -m" if run.dist.enabled else "python -m"
     return " ".join(
         [
             f"{launcher} translate.train",
             *(shlex.quote(o) for o in task_overrides()),
-            # Quoted twice: job dirs of sweeps hold '=' and ',' (Hydra) and the shell sees it too.
-            shlex.quote(f'hydra.run.dir="{run.run_dir}"'),
+            # Quoted for Hydra, then for the shell.
+            shlex.quote(f"hydra.run.dir={hydra_quoted(str(run.run_dir))}"),
             "trainer.resume=true",
         ]
     )

@@ -120,7 +120,7 @@ def test_crash_while_saving_leaves_previous_checkpoint_intact(tmp_path, monkeypa
 def test_resume_refuses_a_different_model_config(tiny_train_cfg, tmp_path):
     run = tmp_path / "run"
     train(tiny_train_cfg("trainer.max_steps=2", run_dir=run))
-    with pytest.raises(UserError, match="does not fit this model config"):
+    with pytest.raises(UserError, match="model.d_ff=64 in the checkpoint, 48 here"):
         train(
             tiny_train_cfg(
                 "trainer.max_steps=4", "trainer.resume=true", "model.d_ff=48", run_dir=run
@@ -163,6 +163,67 @@ def test_run_stops_after_consecutive_nan_losses(tiny_train_cfg, monkeypatch):
     with pytest.raises(UserError, match="3 consecutive steps had a NaN/Inf loss") as err:
         train(tiny_train_cfg("trainer.max_bad_steps=3", "trainer.max_steps=50"))
     assert "trainer.precision=bf16" in str(err.value)
+
+
+def _diverge_after(monkeypatch, good_steps: int) -> None:
+    """Every update after the first ``good_steps`` leaves NaN weights, as a learning rate far
+    too high does (optim.lr=1e3); the updates before train normally."""
+    real_step, calls = Trainer.step, []
+
+    def step(self, batches):
+        result = real_step(self, batches)
+        calls.append(1)
+        if len(calls) > good_steps:
+            with torch.no_grad():
+                for p in self.model.parameters():
+                    p.fill_(float("nan"))
+        return result
+
+    monkeypatch.setattr(Trainer, "step", step)
+
+
+def test_a_nan_model_is_never_best_and_the_stop_says_what_the_checkpoints_are(
+    tiny_train_cfg, tmp_path, monkeypatch, caplog
+):
+    """Before, a NaN model decoded to a BLEU above the initial -1 and became best.pt, and the
+    stop called the newest checkpoint 'good'."""
+    _diverge_after(monkeypatch, good_steps=2)
+    overrides = ["trainer.max_steps=50", "trainer.val_every_n_steps=1", "trainer.max_bad_steps=2"]
+    with caplog.at_level("INFO", logger="translate.training"), pytest.raises(UserError) as err:
+        train(tiny_train_cfg(*overrides))
+    ckpts = tmp_path / "run" / "checkpoints"
+    best = load_checkpoint(ckpts / "best.pt")
+    # Step 3's update left NaN weights; its validation and checkpoint see them.
+    assert best["step"] <= 2 and all(torch.isfinite(v).all() for v in best["model"].values())
+    assert "step 3: dev loss nan" in caplog.text and "never best: weights" in caplog.text
+    message = str(err.value)
+    assert "good" not in message
+    assert f"The newest checkpoint is {ckpts / 'last.pt'} (step 3, dev loss nan)" in message
+    assert f"best.pt is step {best['step']} (dev BLEU" in message
+
+
+def test_a_non_finite_dev_loss_is_never_best(tiny_train_cfg, tmp_path, monkeypatch):
+    from translate.training import loop
+
+    monkeypatch.setattr(loop, "mean_nll", lambda *args, **kwargs: float("nan"))
+    results = train(tiny_train_cfg("trainer.max_steps=4", "trainer.val_every_n_steps=2"))
+    assert not (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    assert results["scored_checkpoint"] == "last"
+
+
+def test_an_average_with_non_finite_weights_is_never_written(trained_run, tmp_path):
+    from translate.training.averaging import average_into
+
+    good = trained_run[0] / "checkpoints" / "best.pt"
+    ckpt = load_checkpoint(good)
+    name = next(iter(ckpt["model"]))
+    ckpt["model"][name] = torch.full_like(ckpt["model"][name], float("inf"))
+    bad = tmp_path / "diverged.pt"
+    torch.save(ckpt, bad)
+    output = tmp_path / "averaged.pt"
+    with pytest.raises(UserError, match=f"has non-finite weights \\({name}\\)"):
+        average_into([good, bad], output)
+    assert not output.exists()
 
 
 # ---------------------------------------------------------------- interruption

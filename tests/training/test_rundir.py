@@ -235,13 +235,32 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(
     assert not (run / rundir.LOCK_NAME).exists()
 
 
-def test_an_over_long_validation_sentence_does_not_stop_training(finished, cache_dir):
-    """Every dev pair is longer than the evaluation batch: each is batched alone, training
-    goes on, and the checkpoints written before stay as they were."""
-    run, _ = finished
-    ckpts = run / "checkpoints"
-    before = {p.name: p.read_bytes() for p in ckpts.glob("step_*.pt")}
-    overrides = ["trainer.resume=true", "trainer.max_steps=6", "data.eval_max_tokens=4"]
-    results = train(config(run, cache_dir, *overrides))
-    assert results["steps"] == 6 and results["dev_bleu"] >= 0
-    assert {name: (ckpts / name).read_bytes() for name in before} == before
+def test_a_huge_validation_line_is_cut_to_the_models_length(tmp_path, cache_dir, caplog):
+    """A 20,000-word dev and test line once took the run's memory (the OOM killer, no message):
+    sources are cut to data.eval_max_len for decoding, the pair is left out of the dev loss,
+    the log counts it, and no batch the model sees is longer than the cap."""
+    from translate.data.sources import sample_dir
+    from translate.nn.model import TokenEmbedding
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(sample_dir(), corpus)
+    huge = " ".join(["Hausboot"] * 20_000)
+    for split in ("validation", "test"):
+        for lang in ("de", "en"):
+            path = corpus / f"{split}.{lang}"
+            path.write_text(huge + "\n" + path.read_text().split("\n", 1)[1])
+    longest, forward = [], TokenEmbedding.forward
+
+    def spy(self, tokens, offset=0):
+        longest.append(tokens.size(1))
+        return forward(self, tokens, offset)
+
+    overrides = [f"data.dir={corpus}", "data.eval_max_len=48", "trainer.latency_sentences=1"]
+    with caplog.at_level("WARNING", logger="translate.data"), pytest.MonkeyPatch.context() as m:
+        m.setattr(TokenEmbedding, "forward", spy)
+        results = train(config(tmp_path / "run", cache_dir, *overrides))
+    assert results["status"] == "completed" and max(longest) <= 48
+    for role, split in (("valid", "validation"), ("test", "test")):
+        assert f"data {role} ({split}): 1 of 200 pairs are longer than data.eval_max_len=48" in (
+            caplog.text
+        )

@@ -240,7 +240,7 @@ def test_the_first_lines_say_what_the_run_does(tiny_train_cfg, monkeypatch, capl
     from translate.training import loop
 
     monkeypatch.setattr(loop, "ETA_AFTER_STEPS", 2)  # 200 updates in a real run
-    with caplog.at_level("INFO", logger="translate.training.loop"):
+    with caplog.at_level("INFO", logger="translate.training"):
         train(tiny_train_cfg("trainer.max_steps=4", "trainer.val_every_n_steps=4"))
     text = caplog.text
     assert "device: CPU (cpu, " in text and "precision 32" in text

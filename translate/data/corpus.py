@@ -64,11 +64,16 @@ class EncodedSplit:
         """Target lengths as the model sees them: subwords + BOS (tgt_in) or + EOS (tgt_out)."""
         return np.fromiter((len(x) + 1 for x in self.tgt_ids), np.int64, len(self.tgt_ids))
 
-    def batches(self, max_tokens: int) -> Iterator[Batch]:
-        """Padded batches sorted by length (for the loss on valid/test); a pair longer than
-        ``max_tokens`` forms a batch of its own, so evaluation never stops on a long line."""
-        for idx in length_sorted_batches(self.src_lens, self.tgt_lens, max_tokens):
-            yield collate([self[i] for i in idx])
+    def batches(self, max_tokens: int, max_len: int | None = None) -> Iterator[Batch]:
+        """Padded batches sorted by length (for the loss on valid/test) of the pairs whose
+        sides fit ``max_len`` tokens (all when None), so one long line cannot exhaust the
+        memory; a pair longer than ``max_tokens`` forms a batch of its own."""
+        src_lens, tgt_lens = self.src_lens, self.tgt_lens
+        kept = np.arange(len(self))
+        if max_len is not None:
+            kept = np.flatnonzero((src_lens <= max_len) & (tgt_lens <= max_len))
+        for idx in length_sorted_batches(src_lens[kept], tgt_lens[kept], max_tokens):
+            yield collate([self[int(kept[i])] for i in idx])
 
 
 @dataclass
@@ -82,6 +87,7 @@ class Corpus:
     eval_max_tokens: int = 8192  # data.eval_max_tokens
     max_src_len: int | None = None  # data.filter.max_src_len (counts the EOS)
     max_tgt_len: int | None = None  # data.filter.max_tgt_len (counts the BOS/EOS)
+    eval_max_len: int | None = None  # data.eval_max_len (counts the EOS/BOS)
     # role -> text_fingerprint of the split as read: checkpoints store it, so data read from
     # another place can be recognised as the same text.
     fingerprints: dict[str, str] = field(default_factory=dict)
@@ -125,6 +131,8 @@ def load_corpus(data: DataSettings) -> Corpus:
             split.num_raw - len(split),
             why,
         )
+        if role != "train":
+            _warn_over_long(role, split, data.eval_cap)
     if not splits["train"].src_ids:
         raise UserError(
             f"data.filter dropped all {splits['train'].num_raw} training pairs "
@@ -141,7 +149,27 @@ def load_corpus(data: DataSettings) -> Corpus:
         max_src_len=data.filter.max_src_len,
         max_tgt_len=data.filter.max_tgt_len,
         fingerprints=prints,
+        eval_max_len=data.eval_cap,
     )
+
+
+def _warn_over_long(role: str, split: EncodedSplit, cap: int | None) -> None:
+    """Say how many of an evaluation split's pairs are longer than ``data.eval_max_len``:
+    decoding reads only the first tokens of their sources, the dev loss leaves them out."""
+    if cap is None:
+        return
+    over = int(((split.src_lens > cap) | (split.tgt_lens > cap)).sum())
+    if over:
+        log.warning(
+            "data %s (%s): %d of %d pairs are longer than data.eval_max_len=%d tokens: "
+            "decoding reads the first %d subwords of their sources, the dev loss leaves them out",
+            role,
+            split.name,
+            over,
+            len(split),
+            cap,
+            cap - 1,
+        )
 
 
 def _kept(name: str, cols, ids, data: DataSettings, apply_filter: bool) -> EncodedSplit:

@@ -25,14 +25,17 @@ from translate.settings import data_settings, decode_settings, model_settings
 
 log = logging.getLogger(__name__)
 
+WARN_LINES = 3  # truncated lines named one by one; beyond that, only their count
+
 
 class Translator:
     """Translate token ids or text with a model, in token-bounded batches of similar length.
 
     Args:
         max_tokens: source tokens per batch (padded size).
-        max_src_len: longest source in tokens, EOS included, as in training; longer inputs are
-            truncated to ``max_src_len - 1`` subwords (``translate`` warns); None = no limit.
+        max_src_len: longest source in tokens, EOS included (``data.eval_max_len``); longer
+            inputs are truncated to ``max_src_len - 1`` subwords (:meth:`translate` warns and
+            counts them); None = no limit.
     """
 
     def __init__(
@@ -103,19 +106,30 @@ class Translator:
     def translate(self, sentences: list[str], progress: bool = False) -> list[str]:
         """Detokenized translations, one per input; blank inputs give blank outputs."""
         src_ids = self.tokenizer.encode([s.strip() for s in sentences])
-        for n, ids in enumerate(src_ids, 1):
-            if self._max_src is not None and len(ids) > self._max_src:
-                print(
-                    f"warning: line {n} has {len(ids)} subword tokens; truncated to the first "
-                    f"{self._max_src} (the model's maximum source length)",
-                    file=sys.stderr,
-                )
+        self._warn_cut(src_ids)
         todo = [i for i, ids in enumerate(src_ids) if ids]
         hyps = self.translate_ids([src_ids[i] for i in todo], progress=progress)
         out = [""] * len(sentences)
         for i, text in zip(todo, self.tokenizer.decode(hyps)):
             out[i] = text
         return out
+
+    def _warn_cut(self, src_ids: list[list[int]]) -> None:
+        """Name the first lines that will be truncated, and count them all."""
+        if self._max_src is None:
+            return
+        cut = [(n, len(ids)) for n, ids in enumerate(src_ids, 1) if len(ids) > self._max_src]
+        for n, length in cut[:WARN_LINES]:
+            print(
+                f"warning: line {n} has {length} subword tokens; truncated to the first "
+                f"{self._max_src} (the model's maximum source length, data.eval_max_len)",
+                file=sys.stderr,
+            )
+        if len(cut) > WARN_LINES:
+            print(
+                f"warning: {len(cut)} of {len(src_ids)} lines in all were truncated",
+                file=sys.stderr,
+            )
 
     @torch.no_grad()
     def latency_ms(self, src_ids: list[list[int]]) -> float:
@@ -184,6 +198,6 @@ def load_translator(
         torch_device,
         precision,
         data.eval_max_tokens,
-        data.filter.max_src_len,
+        data.eval_cap,
     )
     return Loaded(translator, data, config, int(ckpt["step"]))

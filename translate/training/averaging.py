@@ -19,6 +19,7 @@ import torch
 
 from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
 from translate.errors import UserError
+from translate.training.checkpoints import non_finite
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt")
 # What training's CheckpointManager owns in a checkpoints folder: never an averaging output.
@@ -117,8 +118,16 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
 
 
 def average_into(paths: list[str | Path], output: str | Path) -> dict:
-    """Average ``paths`` and write the result to ``output`` atomically; returns it."""
+    """Average ``paths`` and write the result to ``output`` atomically; returns it. An average
+    with non-finite weights (a NaN or infinity in any input) is refused: nothing is written."""
     averaged = average_checkpoints(paths)
+    broken = non_finite(averaged["model"])
+    if broken:
+        raise UserError(
+            f"the average of {', '.join(str(p) for p in paths)} has non-finite weights "
+            f"({broken}): an input holds NaN or infinity; nothing is written; average "
+            "checkpoints from before the run diverged"
+        )
     save_checkpoint(averaged, Path(output))
     return averaged
 

@@ -1,5 +1,6 @@
-"""The training loop: :func:`setup` builds everything a run works with, :func:`fit` trains it
-until a limit, early stopping or a signal, validating and checkpointing on the way.
+"""The training loop: :func:`fit` trains a :class:`~translate.training.run.Run` (built by
+:func:`~translate.training.run.setup`) until a limit, early stopping or a signal, validating
+and checkpointing on the way.
 
 Each piece has a name: counting and logging an update (:func:`_count_step`, :func:`_log_step`),
 the stop decision (:func:`_stop_reason`, agreed by all ranks under DDP), validation
@@ -14,34 +15,21 @@ import logging
 import math
 import signal
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import torch
-from torch.utils.tensorboard import SummaryWriter
+import numpy as np
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from translate.analysis.plots import log_attention
-from translate.data.corpus import Corpus, load_corpus
 from translate.decoding.scoring import mean_nll
-from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.metrics import score
-from translate.nn.model import count_parameters
-from translate.nn.sdpa import sdpa_backend
 from translate.runtime import (
     reset_peak_memory,
-    resolve_device,
-    resolve_precision,
     rng_state,
-    seed_everything,
 )
-from translate.settings import TrainSettings
 from translate.training import distributed
-from translate.training.checkpoints import CheckpointManager, checkpoint_state, resume_or_start
-from translate.training.distributed import Dist
+from translate.training.checkpoints import checkpoint_state, non_finite
 from translate.training.progress import (
-    Progress,
     StopRequest,
     TrainBar,
     TrainBatches,
@@ -49,145 +37,12 @@ from translate.training.progress import (
     early_stopped,
     limit_reached,
 )
-from translate.training.rundir import RunLock, check_fresh
-from translate.training.step import StepResult, Trainer
+from translate.training.run import Run
+from translate.training.step import StepResult
 
 log = logging.getLogger(__name__)
 
 ETA_AFTER_STEPS = 200  # updates before the log says when the budget will end
-
-
-@dataclass
-class Run:
-    """Everything one training run works with."""
-
-    settings: TrainSettings
-    dist: Dist
-    run_dir: Path
-    corpus: Corpus
-    trainer: Trainer
-    translator: Translator
-    ckpts: CheckpointManager
-    writer: SummaryWriter | distributed.NullWriter
-    progress: Progress = field(default_factory=Progress)
-    window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens, start
-    lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
-    saved_step: int | None = None  # the step of the newest checkpoint this process wrote
-    start_step: int = 0  # where this process started (> 0 when resumed)
-
-    @property
-    def model(self):
-        return self.trainer.model
-
-
-def setup(settings: TrainSettings, dist: Dist) -> Run:
-    """Device, the run dir (locked), data, model, optimizer, checkpoints (resumed if asked)
-    and TensorBoard."""
-    t = settings.trainer
-    distributed.quiet_other_ranks(dist)
-    device = distributed.init(dist, resolve_device(t.device))
-    precision = resolve_precision(t.precision, device)
-    run_dir, lock = _claim_run_dir(settings, dist)
-    try:
-        run = _build(settings, dist, device, precision, run_dir)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    run.lock = lock
-    _log_start(run)
-    return run
-
-
-def _claim_run_dir(settings: TrainSettings, dist: Dist) -> tuple[Path, RunLock | None]:
-    """Rank 0 locks the run dir and checks that a fresh run overwrites nothing; every rank
-    learns the verdict, so none waits for a rank that has stopped."""
-    t, run_dir = settings.trainer, Path(settings.run_dir)
-    if dist.enabled:
-        run_dir = distributed.adopt_run_dir(dist, run_dir)
-    lock, error = None, None
-    if dist.is_main:
-        try:
-            lock = RunLock(run_dir).acquire()
-            check_fresh(run_dir, t.resume, t.overwrite)
-        except UserError as err:
-            error = str(err)
-    if dist.enabled:
-        error = distributed.broadcast(error)
-    if error is not None:
-        if lock is not None:
-            lock.release()
-        raise UserError(error)
-    return run_dir, lock
-
-
-def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir: Path) -> Run:
-    t = settings.trainer
-    if t.num_threads:
-        torch.set_num_threads(t.num_threads)
-    seed_everything(settings.seed)
-    with distributed.main_first(dist):  # rank 0 builds the caches, the others then read them
-        corpus = load_corpus(settings.data)
-    tok = corpus.tokenizer
-    model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
-    ddp = distributed.wrap(model, device) if dist.enabled else None
-    compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
-    trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled, ddp)
-    ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
-    progress = Progress()
-    if t.resume:
-        model_config = settings.config["model"]
-        progress = resume_or_start(ckpts.last, settings.sweep_job, trainer, tok, dist, model_config)
-    translator = Translator(
-        model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.max_src_len
-    )
-    # On resume, drop the events a killed run logged after its last checkpoint.
-    purge_step = progress.step + 1 if t.resume else None
-    writer = (
-        SummaryWriter(run_dir / "tensorboard", purge_step=purge_step)
-        if dist.is_main
-        else distributed.NullWriter()
-    )
-    run = Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
-    run.start_step = progress.step
-    return run
-
-
-def _log_start(run: Run) -> None:
-    """What the run is doing, in its first lines: model, device, precision, the attention
-    kernel, tokens per update, and where its outputs go."""
-    m, t, device = run.settings.model, run.settings.trainer, run.trainer.device
-    kv = "" if m.num_kv_heads == m.num_heads else f" sharing {m.num_kv_heads} key/value heads"
-    log.info(
-        "model: %s parameters, %d heads%s, d_model %d, %s attention",
-        f"{count_parameters(run.model):,}",
-        m.num_heads,
-        kv,
-        m.d_model,
-        m.attention_impl,
-    )
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
-    log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
-    if m.attention_impl == "sdpa":
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.trainer.precision)
-        args = (device, dtype or torch.float32, m.num_heads, m.d_model // m.num_heads)
-        log.info(
-            "sdpa kernels: %s for causal self-attention, %s with padding masks",
-            sdpa_backend(*args, masked=False, num_kv_heads=m.num_kv_heads),
-            sdpa_backend(*args, masked=True, num_kv_heads=m.num_kv_heads),
-        )
-    per_update = run.corpus.max_tokens * t.accumulate_grad_batches * run.dist.world_size
-    log.info(
-        "batches: %s tokens per side x %d accumulated x %d processes = %s padded tokens/update",
-        f"{run.corpus.max_tokens:,}",
-        t.accumulate_grad_batches,
-        run.dist.world_size,
-        f"{per_update:,}",
-    )
-    log.info(
-        "checkpoints: %s | TensorBoard: tensorboard --logdir %s", run.ckpts.directory, run.run_dir
-    )
 
 
 def _log_eta(run: Run) -> None:
@@ -257,11 +112,10 @@ def _count_step(run: Run, result: StepResult) -> bool:
         p.bad_steps += 1
         log.warning("step %d: loss or gradient is NaN/Inf, update skipped", p.step + 1)
         if p.bad_steps >= t.max_bad_steps:
-            last = run.ckpts.last if run.ckpts.last.exists() else "not written yet"
             raise UserError(
                 f"{p.bad_steps} consecutive steps had a NaN/Inf loss; likely causes: learning "
                 f"rate too high (optim.lr={run.settings.optim.lr}) or fp16 overflow (try "
-                f"trainer.precision=bf16). Last good checkpoint: {last}"
+                f"trainer.precision=bf16). {_checkpoints_as_they_are(run)}"
             )
         return False
     p.bad_steps = 0
@@ -269,6 +123,21 @@ def _count_step(run: Run, result: StepResult) -> bool:
     p.tokens += result.tokens
     run.window[0] += result.tokens
     return True
+
+
+def _checkpoints_as_they_are(run: Run) -> str:
+    """The run's newest and best checkpoints by step and dev scores: what they are, never a
+    claim that either is good."""
+    p, last = run.progress, run.ckpts.last
+    if not last.exists():
+        return "No checkpoint was written."
+    step = run.start_step if run.saved_step is None else run.saved_step
+    validated = p.last_val_step == step and p.last_dev_loss is not None
+    dev = f"dev loss {p.last_dev_loss:,.3f}" if validated else "not validated"
+    said = f"The newest checkpoint is {last} (step {step}, {dev})"
+    if run.ckpts.best.exists():
+        said += f"; best.pt is step {p.best_step} (dev BLEU {p.best_dev_bleu:.2f})"
+    return said + "."
 
 
 def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
@@ -340,7 +209,7 @@ def _validate(run: Run) -> bool:
     valid = corpus.splits["valid"]
     loss = mean_nll(
         run.model,
-        valid.batches(corpus.eval_max_tokens),
+        valid.batches(corpus.eval_max_tokens, corpus.eval_max_len),
         run.trainer.device,
         run.trainer.precision,
     )
@@ -352,16 +221,10 @@ def _validate(run: Run) -> bool:
         ("chrf", scores["chrf"]),
     ):
         run.writer.add_scalar(f"dev/{name}", value, p.step)
-    log_attention(
-        run.writer,
-        run.model,
-        list(valid.src_ids[0]),
-        list(valid.tgt_ids[0]),
-        corpus.tokenizer,
-        run.trainer.device,
-        p.step,
-    )
-    improved = scores["bleu"] > p.best_dev_bleu
+    _log_heatmaps(run)
+    p.last_val_step, p.last_dev_loss = p.step, loss
+    broken = _never_best(run, loss)
+    improved = broken is None and scores["bleu"] > p.best_dev_bleu
     if improved:
         p.best_dev_bleu, p.best_step, p.stale_validations = scores["bleu"], p.step, 0
     else:
@@ -373,9 +236,38 @@ def _validate(run: Run) -> bool:
         math.exp(min(loss, 50)),
         scores["bleu"],
         scores["chrf"],
-        " (best)" if improved else "",
+        " (best)" if improved else f" (never best: {broken})" if broken else "",
     )
     return improved
+
+
+def _never_best(run: Run, dev_loss: float) -> str | None:
+    """Why the model may not become best.pt whatever its BLEU (a NaN model can still decode
+    to a BLEU above the best so far): non-finite weights or dev loss; None when it may."""
+    broken = non_finite(run.model.state_dict())
+    if broken:
+        return f"weights {broken} are not finite"
+    return None if math.isfinite(dev_loss) else "the dev loss is not finite"
+
+
+def _log_heatmaps(run: Run) -> None:
+    """Every head's attention on the first dev pair within ``data.eval_max_len`` (a heatmap of
+    a longer one would be unreadable, and its cost quadratic)."""
+    valid, cap = run.corpus.splits["valid"], run.corpus.eval_max_len
+    longest = np.maximum(valid.src_lens, valid.tgt_lens)  # (N,) tokens with EOS/BOS
+    fits = np.flatnonzero(longest <= (cap or longest.max(initial=0)))
+    if not len(fits):
+        return
+    first = int(fits[0])
+    log_attention(
+        run.writer,
+        run.model,
+        list(valid.src_ids[first]),
+        list(valid.tgt_ids[first]),
+        run.corpus.tokenizer,
+        run.trainer.device,
+        run.progress.step,
+    )
 
 
 def _checkpoint(run: Run, improved: bool) -> None:
@@ -384,7 +276,12 @@ def _checkpoint(run: Run, improved: bool) -> None:
     rngs = distributed.gather(rng_state()) if run.dist.enabled else None
     if run.dist.is_main:
         state = checkpoint_state(
-            run.trainer, run.progress, run.settings.config, run.corpus.tokenizer, rngs
+            run.trainer,
+            run.progress,
+            run.settings.config,
+            run.corpus.tokenizer,
+            run.corpus.fingerprints,
+            rngs,
         )
         run.ckpts.save(state, run.progress.step, improved)
     run.saved_step = run.progress.step

@@ -5,21 +5,17 @@ requests by signal, and the progress bar."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from translate.checkpoint import load_checkpoint
 from translate.data.batching import Batch, TokenBatchSampler, collate
 from translate.data.corpus import EncodedSplit
 from translate.errors import UserError
 from translate.schema import TrainerSettings
-from translate.settings import TrainSettings
 from translate.training.distributed import shard
 
 log = logging.getLogger(__name__)
@@ -38,6 +34,8 @@ class Progress:
     best_step: int = 0
     stale_validations: int = 0
     bad_steps: int = 0
+    last_val_step: int = 0  # the newest validation's step and dev loss (None: not validated)
+    last_dev_loss: float | None = None
 
 
 def budget_reached(p: Progress, t: TrainerSettings) -> str | None:
@@ -61,25 +59,6 @@ def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
     """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
     epochs = f"max_epochs={t.max_epochs}" if p.epoch >= t.max_epochs else None
     return budget_reached(p, t) or epochs or early_stopped(p, t)
-
-
-def finished_results(settings: TrainSettings) -> dict | None:
-    """A resumed run that is already done: its last checkpoint reached a limit and its
-    ``results.json`` is complete for that step. Resuming it only reports those results."""
-    run_dir, t = Path(settings.run_dir), settings.trainer
-    results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
-    if not (t.resume and results_file.is_file() and last.is_file()):
-        return None
-    try:
-        results = json.loads(results_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    ckpt = load_checkpoint(last)
-    progress = Progress(**ckpt["progress"])
-    done = results.get("status") == "completed" and results.get("steps") == progress.step
-    # Other model settings are no "nothing to do": the resume itself says what differs.
-    same_model = ckpt["config"].get("model") == settings.config["model"]
-    return results if done and same_model and limit_reached(progress, t) else None
 
 
 class TrainBatches:

@@ -19,12 +19,14 @@ import torch
 from translate.analysis.heads import head_summary
 from translate.analysis.plots import log_hparams
 from translate.checkpoint import load_checkpoint
+from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
 from translate.nn.model import count_parameters
 from translate.runtime import peak_memory_mb
 from translate.training.averaging import average_into, step_checkpoints
-from translate.training.loop import Run, dev_scores
+from translate.training.loop import dev_scores
+from translate.training.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +81,14 @@ def finish_run(run: Run) -> dict:
         scores["bleu_signature"],
     )
     log.info(
-        "latency %.1f ms/sentence (batch 1), %.1f sentences/s | outputs in %s",
+        "latency %.1f ms/sentence (batch 1), %.1f sentences/s",
         speed["latency_ms"],
         sentences_per_s,
-        run.run_dir,
+    )
+    log.info(
+        "results: %s (hypotheses: test.hyp.txt, checkpoints: checkpoints/, TensorBoard: "
+        "tensorboard/ beside it)",
+        run.run_dir / "results.json",
     )
     return results
 
@@ -141,7 +147,11 @@ def _average_last(run: Run) -> Scored | None:
     if len(paths) < n:
         log.info("trainer.average_last_n=%d: only %d step checkpoints to average", n, len(paths))
     output = run.ckpts.directory / "averaged.pt"
-    averaged = average_into(paths, output)
+    try:
+        averaged = average_into(paths, output)
+    except UserError as err:  # e.g. a diverged input: the run's best.pt is still scored
+        log.warning("not averaged: %s", err)
+        return None
     run.model.load_state_dict(averaged["model"])
     bleu = dev_scores(run)["bleu"]  # as validation measures it
     run.writer.add_scalar("dev/bleu_averaged", bleu, run.progress.step)
@@ -162,8 +172,8 @@ def _heads(run: Run) -> dict | None:
         run.trainer.device,
         run.trainer.precision,
         analysis,
-        run.corpus.max_src_len,
-        run.corpus.max_tgt_len,
+        run.corpus.eval_max_len,
+        run.corpus.eval_max_len,
     )
     step = run.progress.step
     for kind, entropy in summary["entropy"].items():

@@ -23,8 +23,12 @@ from translate.errors import UserError
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
-# What a finished or interrupted run leaves that a fresh run would overwrite.
-RUN_OUTPUTS = ("checkpoints", "results.json", "test.hyp.txt", "test.ref.txt", "tensorboard")
+# What a finished or interrupted run leaves that a fresh run would overwrite: its results and
+# complete checkpoints. TensorBoard events alone (a run stopped before its first checkpoint)
+# are no run to keep: a new run hides them (SummaryWriter's purge_step) and writes its own.
+RESULTS = ("results.json", "test.hyp.txt", "test.ref.txt")
+# Where files are written through a temporary ``.<name>.<random>.tmp`` (translate.io).
+PARTIAL_WRITES = (".", "checkpoints")
 
 
 class RunLock:
@@ -71,12 +75,43 @@ class RunLock:
         self._fd = None
 
 
+def remove_partial_writes(run_dir: Path) -> None:
+    """Remove the temporary files of writes a killed process left half done (the lock is held,
+    so no other process is writing them)."""
+    partial = [
+        path
+        for folder in PARTIAL_WRITES
+        for path in (Path(run_dir) / folder).glob(".*.tmp")
+        if path.is_file()
+    ]
+    for path in partial:
+        path.unlink()
+    if partial:
+        log.warning(
+            "removed %d partial file(s) of an interrupted write: %s",
+            len(partial),
+            ", ".join(str(p) for p in partial),
+        )
+
+
+def run_outputs(run_dir: Path) -> list[str]:
+    """What of a run ``run_dir`` holds: complete checkpoints, results (and with them its
+    TensorBoard events), or nothing."""
+    run_dir = Path(run_dir)
+    found = [name for name in RESULTS if (run_dir / name).exists()]
+    if any((run_dir / "checkpoints").glob("*.pt")):
+        found.insert(0, "checkpoints")
+    if found and (run_dir / "tensorboard").exists():
+        found.append("tensorboard")
+    return found
+
+
 def check_fresh(run_dir: Path, resume: bool, overwrite: bool) -> None:
     """A run that trains from scratch needs a dir without another run's outputs: stop with
     one line that offers the three ways on, or clear them when ``overwrite`` says so."""
     if resume:
         return
-    found = [name for name in RUN_OUTPUTS if (Path(run_dir) / name).exists()]
+    found = run_outputs(run_dir)
     if not found:
         return
     if not overwrite:

@@ -1,0 +1,216 @@
+"""Resuming a run: the same experiment or none, from its last complete checkpoint.
+
+A resumed run must be the experiment its checkpoint was trained as, or its ``results.json``
+would describe a model that did not make it. :data:`IDENTITY` lists the settings that make
+another model or train it on other data; a resume that changes one is refused, naming each.
+Where the data is read from (:data:`LOCATION`) is compared by content, through the text
+fingerprints every checkpoint stores, so a moved data folder is still the same data. Every
+other setting (``optim.*``, ``trainer.*``, ``decode.*``, ``data.max_tokens``, ...) only changes
+the schedule, the budget or how the run is scored: it may differ, and the log lists it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from translate.checkpoint import load_checkpoint
+from translate.data.corpus import Corpus, split_fingerprints
+from translate.errors import UserError
+from translate.runtime import set_rng_state
+from translate.settings import TrainSettings
+from translate.training.distributed import Dist
+from translate.training.progress import Progress, limit_reached
+from translate.training.step import Trainer
+
+log = logging.getLogger(__name__)
+
+# Prefixes of dotted config keys; one ending in "." covers a whole group.
+IDENTITY = (
+    "heads",
+    "kv_heads",
+    "model.",
+    "seed",
+    "data.source",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.pair",
+    "data.splits.",
+    "data.tokenizer.",
+    "data.filter.",
+)
+LOCATION = ("data.dir", "data.path", "data.hub.")
+# How a job runs: never worth a word when it differs.
+MECHANICS = (
+    "run_dir",
+    "task_name",
+    "trainer.resume",
+    "trainer.overwrite",
+    "trainer.progress_bar",
+    "trainer.device",
+    "trainer.num_threads",
+    "data.cache_dir",
+)
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    """``{"model.d_model": 512, ...}``: a nested config as dotted keys."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _rank(key: str, prefixes: tuple[str, ...]) -> int | None:
+    """The index of the prefix that covers ``key``; None when none does."""
+    for i, prefix in enumerate(prefixes):
+        if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
+            return i
+    return None
+
+
+def differences(saved: dict, here: dict, covered: Callable[[str], bool]) -> list[str]:
+    """``key=<saved> in the checkpoint, <here> here`` for each ``covered`` key whose values
+    differ. Keys in one config only (added or dropped since) are not compared."""
+    a, b = _flat(saved), _flat(here)
+    keys = [k for k in a if k in b and a[k] != b[k] and covered(k)]
+    # heads and kv_heads are what a user sets; model.num_heads/num_kv_heads only follow them.
+    for top, inner in (("heads", "model.num_heads"), ("kv_heads", "model.num_kv_heads")):
+        if top in keys and inner in keys:
+            keys.remove(inner)
+    keys.sort(key=lambda k: (_rank(k, IDENTITY + LOCATION) or 0, k))
+    return [f"{k}={a[k]} in the checkpoint, {b[k]} here" for k in keys]
+
+
+def _identity(key: str) -> bool:
+    return _rank(key, IDENTITY) is not None
+
+
+def _location(key: str) -> bool:
+    return _rank(key, LOCATION) is not None
+
+
+def _schedule(key: str) -> bool:
+    return not (_identity(key) or _location(key) or _rank(key, MECHANICS) is not None)
+
+
+def experiment_differences(ckpt: dict, config: dict, fingerprints: dict | None) -> list[str]:
+    """What makes this config another experiment than the checkpoint's: model, seed and
+    data settings, and data whose text differs. ``fingerprints`` (role -> text fingerprint of
+    this config's data) is only needed where the data's location differs."""
+    differ = differences(ckpt["config"], config, _identity)
+    moved = differences(ckpt["config"], config, _location)
+    saved = ckpt.get("data_fingerprints")
+    if moved and saved and fingerprints:
+        roles = [r for r in saved if r in fingerprints and saved[r] != fingerprints[r]]
+        if not roles:
+            log.info("the data is read from elsewhere (%s) but its text is the same", moved[0])
+            return differ
+        differ.append(f"the text of the {', '.join(roles)} split differs")
+    return differ + moved
+
+
+def check_same_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
+    """Refuse, naming every difference, a config that is another experiment than ``ckpt``'s;
+    log the schedule and budget settings that differ (those may)."""
+    differ = experiment_differences(ckpt, config, fingerprints)
+    if differ:
+        raise UserError(
+            f"{what} was trained with other model or data settings ({'; '.join(differ)}); "
+            "resume it with its own settings (see its .hydra/config.yaml), or train these "
+            "settings in a new run with hydra.run.dir=<new folder>"
+        )
+    changed = differences(ckpt["config"], config, _schedule)
+    if changed:
+        log.warning("resuming with other schedule or budget settings: %s", "; ".join(changed))
+
+
+def resume(
+    path: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
+) -> Progress:
+    """Restore ``trainer`` and the RNG states from ``path`` after checking that it is this
+    run's experiment; returns the saved counters."""
+    ckpt = load_checkpoint(path, map_location=trainer.device)
+    check_same_experiment(str(path), ckpt, settings.config, corpus.fingerprints)
+    if ckpt["tokenizer"] != corpus.tokenizer.model_proto:
+        raise UserError(
+            f"{path} was trained with a different tokenizer than this data config builds; "
+            "resume with the run's original data settings"
+        )
+    try:
+        trainer.load_state_dict(ckpt)
+    except (RuntimeError, KeyError, ValueError) as err:
+        raise UserError(
+            f"{path} does not fit this model ({_first_lines(err)}); resume with the run's "
+            "original model settings (see its .hydra/config.yaml)"
+        ) from None
+    ranks = ckpt.get("rng_ranks") or []
+    set_rng_state(ranks[dist.rank] if len(ranks) == dist.world_size > 1 else ckpt["rng"])
+    progress = Progress(**ckpt["progress"])
+    log.info("resumed from %s at step %d (epoch %d)", path, progress.step, progress.epoch)
+    return progress
+
+
+def _first_lines(err: Exception) -> str:
+    """torch's first details of a state dict that does not fit, on one line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    details = lines[1:] or lines  # torch's first line only says "Error(s) in loading ..."
+    more = f"; and {len(details) - 2} more" if len(details) > 2 else ""
+    return "; ".join(details[:2]) + more
+
+
+def resume_or_start(
+    last: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
+) -> Progress:
+    """``trainer.resume=true``: :func:`resume` from ``last``, or start from step 0 where the
+    run dir holds no complete checkpoint but shows that a run started there (it was stopped
+    before its first one was written), or where a sweep job never started. A single run whose
+    dir holds nothing of a run is a mistyped dir and stops."""
+    if last.is_file():
+        return resume(last, trainer, corpus, dist, settings)
+    run_dir = last.parent.parent
+    started = any((run_dir / name).is_dir() for name in ("checkpoints", "tensorboard"))
+    if (run_dir / "results.json").exists() or not (started or settings.sweep_job):
+        raise UserError(
+            f"trainer.resume=true but {last} does not exist: {run_dir} holds no run to "
+            "resume; pass the interrupted run's dir with hydra.run.dir=<run_dir>, or leave "
+            "out trainer.resume=true to start a new run there"
+        )
+    if started:
+        log.warning(
+            "%s holds no complete checkpoint (its run was stopped before the first one was "
+            "written): starting from step 0",
+            run_dir,
+        )
+    else:
+        log.info("%s: no checkpoint yet, starting", settings.sweep_job)
+    return Progress()
+
+
+def finished_results(settings: TrainSettings) -> dict | None:
+    """A resumed run that is already done: its last checkpoint reached a limit and its
+    ``results.json`` is complete for that step. Resuming it only reports those results, after
+    checking that they are this experiment's."""
+    run_dir, t = Path(settings.run_dir), settings.trainer
+    results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
+    if not (t.resume and results_file.is_file() and last.is_file()):
+        return None
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ckpt = load_checkpoint(last)
+    progress = Progress(**ckpt["progress"])
+    done = results.get("status") == "completed" and results.get("steps") == progress.step
+    if not (done and limit_reached(progress, t)):
+        return None
+    # Reading the data to compare its text is only needed where it is read from elsewhere.
+    moved = differences(ckpt["config"], settings.config, _location)
+    fingerprints = split_fingerprints(settings.data) if moved else None
+    check_same_experiment(f"{run_dir} is a finished run that", ckpt, settings.config, fingerprints)
+    return results

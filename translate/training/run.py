@@ -1,0 +1,165 @@
+"""A training run's working set: :class:`Run` (everything a run works with) and :func:`setup`,
+which claims the run dir (locked, checked to overwrite nothing), loads the data, builds the
+model and optimizer, resumes them if asked, and says in its first log lines what the run does.
+The loop that trains it is :mod:`translate.training.loop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from translate.data.corpus import Corpus, load_corpus
+from translate.decoding.translator import Translator
+from translate.errors import UserError
+from translate.nn.model import count_parameters
+from translate.nn.sdpa import sdpa_backend
+from translate.runtime import resolve_device, resolve_precision, seed_everything
+from translate.settings import TrainSettings
+from translate.training import distributed
+from translate.training.checkpoints import CheckpointManager
+from translate.training.distributed import Dist
+from translate.training.progress import Progress
+from translate.training.resume import resume_or_start
+from translate.training.rundir import RunLock, check_fresh, remove_partial_writes
+from translate.training.step import Trainer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """Everything one training run works with."""
+
+    settings: TrainSettings
+    dist: Dist
+    run_dir: Path
+    corpus: Corpus
+    trainer: Trainer
+    translator: Translator
+    ckpts: CheckpointManager
+    writer: SummaryWriter | distributed.NullWriter
+    progress: Progress = field(default_factory=Progress)
+    window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens, start
+    lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
+    saved_step: int | None = None  # the step of the newest checkpoint this process wrote
+    start_step: int = 0  # where this process started (> 0 when resumed)
+
+    @property
+    def model(self):
+        return self.trainer.model
+
+
+def setup(settings: TrainSettings, dist: Dist) -> Run:
+    """Device, the run dir (locked), data, model, optimizer, checkpoints (resumed if asked)
+    and TensorBoard."""
+    t = settings.trainer
+    distributed.quiet_other_ranks(dist)
+    device = distributed.init(dist, resolve_device(t.device))
+    precision = resolve_precision(t.precision, device)
+    run_dir, lock = _claim_run_dir(settings, dist)
+    try:
+        run = _build(settings, dist, device, precision, run_dir)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    _log_start(run)
+    return run
+
+
+def _claim_run_dir(settings: TrainSettings, dist: Dist) -> tuple[Path, RunLock | None]:
+    """Rank 0 locks the run dir and checks that a fresh run overwrites nothing; every rank
+    learns the verdict, so none waits for a rank that has stopped."""
+    t, run_dir = settings.trainer, Path(settings.run_dir)
+    if dist.enabled:
+        run_dir = distributed.adopt_run_dir(dist, run_dir)
+    lock, error = None, None
+    if dist.is_main:
+        try:
+            lock = RunLock(run_dir).acquire()
+            remove_partial_writes(run_dir)  # of a process killed while writing
+            check_fresh(run_dir, t.resume, t.overwrite)
+        except UserError as err:
+            error = str(err)
+    if dist.enabled:
+        error = distributed.broadcast(error)
+    if error is not None:
+        if lock is not None:
+            lock.release()
+        raise UserError(error)
+    return run_dir, lock
+
+
+def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir: Path) -> Run:
+    t = settings.trainer
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
+    seed_everything(settings.seed)
+    with distributed.main_first(dist):  # rank 0 builds the caches, the others then read them
+        corpus = load_corpus(settings.data)
+    tok = corpus.tokenizer
+    model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
+    ddp = distributed.wrap(model, device) if dist.enabled else None
+    compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
+    trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled, ddp)
+    ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
+    progress = Progress()
+    if t.resume:
+        progress = resume_or_start(ckpts.last, trainer, corpus, dist, settings)
+    translator = Translator(
+        model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.eval_max_len
+    )
+    # Hide the events a killed run logged after its last checkpoint (all of them when it
+    # was killed before its first), so the curves continue cleanly.
+    writer = (
+        SummaryWriter(run_dir / "tensorboard", purge_step=progress.step + 1)
+        if dist.is_main
+        else distributed.NullWriter()
+    )
+    run = Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
+    run.start_step = progress.step
+    return run
+
+
+def _log_start(run: Run) -> None:
+    """What the run is doing, in its first lines: model, device, precision, the attention
+    kernel, tokens per update, and where its outputs go."""
+    m, t, device = run.settings.model, run.settings.trainer, run.trainer.device
+    kv = "" if m.num_kv_heads == m.num_heads else f" sharing {m.num_kv_heads} key/value heads"
+    log.info(
+        "model: %s parameters, %d heads%s, d_model %d, %s attention",
+        f"{count_parameters(run.model):,}",
+        m.num_heads,
+        kv,
+        m.d_model,
+        m.attention_impl,
+    )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
+    log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
+    if m.attention_impl == "sdpa":
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.trainer.precision)
+        args = (device, dtype or torch.float32, m.num_heads, m.d_model // m.num_heads)
+        log.info(
+            "sdpa kernels: %s for causal self-attention, %s with padding masks",
+            sdpa_backend(*args, masked=False, num_kv_heads=m.num_kv_heads),
+            sdpa_backend(*args, masked=True, num_kv_heads=m.num_kv_heads),
+        )
+    per_update = run.corpus.max_tokens * t.accumulate_grad_batches * run.dist.world_size
+    log.info(
+        "batches: %s tokens per side x %d accumulated x %d processes = %s padded tokens/update",
+        f"{run.corpus.max_tokens:,}",
+        t.accumulate_grad_batches,
+        run.dist.world_size,
+        f"{per_update:,}",
+    )
+    log.info(
+        "checkpoints: %s | TensorBoard: tensorboard --logdir %s", run.ckpts.directory, run.run_dir
+    )
