@@ -15,7 +15,7 @@ import signal
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, sweep_job, task_overrides
+from translate.cli import exit_on_user_error, refuse_dangling_dirs, sweep_job, task_overrides
 from translate.errors import UserError
 from translate.settings import train_settings
 from translate.training import distributed
@@ -116,7 +116,7 @@ def _score(run: Run) -> dict:
     except UserError as err:
         raise UserError(
             f"{err}; training is complete and saved in {run.ckpts.last}: finish the scoring "
-            f"with {_resume_command(run)}"
+            f"with {resume_command(str(run.run_dir), run.dist.enabled)}"
         ) from None
 
 
@@ -130,14 +130,16 @@ def hydra_quoted(text: str) -> str:
     return "'" + text.replace("${", "\\${") + "'"
 
 
-def _resume_command(run: Run) -> str:
-    launcher = "torchrun <same options> -m" if run.dist.enabled else "python -m"
+def resume_command(run_dir: str, distributed: bool = False) -> str:
+    """The command that resumes the run in ``run_dir``: this command's overrides, the run dir
+    and ``trainer.resume=true``, ready to paste into a shell."""
+    launcher = "torchrun <same options> -m" if distributed else "python -m"
     return " ".join(
         [
             f"{launcher} translate.train",
             *(shlex.quote(o) for o in task_overrides()),
             # Quoted for Hydra, then for the shell.
-            shlex.quote(f"hydra.run.dir={hydra_quoted(str(run.run_dir))}"),
+            shlex.quote(f"hydra.run.dir={hydra_quoted(str(run_dir))}"),
             "trainer.resume=true",
         ]
     )
@@ -154,7 +156,7 @@ def _exit(run: Run, what: str, sig: int) -> None:
         "%s %s. Resume with:\n  %s",
         what,
         run.ckpts.last,
-        _resume_command(run),
+        resume_command(str(run.run_dir), run.dist.enabled),
     )
     previous = signal.getsignal(sig)
     if callable(previous) and previous is not signal.default_int_handler:
@@ -169,7 +171,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    from translate.cli import refuse_dangling_dirs
-
     refuse_dangling_dirs()
     main()

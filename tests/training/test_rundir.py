@@ -264,3 +264,28 @@ def test_a_huge_validation_line_is_cut_to_the_models_length(tmp_path, cache_dir,
         assert f"data {role} ({split}): 1 of 200 pairs are longer than data.eval_max_len=48" in (
             caplog.text
         )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ['say "hi"', "it's", "a b=c,d", "back\\slash\\", "${now:%Y}", "$HOME `x`", "q\\'"],
+)
+def test_the_printed_resume_command_names_any_run_dir_exactly(name):
+    """Before, a run dir holding '"' gave a command Hydra could not parse."""
+    import shlex
+
+    from translate.train import resume_command
+
+    run_dir = f"/runs/{name}"
+    words = shlex.split(resume_command(run_dir))
+    assert words[:3] == ["python", "-m", "translate.train"]
+    cfg = compose_config_with_hydra(words[3:])
+    assert cfg.hydra.run.dir == run_dir and cfg.trainer.resume is True
+
+
+def compose_config_with_hydra(overrides: list[str]):
+    from conftest import CONF
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return compose("train", overrides=overrides, return_hydra_config=True)

@@ -249,3 +249,13 @@ def test_the_first_lines_say_what_the_run_does(tiny_train_cfg, monkeypatch, capl
     assert re.search(
         r"step 2: [\d.]+ steps/s, [\d,]+ tokens/s; .* ends in about \d+:\d\d:\d\d", text
     )
+
+
+def test_a_run_cut_short_by_its_clock_says_so_last(tiny_train_cfg, tmp_path, caplog):
+    overrides = ["trainer.max_minutes=0.001", "trainer.max_steps=100000"]
+    with caplog.at_level("INFO", logger="translate"):
+        results = train(tiny_train_cfg(*overrides))
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[-1].startswith("training ended on its clock (trainer.max_minutes=0.001) after")
+    assert f"{results['steps']:,} of trainer.max_steps=100,000 updates" in messages[-1]
+    assert f"results: {tmp_path / 'run' / 'results.json'}" in messages[-2]
