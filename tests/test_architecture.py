@@ -24,6 +24,7 @@ ENTRY_LAYER = {
     "translate.translate",
     "translate.analyze",
     "translate.average",
+    "translate.export",
     "translate.data.__main__",
 }
 # Each package may import only the packages listed for it (and the top-level base modules).

@@ -1,4 +1,5 @@
-"""Score a checkpoint: ``python -m translate.evaluate checkpoint=<path> [src=<file> ref=<file>]``.
+"""Score a checkpoint: ``python -m translate.evaluate checkpoint=<path> [src=<file> ref=<file>]``,
+or an exported model: ``engine=ctranslate2 model_dir=<dir>`` (:mod:`translate.decoding.engines`).
 
 Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (override
 it with ``data=<source> data.dir=...``). Hypotheses go to ``hyp.txt`` in this command's Hydra
@@ -18,11 +19,11 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, own_output_dir, refuse_dangling_dirs
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
-from translate.decoding.translator import load_translator
+from translate.decoding.engines import load_engine
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
-from translate.settings import checkpoint_command, decode_settings, optional_path
+from translate.settings import ENGINE_SOURCES, decode_settings, engine_command, optional_path
 
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")
@@ -50,17 +51,16 @@ def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
 
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
-    command, decode = checkpoint_command(cfg), decode_settings(cfg.decode)
+    command, decode = engine_command(cfg), decode_settings(cfg.decode)
     with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "evaluate") as out_dir:
-        loaded = load_translator(
-            command.checkpoint, command.device, command.precision, decode, cfg.get("data")
-        )
+        loaded = load_engine(command, decode, cfg.get("data"))
         name, sources, references = _texts(cfg, loaded)
         hyps = loaded.translator.translate(sources, progress=True)
         scores = score(hyps, references)
         atomic_write(out_dir / "hyp.txt", "".join(h + "\n" for h in hyps))
         result = {
-            "checkpoint": command.checkpoint,
+            "engine": command.engine,
+            ENGINE_SOURCES[command.engine]: command.source,
             "test": name,
             "sentences": len(sources),
             "beam_size": decode.beam_size,

@@ -188,6 +188,91 @@ def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
     return build(CheckpointCommand, {k: str(v) for k, v in values.items()}, "command")
 
 
+# What each engine of translate and evaluate decodes from (translate.decoding.engines).
+ENGINE_SOURCES = {"torch": "checkpoint", "ctranslate2": "model_dir"}
+_SOURCE_HINTS = {
+    "checkpoint": "<run_dir>/checkpoints/best.pt",
+    "model_dir": "<a folder written by python -m translate.export>",
+}
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """What ``evaluate`` and ``translate`` decode with: ``engine=torch checkpoint=<ckpt>`` (our
+    model) or ``engine=ctranslate2 model_dir=<dir>`` (an exported one), and where."""
+
+    engine: str
+    checkpoint: str | None
+    model_dir: str | None
+    device: str
+    precision: str
+
+    @property
+    def source(self) -> str:
+        """The checkpoint or model folder the engine loads."""
+        return getattr(self, ENGINE_SOURCES[self.engine])
+
+    def validate(self) -> None:
+        if self.engine not in ENGINE_SOURCES:
+            raise UserError(
+                f"engine={self.engine} is unknown; choose one of {', '.join(ENGINE_SOURCES)}"
+            )
+        key = ENGINE_SOURCES[self.engine]
+        for owner, other in ENGINE_SOURCES.items():
+            if other != key and getattr(self, other) is not None:
+                raise UserError(
+                    f"{other}= is for engine={owner}; add engine={owner}, or pass {key}= "
+                    f"for engine={self.engine}"
+                )
+        if getattr(self, key) is None:
+            raise UserError(f"pass {key}={_SOURCE_HINTS[key]}")
+        if self.engine == "ctranslate2" and self.precision != "auto":
+            raise UserError(
+                f"precision={self.precision} is for engine=torch; an exported model computes in "
+                "the quantization it was exported with (python -m translate.export quantization=)"
+            )
+
+
+def engine_command(cfg: DictConfig) -> EngineCommand:
+    keys = ("engine", "checkpoint", "model_dir", "device", "precision")
+    values = {k: plain(cfg.get(k), k) for k in keys}
+    return build(
+        EngineCommand, {k: None if v is None else str(v) for k, v in values.items()}, "command"
+    )
+
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
+
+
+@dataclass(frozen=True)
+class ExportCommand:
+    """``python -m translate.export``: a checkpoint, the folder to write, how to store weights,
+    and the rows of the position table (None: what the checkpoint's run needs)."""
+
+    checkpoint: str
+    output: str
+    quantization: str
+    max_positions: int | None
+
+    def validate(self) -> None:
+        if self.quantization not in QUANTIZATIONS:
+            choices = ", ".join(QUANTIZATIONS)
+            raise UserError(f"quantization={self.quantization} is unknown; choose one of {choices}")
+        if self.max_positions is not None and self.max_positions < 1:
+            raise UserError(f"max_positions={self.max_positions} must be > 0")
+
+
+def export_command(cfg: DictConfig) -> ExportCommand:
+    if cfg.get("checkpoint") is None or cfg.get("output") is None:
+        raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt output=<folder to write>")
+    values = {
+        k: plain(cfg[k], k) for k in ("checkpoint", "output", "quantization", "max_positions")
+    }
+    for key in ("checkpoint", "output", "quantization"):
+        values[key] = str(values[key])
+    return build(ExportCommand, values, "command")
+
+
 def optional_path(cfg: DictConfig, key: str) -> str | None:
     """A command's optional file argument (``src=``, ``input=``) as a string, or None."""
     value = cfg.get(key)

@@ -1,4 +1,5 @@
-"""Translate text with a checkpoint: ``python -m translate.translate checkpoint=<path>``.
+"""Translate text with a checkpoint: ``python -m translate.translate checkpoint=<path>``, or with
+an exported model: ``engine=ctranslate2 model_dir=<dir>`` (:mod:`translate.decoding.engines`).
 
 Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation per input line
 to stdout (or ``output=<file>``), so output stays aligned with input: lines end at ``\n`` (or
@@ -17,16 +18,13 @@ from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, refuse_dangling_dirs
 from translate.data.sources import decode_input, read_input_lines
-from translate.decoding.translator import load_translator
+from translate.decoding.engines import load_engine
 from translate.io import atomic_write, check_output_file
-from translate.settings import checkpoint_command, decode_settings, optional_path
+from translate.settings import decode_settings, engine_command, optional_path
 
 
 def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
-    command = checkpoint_command(cfg)
-    loaded = load_translator(
-        command.checkpoint, command.device, command.precision, decode_settings(cfg.decode)
-    )
+    loaded = load_engine(engine_command(cfg), decode_settings(cfg.decode))
     return loaded.translator.translate(lines)
 
 

@@ -1,25 +1,29 @@
-"""Running a trained model on text: batching, decoding, timing, and the one way a checkpoint
-becomes a ready :class:`Translator` (:func:`load_translator`). Shared by training's validation
-and test, ``translate.evaluate``, ``translate.translate`` and ``translate.analyze``."""
+"""Running a trained model on text: batching, truncation, tokenization, timing, and the one way
+a checkpoint becomes a ready :class:`Translator` (:func:`load_translator`). Shared by training's
+validation and test, ``translate.evaluate``, ``translate.translate`` and ``translate.analyze``.
+
+What decodes each batch is the translator's :class:`~translate.decoding.engine.Engine`: our
+model (built from the constructor's arguments) or another one (:meth:`Translator.from_engine`,
+e.g. an exported CTranslate2 model); nothing here depends on which."""
 
 from __future__ import annotations
 
 import logging
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from translate.checkpoint import load_checkpoint
-from translate.data.batching import collate, length_sorted_batches
+from translate.data.batching import length_sorted_batches
 from translate.data.tokenizer import Tokenizer
-from translate.decoding.search import generate
+from translate.decoding.engine import Engine, TorchEngine
 from translate.errors import UserError
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast, eval_mode, resolve_device, resolve_precision, timed
+from translate.runtime import resolve_device, resolve_precision, timed
 from translate.schema import DataSettings, DecodeSettings
 from translate.settings import data_settings, decode_settings, model_settings
 
@@ -32,6 +36,8 @@ class Translator:
     """Translate token ids or text with a model, in token-bounded batches of similar length.
 
     Args:
+        model, device, precision: our model, decoded on ``device`` under ``precision``'s
+            autocast (:class:`~translate.decoding.engine.TorchEngine`).
         max_tokens: source tokens per batch (padded size).
         max_src_len: longest source in tokens, EOS included (``data.eval_max_len``); longer
             inputs are truncated to ``max_src_len - 1`` subwords (:meth:`translate` warns and
@@ -48,27 +54,56 @@ class Translator:
         max_tokens: int,
         max_src_len: int | None,
     ) -> None:
-        self.model = model
+        self._setup(
+            TorchEngine(model, device, precision), tokenizer, decode, max_tokens, max_src_len
+        )
+
+    @classmethod
+    def from_engine(
+        cls,
+        engine: Engine,
+        tokenizer: Tokenizer,
+        decode: DecodeSettings,
+        max_tokens: int,
+        max_src_len: int | None,
+    ) -> Translator:
+        """A translator whose batches ``engine`` decodes (the other arguments as above)."""
+        translator = cls.__new__(cls)
+        translator._setup(engine, tokenizer, decode, max_tokens, max_src_len)
+        return translator
+
+    def _setup(self, engine, tokenizer, decode, max_tokens, max_src_len) -> None:
+        self.engine = engine
         self.tokenizer = tokenizer
         self.decode = decode
-        self.device = device
-        self.precision = precision
         self.max_tokens = max_tokens
         self.max_src_len = max_src_len
         self._max_src = None if max_src_len is None else max_src_len - 1  # room for the EOS
+
+    @property
+    def model(self) -> Seq2SeqTransformer:
+        """Our engine's model (other engines have none)."""
+        return self.engine.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    @property
+    def precision(self) -> str:
+        return self.engine.precision
 
     def _batches(self, src_ids: list[list[int]]) -> list[list[int]]:
         """Indices grouped into batches by length, each within ``max_tokens`` padded tokens."""
         lengths = [len(ids[: self._max_src]) + 1 for ids in src_ids]  # + EOS
         return length_sorted_batches(lengths, None, self.max_tokens)
 
-    @torch.no_grad()
     def translate_ids(
         self, src_ids: list[list[int]], beam_size: int | None = None, progress: bool = False
     ) -> list[list[int]]:
         """Hypothesis ids for each source (no BOS/EOS), in input order."""
         out: list[list[int]] = [[] for _ in src_ids]
-        beam = self.decode.beam_size if beam_size is None else beam_size
+        decode = self.decode if beam_size is None else replace(self.decode, beam_size=beam_size)
         bar = tqdm(
             total=len(src_ids),
             desc="decoding",
@@ -77,31 +112,14 @@ class Translator:
             file=sys.stderr,
             leave=False,
         )
-        with eval_mode(self.model):
-            for batch in self._batches(src_ids):
-                for i, hyp in zip(batch, self._generate([src_ids[i] for i in batch], beam)):
-                    out[i] = hyp
-                bar.update(len(batch))
+        for batch in self._batches(src_ids):
+            # Within max_src_len tokens once the engine appends the EOS.
+            sources = [src_ids[i][: self._max_src] for i in batch]
+            for i, hyp in zip(batch, self.engine.generate(sources, decode)):
+                out[i] = hyp
+            bar.update(len(batch))
         bar.close()
         return out
-
-    def _generate(self, src_ids: list[list[int]], beam: int) -> list[list[int]]:
-        # The source gets an EOS appended, as in training, within max_src_len tokens.
-        rows = collate([(i, ids[: self._max_src], []) for i, ids in enumerate(src_ids)])
-        rows = rows.to(self.device)
-        with autocast(self.device, self.precision):
-            return generate(
-                self.model,
-                rows.src,
-                rows.src_padding_mask,
-                beam_size=beam,
-                length_penalty=self.decode.length_penalty,
-                max_len_a=self.decode.max_len_a,
-                max_len_b=self.decode.max_len_b,
-                bos_id=self.tokenizer.BOS,
-                eos_id=self.tokenizer.EOS,
-                pad_id=self.tokenizer.PAD,
-            )
 
     def translate(self, sentences: list[str], progress: bool = False) -> list[str]:
         """Detokenized translations, one per input; blank inputs give blank outputs."""
@@ -131,7 +149,6 @@ class Translator:
                 file=sys.stderr,
             )
 
-    @torch.no_grad()
     def latency_ms(self, src_ids: list[list[int]]) -> float:
         """Median milliseconds to translate one sentence alone (batch size 1)."""
         self.translate_ids(src_ids[:2])  # warm-up: allocator, kernels, lazy init
@@ -164,6 +181,19 @@ class Loaded:
         return self.translator.tokenizer
 
 
+def model_from_checkpoint(ckpt: dict) -> tuple[Seq2SeqTransformer, Tokenizer]:
+    """A loaded checkpoint's model, in eval mode on the CPU, and its tokenizer."""
+    tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])
+    model = model_settings(ckpt["config"]["model"]).build(tokenizer.vocab_size, tokenizer.PAD)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise UserError(
+            f"the checkpoint's weights do not fit its own model config ({str(err).splitlines()[0]})"
+        ) from err
+    return model.eval(), tokenizer
+
+
 def load_translator(
     checkpoint: str | Path,
     device: str = "auto",
@@ -180,15 +210,8 @@ def load_translator(
     precision = resolve_precision(precision, torch_device, key="precision")
     ckpt = load_checkpoint(checkpoint)
     config = ckpt["config"]
-    tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])
-    model = model_settings(config["model"]).build(tokenizer.vocab_size, tokenizer.PAD)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as err:
-        raise UserError(
-            f"the checkpoint's weights do not fit its own model config ({str(err).splitlines()[0]})"
-        ) from err
-    model.to(torch_device).eval()
+    model, tokenizer = model_from_checkpoint(ckpt)
+    model.to(torch_device)
     data = data_settings(config["data"], data_overrides)
     decode = decode or decode_settings(config["decode"])
     translator = Translator(

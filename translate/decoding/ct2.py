@@ -1,0 +1,202 @@
+"""Decoding with a model exported for CTranslate2 (``python -m translate.export``).
+
+An exported model is a folder: ``model.bin`` (CTranslate2's weights), ``sentencepiece.model``
+(our tokenizer) and ``translate.json`` (:data:`MANIFEST`: the run's decode and data settings,
+the special ids and the rows of the position table). :func:`load_exported` makes it a
+:class:`~translate.decoding.translator.Translator` like :func:`load_translator` does a
+checkpoint, so batching (``data.eval_max_tokens``), truncation (``data.eval_max_len``) and
+tokenization are ours; :class:`CT2Engine` only decodes each batch. Inference needs
+``ctranslate2`` and ``sentencepiece``, not the checkpoint.
+
+How CTranslate2 is asked to search as :mod:`translate.decoding.search` does:
+
+* ``max_decoding_length`` per call, so each batch is decoded in groups of sources that share
+  our limit ``int(max_len_a * (len + 1) + max_len_b)`` (``+ 1``: the EOS); within a
+  length-sorted batch these are few. ``min_decoding_length=0``: ours may emit EOS first.
+* ``max_input_length=0``: no truncation of its own; the translator cuts at ``eval_max_len``.
+* ``suppress_sequences`` of PAD and BOS, which ours never generates either. CTranslate2 removes
+  them before its softmax, ours sets their log-probability to ``-inf`` after it (as fairseq
+  does), so its per-step log-probabilities are ours plus ``-log(1 - p(PAD) - p(BOS))``: the same
+  greedy argmax, but beam scores that differ by what the model gives PAD and BOS (label
+  smoothing teaches it about ``label_smoothing / V`` each), which can tip a near tie between
+  beams. Beam search is identical to ours on a model whose PAD and BOS logits are ``-inf``.
+* ``return_end_token=True``: CTranslate2 normalises a finished hypothesis by
+  ``sum(log p) / len ** length_penalty`` with ``len`` its returned length; with the EOS
+  returned (and stripped here) that is ours, fairseq's, where ``len`` counts the EOS. Both take
+  the ``2K`` best extensions and keep the first ``K`` non-EOS ones live, and both finish the
+  live beams at the length limit.
+* The stopping rule differs. With ``length_penalty=0`` CTranslate2 stops a sentence when its
+  best extension is EOS and ours when ``K`` hypotheses are finished that no live beam can beat:
+  both return the best-scoring hypothesis, so they agree. Above 0 CTranslate2 stops once
+  ``round(K * patience)`` hypotheses are finished, ours only when, in addition, the best live
+  beam normalised at its current length does not beat the ``K``-th best of them; ours can search
+  longer and find a better hypothesis. ``patience=1`` stops at the same ``K`` hypotheses
+  (fairseq's rule), which agrees whenever ours stops there too; a larger patience would search
+  hypotheses ours never reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from translate.data.tokenizer import Tokenizer
+from translate.decoding.translator import Loaded, Translator
+from translate.errors import UserError
+from translate.runtime import resolve_device
+from translate.schema import DecodeSettings
+from translate.settings import data_settings, decode_settings
+
+MANIFEST = "translate.json"
+SENTENCEPIECE = "sentencepiece.model"
+MANIFEST_FORMAT = 1
+MANIFEST_KEYS = ("format_version", "decode", "data", "special_ids", "max_positions", "step")
+INSTALL = 'pip install -e ".[ct2]"'
+
+
+def import_ctranslate2():
+    """The ``ctranslate2`` module, or one line that says how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError(
+            "the ctranslate2 package is not installed (it exports to and decodes with "
+            f"CTranslate2); install it with {INSTALL}"
+        ) from None
+    return ctranslate2
+
+
+def output_limit(src_len: int, decode: DecodeSettings) -> int:
+    """Most output tokens for a source of ``src_len`` tokens, EOS included: search's rule
+    (:func:`translate.decoding.search.max_lengths`)."""
+    return max(0, int(decode.max_len_a * src_len + decode.max_len_b))
+
+
+class CT2Engine:
+    """An exported model decoding batches with a ``ctranslate2.Translator`` on ``device``.
+
+    ``pieces``: the SentencePiece vocabulary, id -> piece (CTranslate2 reads pieces);
+    ``max_positions``: rows of the exported position table, which bounds every output.
+    """
+
+    def __init__(
+        self, model_dir: Path, device: torch.device, pieces: list[str], max_positions: int
+    ) -> None:
+        ctranslate2 = import_ctranslate2()
+        try:
+            # As many threads as torch uses, so both engines get the same share of the CPU.
+            self.translator = ctranslate2.Translator(
+                str(model_dir),
+                device=device.type,
+                device_index=device.index or 0,
+                intra_threads=torch.get_num_threads(),
+            )
+        except (RuntimeError, ValueError) as err:
+            raise UserError(
+                f"{model_dir} holds no loadable CTranslate2 model ({str(err).splitlines()[0]}); "
+                "export it again with python -m translate.export"
+            ) from None
+        self.device = device
+        self.precision = self.translator.compute_type
+        self.pieces, self.max_positions = pieces, max_positions
+        self.ids = {piece: i for i, piece in enumerate(pieces)}
+        self.blocked = [[pieces[Tokenizer.PAD]], [pieces[Tokenizer.BOS]]]
+
+    def generate(self, src_ids: list[list[int]], decode: DecodeSettings) -> list[list[int]]:
+        limits = [min(output_limit(len(ids) + 1, decode), self.max_positions) for ids in src_ids]
+        out: list[list[int]] = [[] for _ in src_ids]
+        for limit in sorted(set(limits) - {0}):  # a limit of 0 leaves the hypothesis empty
+            rows = [i for i, n in enumerate(limits) if n == limit]
+            for i, hyp in zip(rows, self._translate([src_ids[i] for i in rows], limit, decode)):
+                out[i] = hyp
+        return out
+
+    def _translate(
+        self, src_ids: list[list[int]], limit: int, decode: DecodeSettings
+    ) -> list[list[int]]:
+        """One ``translate_batch`` call, its options chosen as the module docstring explains."""
+        results = self.translator.translate_batch(
+            [[self.pieces[i] for i in ids] for ids in src_ids],
+            beam_size=decode.beam_size,
+            length_penalty=decode.length_penalty,
+            patience=1.0,
+            max_decoding_length=limit,
+            min_decoding_length=0,
+            max_input_length=0,
+            suppress_sequences=self.blocked,
+            return_end_token=True,
+        )
+        eos = self.pieces[Tokenizer.EOS]
+        hyps = [r.hypotheses[0] for r in results]
+        return [[self.ids[p] for p in (h[:-1] if h and h[-1] == eos else h)] for h in hyps]
+
+
+def read_manifest(model_dir: Path) -> dict:
+    """The exported model's :data:`MANIFEST`; every way it can be missing or bad is one line."""
+    hint = "export one with python -m translate.export checkpoint=<ckpt> output=<dir>"
+    if not model_dir.is_dir():
+        raise UserError(f"exported model not found: {model_dir} is not a folder; {hint}")
+    path = model_dir / MANIFEST
+    if not path.is_file():
+        raise UserError(f"{model_dir} is not a model exported by translate (no {MANIFEST}); {hint}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path} is unreadable or corrupt ({type(err).__name__}); {hint}") from None
+    if not isinstance(manifest, dict) or any(k not in manifest for k in MANIFEST_KEYS):
+        raise UserError(f"{path} is not a translate export manifest; {hint}")
+    if manifest["format_version"] != MANIFEST_FORMAT:
+        raise UserError(f"{path} was written by another translate version; {hint}")
+    return manifest
+
+
+def _source_cap(cap: int | None, decode: DecodeSettings, positions: int) -> int:
+    """The longest source the exported model takes (``cap`` within its positions); warns when
+    sources or outputs the settings allow would not fit its ``positions``."""
+    if cap is None or cap > positions:
+        given = "no data.eval_max_len is set" if cap is None else f"data.eval_max_len={cap}"
+        print(
+            f"warning: {given}; sources are cut at the exported model's {positions} positions",
+            file=sys.stderr,
+        )
+        cap = positions
+    longest = output_limit(cap, decode)
+    if longest > positions:
+        print(
+            f"warning: decode.max_len_a={decode.max_len_a} and decode.max_len_b="
+            f"{decode.max_len_b} allow outputs of {longest} tokens; the exported model has "
+            f"{positions} positions, where longer outputs stop (export with "
+            f"max_positions={longest} to allow them)",
+            file=sys.stderr,
+        )
+    return cap
+
+
+def load_exported(
+    model_dir: str | Path,
+    device: str = "auto",
+    decode: DecodeSettings | None = None,
+    data_overrides=None,
+) -> Loaded:
+    """Exported model folder -> :class:`Loaded` whose translator decodes with CTranslate2.
+
+    As :func:`~translate.decoding.translator.load_translator`: ``decode`` replaces the
+    exported decode settings and ``data_overrides`` are merged over its data config.
+    ``Loaded.config`` is the manifest.
+    """
+    model_dir = Path(model_dir)
+    manifest = read_manifest(model_dir)
+    tokenizer = Tokenizer.from_file(model_dir / SENTENCEPIECE)
+    data = data_settings(manifest["data"], data_overrides)
+    decode = decode or decode_settings(manifest["decode"])
+    positions = int(manifest["max_positions"])
+    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
+    engine = CT2Engine(model_dir, resolve_device(device, key="device"), pieces, positions)
+    max_src_len = _source_cap(data.eval_cap, decode, positions)
+    translator = Translator.from_engine(
+        engine, tokenizer, decode, data.eval_max_tokens, max_src_len
+    )
+    return Loaded(translator, data, manifest, int(manifest["step"]))

@@ -1,0 +1,225 @@
+"""Export a checkpoint as a CTranslate2 model folder (``python -m translate.export``).
+
+The model is described layer by layer through ``ctranslate2.specs`` (the weights are ours,
+unchanged), then saved with the chosen quantization next to the SentencePiece model and
+:data:`~translate.decoding.ct2.MANIFEST`; :mod:`translate.decoding.ct2` reads the folder.
+
+What our model is in CTranslate2's terms:
+
+* Encoder and decoder specs are built directly (``TransformerSpec.from_config`` cannot set
+  key/value heads), with ``num_heads_kv`` for grouped- and multi-query attention.
+* One table is the source and target embedding and the output projection (tied); inputs are
+  scaled by ``sqrt(d_model)`` as :class:`~translate.nn.model.TokenEmbedding` does.
+* Positions: CTranslate2's own sinusoidal table is not ours (sin and cos concatenated, another
+  frequency formula, positions from 1), so ours is stored as the position-encoding weight. It
+  has rows for the longest source and output the run evaluates with (``max_positions``).
+* Pre-norm models end each stack with a LayerNorm, post-norm ones do not; relu and gelu (erf)
+  map to CTranslate2's RELU and GELU.
+* Each source gets EOS appended (``add_source_eos``) and the decoder starts from BOS; the
+  vocabulary is the SentencePiece pieces.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from translate.checkpoint import load_checkpoint
+from translate.data.tokenizer import Tokenizer
+from translate.decoding.ct2 import (
+    MANIFEST,
+    MANIFEST_FORMAT,
+    SENTENCEPIECE,
+    import_ctranslate2,
+    output_limit,
+)
+from translate.decoding.translator import model_from_checkpoint
+from translate.errors import UserError
+from translate.nn.model import Seq2SeqTransformer
+from translate.schema import ModelSettings
+from translate.settings import data_settings, decode_settings, model_settings
+
+
+def _array(param) -> np.ndarray:
+    return param.detach().float().cpu().numpy()
+
+
+def _linear(spec, module: nn.Linear) -> None:
+    spec.weight = _array(module.weight)
+    if module.bias is not None:
+        spec.bias = _array(module.bias)
+
+
+def _fused(spec, modules: list[nn.Linear]) -> None:
+    """One linear layer of ``modules`` stacked on the output axis (CTranslate2's fused QKV/KV)."""
+    spec.weight = np.concatenate([_array(m.weight) for m in modules])  # (sum of outputs, D)
+    spec.bias = np.concatenate([_array(m.bias) for m in modules])
+
+
+def _norm(spec, module: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(module.weight), _array(module.bias)
+
+
+def _attention(spec, attn, block, self_attention: bool) -> None:
+    """An attention sublayer: projections (Q|K|V fused for self-attention, K|V for
+    cross-attention), output projection, and the sublayer's LayerNorm."""
+    if self_attention:
+        _fused(spec.linear[0], [attn.q_proj, attn.k_proj, attn.v_proj])
+    else:
+        _linear(spec.linear[0], attn.q_proj)
+        _fused(spec.linear[1], [attn.k_proj, attn.v_proj])
+    _linear(spec.linear[-1], attn.out_proj)
+    _norm(spec.layer_norm, block.norm)
+
+
+def _ffn(spec, layer) -> None:
+    _linear(spec.linear_0, layer.ffn.fc1)
+    _linear(spec.linear_1, layer.ffn.fc2)
+    _norm(spec.layer_norm, layer.ffn_block.norm)
+
+
+def _inputs(spec, model: Seq2SeqTransformer, table: np.ndarray) -> None:
+    """Embedding (the tied table), its scale, and our position table."""
+    embedding = model.embedding
+    spec.scale_embeddings = math.sqrt(embedding.d_model)  # TokenEmbedding's input scale
+    spec.position_encodings.encodings = table
+    weight = _array(embedding.embed.weight)
+    (spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings).weight = weight
+
+
+def _stacks(specs, settings: ModelSettings):
+    """Empty encoder and decoder specs shaped like ``settings``' model."""
+    activations = {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU}
+    if settings.activation not in activations:
+        raise UserError(f"model.activation={settings.activation} has no CTranslate2 counterpart")
+    shape = dict(
+        num_heads=settings.num_heads,
+        pre_norm=settings.norm_first,
+        activation=activations[settings.activation],
+        # None keeps a multi-head model exactly what from_config would build.
+        num_heads_kv=None if settings.num_kv_heads == settings.num_heads else settings.num_kv_heads,
+    )
+    encoder = specs.TransformerEncoderSpec(settings.num_encoder_layers, **shape)
+    decoder = specs.TransformerDecoderSpec(settings.num_decoder_layers, **shape)
+    return encoder, decoder
+
+
+def build_spec(model: Seq2SeqTransformer, settings: ModelSettings, pieces: list[str], rows: int):
+    """``model`` as a ``ctranslate2.specs.TransformerSpec`` with ``rows`` positions."""
+    specs = import_ctranslate2().specs
+    encoder, decoder = _stacks(specs, settings)
+    table = _array(model.embedding.positions(rows))  # (rows, D): ours, from position 0
+    _inputs(encoder, model, table)
+    _inputs(decoder, model, table)
+    decoder.projection.weight = _array(model.embedding.embed.weight)  # tied output projection
+    for spec, layer in zip(encoder.layer, model.encoder_layers):
+        _attention(spec.self_attention, layer.self_attn, layer.attn_block, True)
+        _ffn(spec.ffn, layer)
+    for spec, layer in zip(decoder.layer, model.decoder_layers):
+        _attention(spec.self_attention, layer.self_attn, layer.self_block, True)
+        _attention(spec.attention, layer.cross_attn, layer.cross_block, False)
+        _ffn(spec.ffn, layer)
+    if settings.norm_first:  # a pre-norm stack ends with a LayerNorm
+        _norm(encoder.layer_norm, model.encoder_norm)
+        _norm(decoder.layer_norm, model.decoder_norm)
+    spec = specs.TransformerSpec(encoder, decoder)
+    config = spec.config
+    config.add_source_eos = True
+    config.unk_token, config.bos_token = pieces[Tokenizer.UNK], pieces[Tokenizer.BOS]
+    config.eos_token, config.decoder_start_token = pieces[Tokenizer.EOS], pieces[Tokenizer.BOS]
+    config.layer_norm_epsilon = model.encoder_layers[0].attn_block.norm.eps
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    return spec
+
+
+def _positions(ckpt: dict, max_positions: int | None) -> int:
+    """Rows of the position table: ``max_positions``, or by default the longest source the
+    run evaluates (``data.eval_max_len``) and the longest output its decode settings allow."""
+    cap = data_settings(ckpt["config"]["data"]).eval_cap
+    if max_positions is not None:
+        if cap is not None and max_positions < cap:
+            raise UserError(
+                f"max_positions={max_positions} is shorter than the checkpoint's longest "
+                f"source (data.eval_max_len={cap}); pass max_positions={cap} or more"
+            )
+        return max_positions
+    if cap is None:
+        raise UserError(
+            "the checkpoint sets no longest source (data.eval_max_len); pass "
+            "max_positions=<tokens> for the longest source and output the export must take"
+        )
+    return max(cap, output_limit(cap, decode_settings(ckpt["config"]["decode"])))
+
+
+def _manifest(ckpt: dict, checkpoint: Path, quantization: str, rows: int) -> dict:
+    """What our commands need to decode as the run did (:data:`MANIFEST`)."""
+    data = dict(ckpt["config"]["data"])
+    data["eval_max_len"] = data_settings(data).eval_cap  # explicit for an older checkpoint
+    return {
+        "format_version": MANIFEST_FORMAT,
+        "checkpoint": str(checkpoint),
+        "step": int(ckpt["step"]),
+        "quantization": quantization,
+        "max_positions": rows,
+        "special_ids": {
+            "pad": Tokenizer.PAD,
+            "unk": Tokenizer.UNK,
+            "bos": Tokenizer.BOS,
+            "eos": Tokenizer.EOS,
+        },
+        "decode": ckpt["config"]["decode"],
+        "data": data,
+    }
+
+
+def _check_output(output: Path) -> None:
+    """``output`` can become the model folder: new (or empty) in a writable folder."""
+    if output.exists() and not (output.is_dir() and not any(output.iterdir())):
+        raise UserError(f"output={output} already exists; pass a new folder (or remove it)")
+    if not output.parent.is_dir():
+        raise UserError(f"output={output}: the folder {output.parent} does not exist; create it")
+    if not os.access(output.parent, os.W_OK):
+        raise UserError(f"output={output}: the folder {output.parent} is not writable")
+
+
+def export_checkpoint(
+    checkpoint: str | Path, output: str | Path, quantization: str, max_positions: int | None
+) -> Path:
+    """Write ``checkpoint`` as a CTranslate2 model folder ``output``; returns its path.
+
+    The folder is written beside ``output`` under a temporary name and renamed when complete,
+    so ``output`` never holds half an export.
+    """
+    import_ctranslate2()  # a missing package is the first thing said
+    checkpoint, output = Path(checkpoint), Path(output)
+    _check_output(output)
+    ckpt = load_checkpoint(checkpoint)
+    model, tokenizer = model_from_checkpoint(ckpt)
+    rows = _positions(ckpt, max_positions)
+    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
+    spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    partial = output.parent / f".{output.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows)
+    try:
+        partial.mkdir()
+        spec.save(str(partial))
+        (partial / SENTENCEPIECE).write_bytes(tokenizer.model_proto)
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(partial, output)
+    except OSError as err:
+        raise UserError(
+            f"cannot write output={output} ({err.strerror or err}); nothing was written"
+        ) from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return output

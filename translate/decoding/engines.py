@@ -1,0 +1,37 @@
+"""The engine switch of ``translate`` and ``evaluate``: which engine decodes is chosen here,
+where the :class:`~translate.decoding.translator.Translator` is built, and nowhere after.
+
+``engine=torch checkpoint=<ckpt>`` (the default) is our model and search
+(:func:`~translate.decoding.translator.load_translator`); ``engine=ctranslate2
+model_dir=<dir>`` a model written by ``python -m translate.export``
+(:func:`~translate.decoding.ct2.load_exported`). Both give a
+:class:`~translate.decoding.translator.Loaded` whose translator batches, truncates and
+tokenizes the same way.
+"""
+
+from __future__ import annotations
+
+from translate.decoding.ct2 import load_exported
+from translate.decoding.translator import Loaded, load_translator
+from translate.schema import DecodeSettings
+from translate.settings import EngineCommand
+
+
+def _torch(command: EngineCommand, decode: DecodeSettings, data_overrides) -> Loaded:
+    return load_translator(
+        command.checkpoint, command.device, command.precision, decode, data_overrides
+    )
+
+
+def _ctranslate2(command: EngineCommand, decode: DecodeSettings, data_overrides) -> Loaded:
+    return load_exported(command.model_dir, command.device, decode, data_overrides)
+
+
+# engine= -> its loader; the keys are settings.ENGINE_SOURCES's.
+ENGINES = {"torch": _torch, "ctranslate2": _ctranslate2}
+
+
+def load_engine(command: EngineCommand, decode: DecodeSettings, data_overrides=None) -> Loaded:
+    """The command's engine, loaded: ``decode`` replaces the stored decode settings and
+    ``data_overrides`` are merged over the stored data config."""
+    return ENGINES[command.engine](command, decode, data_overrides)

@@ -1,0 +1,33 @@
+"""Export a checkpoint for CTranslate2:
+``python -m translate.export checkpoint=<ckpt> output=<dir> [quantization=int8]``.
+
+Writes one folder (``model.bin``, ``sentencepiece.model``, ``translate.json``; see
+:mod:`translate.decoding.ct2_export`) and nothing else; then
+``python -m translate.translate engine=ctranslate2 model_dir=<dir>`` (or ``translate.evaluate``)
+decodes with it. Needs the optional ``ctranslate2`` package (``pip install -e ".[ct2]"``).
+"""
+
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+from translate.cli import exit_on_user_error, refuse_dangling_dirs
+from translate.decoding.ct2_export import export_checkpoint
+from translate.settings import export_command
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="export")
+@exit_on_user_error
+def main(cfg: DictConfig) -> None:
+    command = export_command(cfg)
+    out = export_checkpoint(
+        command.checkpoint, command.output, command.quantization, command.max_positions
+    )
+    print(f"exported {command.checkpoint} ({command.quantization}) to {out}")
+    print(f"translate with: python -m translate.translate engine=ctranslate2 model_dir={out}")
+
+
+if __name__ == "__main__":
+    refuse_dangling_dirs()
+    main()
