@@ -10,6 +10,7 @@ evaluation's outputs is refused rather than overwritten.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,11 +20,11 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, own_output_dir, refuse_dangling_dirs
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
-from translate.decoding.engines import load_engine
+from translate.decoding.engines import describe_decode, load_engine
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
-from translate.settings import ENGINE_SOURCES, decode_settings, engine_command, optional_path
+from translate.settings import ENGINE_SOURCES, decode_overrides, engine_command, optional_path
 
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")
@@ -51,9 +52,11 @@ def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
 
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
-    command, decode = engine_command(cfg), decode_settings(cfg.decode)
+    command, overrides = engine_command(cfg), decode_overrides(cfg.decode)
     with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "evaluate") as out_dir:
-        loaded = load_engine(command, decode, cfg.get("data"))
+        loaded = load_engine(command, overrides, cfg.get("data"))
+        decode = loaded.translator.decode  # the run's, with the command's keys in place
+        print(describe_decode(decode, overrides))
         name, sources, references = _texts(cfg, loaded)
         hyps = loaded.translator.translate(sources, progress=True)
         scores = score(hyps, references)
@@ -64,6 +67,7 @@ def evaluate(cfg: DictConfig) -> dict:
             "test": name,
             "sentences": len(sources),
             "beam_size": decode.beam_size,
+            "decode": dataclasses.asdict(decode),
             **scores,
         }
         atomic_write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n")

@@ -113,6 +113,22 @@ def decode_settings(node: Any) -> DecodeSettings:
     return build(DecodeSettings, node, "decode")
 
 
+def decode_overrides(node: Any) -> dict:
+    """The decode keys a command set (``conf/decode/from_run.yaml`` leaves the others null)."""
+    values = plain(node, "decode")
+    if not isinstance(values, dict):
+        raise UserError(f"config decode must be a group of keys, not {values!r}")
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def decode_over(stored: dict, overrides: DecodeSettings | dict | None) -> DecodeSettings:
+    """The decode settings a command uses: a run's ``stored`` ones, with ``overrides`` (the
+    keys a command set, or whole settings) in their place."""
+    if isinstance(overrides, DecodeSettings):
+        return overrides
+    return decode_settings({**stored, **(overrides or {})})
+
+
 def analysis_settings(node: Any) -> AnalysisSettings:
     return build(AnalysisSettings, node, "analysis")
 

@@ -18,13 +18,16 @@ from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, refuse_dangling_dirs
 from translate.data.sources import decode_input, read_input_lines
-from translate.decoding.engines import load_engine
+from translate.decoding.engines import describe_decode, load_engine
 from translate.io import atomic_write, check_output_file
-from translate.settings import decode_settings, engine_command, optional_path
+from translate.settings import decode_overrides, engine_command, optional_path
 
 
 def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
-    loaded = load_engine(engine_command(cfg), decode_settings(cfg.decode))
+    overrides = decode_overrides(cfg.decode)
+    loaded = load_engine(engine_command(cfg), overrides)
+    # stdout carries translations only: what they were decoded with goes to stderr.
+    print(describe_decode(loaded.translator.decode, overrides), file=sys.stderr)
     return loaded.translator.translate(lines)
 
 

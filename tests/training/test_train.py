@@ -101,6 +101,25 @@ def test_evaluate_reproduces_the_training_bleu(trained_run, tmp_path):
     assert (tmp_path / "hyp.txt").read_text() == (run / "test.hyp.txt").read_text()
 
 
+def test_evaluate_decodes_as_the_run_decoded_unless_told(trained_run, tmp_path, capsys):
+    """Before, evaluate used conf/decode/beam.yaml (beam 5, 1.5 x source + 10), not the run's
+    settings, and scored the same checkpoint differently from the run."""
+    run, results = trained_run
+    base = [f"checkpoint={results['checkpoint']}"]
+    scores = evaluate(compose_config("evaluate", [*base, f"output_dir={tmp_path / 'a'}"]))
+    assert scores["bleu"] == pytest.approx(results["bleu"], abs=1e-9)
+    assert (tmp_path / "a" / "hyp.txt").read_text() == (run / "test.hyp.txt").read_text()
+    said = capsys.readouterr().out
+    assert "decode: beam 1, length penalty 1.0, at most 0.0 x source + 4 tokens (as the run " in (
+        said
+    )
+    told = [*base, f"output_dir={tmp_path / 'b'}", "decode.max_len_b=2"]
+    scores = evaluate(compose_config("evaluate", told))
+    assert "(as the run decoded, but max_len_b=2 from the command line)" in capsys.readouterr().out
+    decode = scores["decode"]
+    assert (decode["beam_size"], decode["max_len_a"], decode["max_len_b"]) == (1, 0.0, 2)
+
+
 def test_a_beam_run_also_records_its_greedy_bleu(tiny_train_cfg, trained_run, tmp_path):
     """results.json keeps the greedy BLEU next to the beam's (None when decoding is greedy)."""
     assert trained_run[1]["bleu_greedy"] is None and trained_run[1]["beam_size"] == 1

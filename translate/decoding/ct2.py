@@ -48,7 +48,7 @@ from translate.decoding.translator import Loaded, Translator
 from translate.errors import UserError
 from translate.runtime import resolve_device
 from translate.schema import DecodeSettings
-from translate.settings import data_settings, decode_settings
+from translate.settings import data_settings, decode_over
 
 MANIFEST = "translate.json"
 SENTENCEPIECE = "sentencepiece.model"
@@ -178,7 +178,7 @@ def _source_cap(cap: int | None, decode: DecodeSettings, positions: int) -> int:
 def load_exported(
     model_dir: str | Path,
     device: str = "auto",
-    decode: DecodeSettings | None = None,
+    decode: DecodeSettings | dict | None = None,
     data_overrides=None,
 ) -> Loaded:
     """Exported model folder -> :class:`Loaded` whose translator decodes with CTranslate2.
@@ -191,7 +191,7 @@ def load_exported(
     manifest = read_manifest(model_dir)
     tokenizer = Tokenizer.from_file(model_dir / SENTENCEPIECE)
     data = data_settings(manifest["data"], data_overrides)
-    decode = decode or decode_settings(manifest["decode"])
+    decode = decode_over(manifest["decode"], decode)
     positions = int(manifest["max_positions"])
     pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     engine = CT2Engine(model_dir, resolve_device(device, key="device"), pieces, positions)

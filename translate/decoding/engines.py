@@ -17,13 +17,13 @@ from translate.schema import DecodeSettings
 from translate.settings import EngineCommand
 
 
-def _torch(command: EngineCommand, decode: DecodeSettings, data_overrides) -> Loaded:
+def _torch(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
     return load_translator(
         command.checkpoint, command.device, command.precision, decode, data_overrides
     )
 
 
-def _ctranslate2(command: EngineCommand, decode: DecodeSettings, data_overrides) -> Loaded:
+def _ctranslate2(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
     return load_exported(command.model_dir, command.device, decode, data_overrides)
 
 
@@ -31,7 +31,22 @@ def _ctranslate2(command: EngineCommand, decode: DecodeSettings, data_overrides)
 ENGINES = {"torch": _torch, "ctranslate2": _ctranslate2}
 
 
-def load_engine(command: EngineCommand, decode: DecodeSettings, data_overrides=None) -> Loaded:
-    """The command's engine, loaded: ``decode`` replaces the stored decode settings and
-    ``data_overrides`` are merged over the stored data config."""
+def load_engine(
+    command: EngineCommand, decode: DecodeSettings | dict, data_overrides=None
+) -> Loaded:
+    """The command's engine, loaded: ``decode`` (whole settings, or the keys a command set)
+    replaces the stored decode settings and ``data_overrides`` are merged over the stored
+    data config."""
     return ENGINES[command.engine](command, decode, data_overrides)
+
+
+def describe_decode(decode: DecodeSettings, overridden: dict) -> str:
+    """What a command decodes with and where each setting came from, in one line."""
+    where = "as the run decoded"
+    if overridden:
+        given = ", ".join(f"{k}={v}" for k, v in overridden.items())
+        where += f", but {given} from the command line"
+    return (
+        f"decode: beam {decode.beam_size}, length penalty {decode.length_penalty}, at most "
+        f"{decode.max_len_a} x source + {decode.max_len_b} tokens ({where})"
+    )

@@ -25,7 +25,7 @@ from translate.errors import UserError
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import resolve_device, resolve_precision, timed
 from translate.schema import DataSettings, DecodeSettings
-from translate.settings import data_settings, decode_settings, model_settings
+from translate.settings import data_settings, decode_over, model_settings
 
 log = logging.getLogger(__name__)
 
@@ -198,12 +198,13 @@ def load_translator(
     checkpoint: str | Path,
     device: str = "auto",
     precision: str = "auto",
-    decode: DecodeSettings | None = None,
+    decode: DecodeSettings | dict | None = None,
     data_overrides=None,
 ) -> Loaded:
     """Checkpoint -> model in eval mode on ``device`` and a :class:`Translator` over it.
 
-    ``decode`` replaces the checkpoint's decoding settings; ``data_overrides`` (a config node
+    ``decode`` replaces the checkpoint's decoding settings (whole settings, or a dict of the
+    keys to replace); ``data_overrides`` (a config node
     of ``data`` keys) are merged over the checkpoint's data config.
     """
     torch_device = resolve_device(device, key="device")
@@ -213,7 +214,7 @@ def load_translator(
     model, tokenizer = model_from_checkpoint(ckpt)
     model.to(torch_device)
     data = data_settings(config["data"], data_overrides)
-    decode = decode or decode_settings(config["decode"])
+    decode = decode_over(config["decode"], decode)
     translator = Translator(
         model,
         tokenizer,
