@@ -39,7 +39,7 @@ class TorchEngine:
     def __init__(self, model: Seq2SeqTransformer, device: torch.device, precision: str) -> None:
         self.model, self.device, self.precision = model, device, precision
 
-    @torch.no_grad()
+    @torch.inference_mode()  # no autograd bookkeeping at all, not only no gradients
     def generate(self, src_ids: list[list[int]], decode: DecodeSettings) -> list[list[int]]:
         # The source gets an EOS appended, as in training.
         rows = collate([(i, ids, []) for i, ids in enumerate(src_ids)]).to(self.device)

@@ -93,12 +93,16 @@ def greedy_search(
             if rows.numel() == 0:
                 break
             index = keep.nonzero().squeeze(1).to(src.device)  # (n',)
-            memory, tokens = memory.index_select(0, index), tokens.index_select(0, index)
+            tokens = tokens.index_select(0, index)
+            if not use_cache:  # with a cache, the encoder output lives on in its K/V only
+                memory = memory.index_select(0, index)
             mask = None if mask is None else mask.index_select(0, index)
             if cache is not None:
                 cache.reorder(index)
         new = tokens[:, -1:] if use_cache else tokens  # (n, 1) or (n, t + 1)
         logits = model.decode(new, memory, mask, cache=cache)[:, -1]  # (n, V)
+        if cache is not None:
+            memory = None  # projected into the cross-attention caches at the first step
         next_tokens = _log_probs(logits, pad_id, bos_id).argmax(dim=-1)  # (n,)
         tokens = torch.cat([tokens, next_tokens.unsqueeze(1)], dim=1)  # (n, t + 2)
         ended = (next_tokens == eos_id).cpu()
@@ -165,7 +169,9 @@ class _Beams:
     sentence ``i``.
     """
 
-    memory: Tensor  # (n*K, S, D)
+    # (n*K, S, D) until the first step projects it into the cross-attention caches, then None:
+    # a dropped sentence's rows are not copied out of it at every later step.
+    memory: Tensor | None
     mask: Tensor | None  # (n*K, S), True = pad
     cache: DecoderCache
     tokens: Tensor  # (n*K, t + 1): BOS, then each beam's prefix
@@ -225,7 +231,8 @@ def _drop_done(beams: _Beams) -> bool:
     K = beams.scores.size(1)
     keep = keep.to(beams.tokens.device)
     rows = (keep.unsqueeze(1) * K + torch.arange(K, device=keep.device)).view(-1)  # (n'*K,)
-    beams.memory = beams.memory.index_select(0, rows)
+    if beams.memory is not None:
+        beams.memory = beams.memory.index_select(0, rows)
     beams.tokens = beams.tokens.index_select(0, rows)
     beams.mask = None if beams.mask is None else beams.mask.index_select(0, rows)
     beams.scores = beams.scores.index_select(0, keep)
@@ -291,7 +298,10 @@ def _advance(
     new_tokens = top_tokens.gather(1, live).view(n * K, 1)  # (n*K, 1)
     prefixes = beams.tokens.index_select(0, rows)  # (n*K, t + 1)
     beams.tokens = torch.cat([prefixes, new_tokens], dim=1)  # (n*K, t + 2)
-    beams.cache.reorder(rows)
+    # Parents are beams of the same sentence, which share the encoder's keys and values: only
+    # the self-attention caches move, and the (n*K, Hkv, S, Dh) cross-attention ones are not
+    # copied at every step.
+    beams.cache.reorder(rows, encoder=False)
 
 
 def _expand(
@@ -308,6 +318,7 @@ def _expand(
     """One decoder step at output length ``t``: finish EOS candidates, advance the live beams."""
     new = beams.tokens[:, -1:]  # (n*K, 1)
     logits = model.decode(new, beams.memory, beams.mask, cache=beams.cache)[:, -1]  # (n*K, V)
+    beams.memory = None  # now in the cross-attention caches
     lprobs = _log_probs(logits, pad_id, bos_id)  # (n*K, V)
     top_scores, top_beams, top_tokens = _top_candidates(beams.scores, lprobs)  # (n, 2K) each
     is_eos = top_tokens == eos_id  # (n, 2K)

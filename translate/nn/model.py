@@ -88,9 +88,12 @@ class DecoderCache:
         """Number of target positions already decoded."""
         return self.self_attn[0].length
 
-    def reorder(self, index: Tensor) -> None:
-        """Select batch rows (beams) ``index (B',)`` in every layer's cache."""
-        for cache in (*self.self_attn, *self.cross_attn):
+    def reorder(self, index: Tensor, encoder: bool = True) -> None:
+        """Select batch rows (beams) ``index (B',)`` in every layer's cache. ``encoder=False``
+        leaves the cross-attention caches as they are: right when ``index`` only moves rows
+        among copies of the same source (the beams of one sentence), whose encoder keys and
+        values are equal."""
+        for cache in (*self.self_attn, *(self.cross_attn if encoder else ())):
             cache.reorder(index)
 
 
@@ -233,7 +236,7 @@ class Seq2SeqTransformer(nn.Module):
     def decode(
         self,
         tgt: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         memory_padding_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
         head_mask: dict[str, Tensor] | None = None,
@@ -242,7 +245,8 @@ class Seq2SeqTransformer(nn.Module):
 
         Without a cache ``tgt`` is the whole prefix (BOS first). With a cache it holds only the
         new tokens; their positions continue after ``cache.length`` and the cache is updated
-        in place (encoder K/V are projected once, at the first step).
+        in place (encoder K/V are projected once, at the first step; after it ``memory`` is
+        not read and may be None).
         """
         hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
         return self.embedding.project(hidden)  # (B, T, V)
