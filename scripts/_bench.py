@@ -112,6 +112,19 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
+def decode_row(mode: str, runs: list[float], hyps: list, n_sentences: int) -> dict:
+    """One timed decoding of ``n_sentences``: sentences/s and ms/sentence from the median of its
+    rounds' seconds, and the hypotheses' mean length."""
+    seconds = median(runs)
+    return {
+        "mode": mode,
+        "sentences_per_s": n_sentences / seconds,
+        "ms_per_sentence": 1e3 * seconds / n_sentences,
+        "mean_output_len": statistics.fmean(len(h) for h in hyps) if hyps else 0.0,
+        "seconds_runs": runs,
+    }
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0 or (isinstance(a, float) and math.isnan(a)):
         return None

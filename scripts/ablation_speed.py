@@ -4,9 +4,12 @@
 Loads every completed job's scored checkpoint into this one process and measures, in rounds
 that visit every job in turn (a rotated order each round), batch-1 latency (greedy and beam),
 batched sentences/s and training tokens/s, plus peak memory on CUDA; medians over rounds
-(``translate.analysis.speed``). Writes ``ablation_speed.json`` into the sweep dir (or
-``--json``), where ``scripts/ablation_report.py`` takes the report's speed columns from. Exits
-2 with a one-line error when the sweep dir does not exist or has no completed job.
+(``translate.analysis.speed``). Beside our batch-1 latency, CTranslate2's: each checkpoint is
+exported (float32) into a temporary folder and timed in the same rounds, at as many threads as
+torch (``--threads``); ``--no-ct2``, or ``ctranslate2`` not installed, leaves it out. Writes
+``ablation_speed.json`` into the sweep dir (or ``--json``), where
+``scripts/ablation_report.py`` takes the report's speed columns from. Exits 2 with a one-line
+error when the sweep dir does not exist or has no completed job.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
-from translate.analysis.speed_schema import SPEED_METRICS, ratio_key
+from translate.analysis.speed_schema import ratio_key, shown_metrics
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.training.step import Trainer
 
@@ -27,17 +30,18 @@ DEFAULTS = SpeedSettings()
 
 def format_table(payload: dict) -> str:
     """The per-row medians with their ratios to the baseline, as aligned text; a kv heads
-    column when the sweep varies kv_heads (rows from before GQA have none: multi-head)."""
-    base = payload["baseline_heads"]
+    column when the sweep varies kv_heads (rows from before GQA have none: multi-head), and
+    CTranslate2's latency where measured."""
+    base, metrics = payload["baseline_heads"], shown_metrics(payload)
     keys = [heads_key(row) for row in payload["heads"]]
     kv_axis = any(kv != heads for heads, kv in keys)
     header = ["heads", *(["kv heads"] if kv_axis else []), "jobs"]
-    header += [SPEED_METRICS[m][0] for m in SPEED_METRICS]
+    header += [label for label, _ in metrics.values()]
     lines = [header]
     for row, (heads, kv) in zip(payload["heads"], keys):
         cells = [str(heads), *([str(kv)] if kv_axis else []), str(len(row["jobs"]))]
-        for m, (_, digits) in SPEED_METRICS.items():
-            value, ratio = row[m], row[ratio_key(m, base)]
+        for m, (_, digits) in metrics.items():
+            value, ratio = row.get(m), row.get(ratio_key(m, base))
             text = "-" if value is None else f"{value:,.{digits}f}"
             cells.append(text + ("" if ratio is None else f" ({ratio:.2f}x)"))
         lines.append(cells)
@@ -81,13 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", default=None, help="output (default SWEEP_DIR/ablation_speed.json)"
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch (and CTranslate2) CPU threads"
+    )
+    parser.add_argument(
+        "--no-ct2", action="store_true", help="leave out CTranslate2's batch-1 latency"
+    )
     args = parser.parse_args(argv)
     if args.threads:  # recorded in the file's machine section
         torch.set_num_threads(args.threads)
     settings = SpeedSettings(
         args.rounds, args.sentences, args.batch_sentences, args.train_steps, args.device,
-        args.precision,
+        args.precision, not args.no_ct2,
     )  # fmt: skip
     try:
         if min(args.rounds, args.sentences, args.batch_sentences, args.train_steps) < 1:

@@ -3,6 +3,7 @@
     python scripts/bench_decode.py --json outputs/bench/decode.json
     python scripts/bench_decode.py --quick
     python scripts/bench_decode.py --checkpoint outputs/runs/multi30k_cpu/checkpoints/best.pt
+    python scripts/bench_decode.py --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
 
 Without ``--checkpoint`` the model is randomly initialised with the ``experiment=multi30k_cpu``
 sizes (d_model 256, 8 heads, 2+2 layers, ffn 512, 5k vocabulary): speed does not depend on the
@@ -36,6 +37,11 @@ steps, summed over batches and divided by the sentences (so beam search counts i
 sentence with 1 key/value head over 8 (``8`` is ``--heads``, ``1`` the fewest ``--kv-heads``),
 and ``greedy_cache_speed_ratio_kv1_vs_kv8`` / ``beam5_speed_ratio_kv1_vs_kv8`` the same for
 sentences/s.
+
+``--checkpoint CKPT --ct2``: ours against its float32 and int8 CTranslate2 exports, all
+interleaved (``_bench_ct2.py`` says how); ``summary`` adds our time over theirs
+(``beam_time_ours_vs_ct2_float32_threads1``, ...; > 1: CTranslate2 is faster) and how many of
+their hypotheses are ours. Without ``ctranslate2`` it says so and the rest runs.
 """
 
 from __future__ import annotations
@@ -47,9 +53,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import _bench
+import _bench_ct2
 import numpy as np
 import torch
 
+from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.sources import read_lines, sample_dir
 from translate.data.tokenizer import Tokenizer
@@ -170,15 +178,8 @@ def decode_all(model, batches: list[Batch], mode: str, args, device, precision) 
 
 def speed_row(impl: str, mode: str, runs: list[float], hyps: list, n_sentences: int, args) -> dict:
     """One timed decoding mode: sentences/s and ms/sentence from the median of its rounds."""
-    seconds = _bench.median(runs)
-    return {
-        "impl": impl,
-        "mode": mode if mode != "beam5" else f"beam{args.beam_size}",
-        "sentences_per_s": n_sentences / seconds,
-        "ms_per_sentence": 1e3 * seconds / n_sentences,
-        "mean_output_len": float(np.mean([len(h) for h in hyps])),
-        "seconds_runs": runs,
-    }
+    mode = mode if mode != "beam5" else f"beam{args.beam_size}"
+    return {"impl": impl, **_bench.decode_row(mode, runs, hyps, n_sentences)}
 
 
 def time_modes(impl, model, batches, n_sentences: int, args, device, precision) -> list[dict]:
@@ -298,6 +299,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     _bench.add_common_args(parser)
     parser.add_argument("--impls", nargs="+", choices=["sdpa", "manual"], default=["sdpa"])
     parser.add_argument("--checkpoint", type=Path, default=None, help="a trained model")
+    parser.add_argument(
+        "--ct2", action="store_true",
+        help="with --checkpoint: also time its CTranslate2 exports (float32, int8) beside ours",
+    )  # fmt: skip
+    parser.add_argument("--ct2-threads", type=int, nargs="+", default=[1, 2], metavar="N")
+    parser.add_argument(
+        "--latency-sentences", type=int, default=None,
+        help="--ct2: the first N sentences are also decoded one at a time (default 100, --quick 8)",
+    )  # fmt: skip
     parser.add_argument("--src-file", type=Path, default=sample_dir() / "test.de")
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
     parser.add_argument("--sentences", type=int, default=None)
@@ -321,6 +331,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.sentences = args.sentences or (32 if args.quick else 200)
     args.rounds = args.rounds or (3 if args.quick else 5)
+    args.latency_sentences = args.latency_sentences or (8 if args.quick else 100)
+    if args.ct2 and args.checkpoint is None:
+        parser.error("--ct2 compares a checkpoint with its CTranslate2 exports: give --checkpoint")
+    if min(args.ct2_threads) < 1:
+        parser.error(f"--ct2-threads {args.ct2_threads}: each must be >= 1")
     if args.kv_heads is None:
         args.kv_heads = [k for k in range(1, args.heads + 1) if args.heads % k == 0]
     elif args.kv_heads:
@@ -358,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             print()
             _bench.print_table(kv_rows, KV_COLUMNS, title=kv_title(args))
             summary.update(kv_summary(kv_rows, args))
+        ct2 = _bench_ct2.section(args, sources, device) if args.ct2 else None
+        summary.update(ct2.pop("summary") if ct2 else {})
         _bench.print_summary(summary, TARGETS)
         result = _bench.report(
             "bench_decode",
@@ -373,10 +390,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
             mean_source_len=float(np.mean(src_lens)),
             rows=rows,
             kv_rows=kv_rows,
+            ct2=ct2,
         )
     _bench.write_json(args.json, result)
     return result
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_user_error(main)()  # a bad checkpoint or export: one line

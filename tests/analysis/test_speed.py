@@ -17,7 +17,7 @@ from conftest import ROOT, assert_one_line_error
 from test_ablation import make_job
 
 from translate.analysis import speed
-from translate.analysis.speed_schema import SPEED_FILE, SPEED_METRICS
+from translate.analysis.speed_schema import CT2_METRICS, SPEED_FILE
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.sweeps import write_report
 from translate.training.step import Trainer
@@ -71,15 +71,19 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
         return measure_one(sj, metric, settings, make_trainer)
 
     monkeypatch.setattr(speed, "measure_one", recording)
-    assert _script().main([str(speed_sweep), *TINY_SPEED, "--device", "cpu"]) == 0
+    argv = [str(speed_sweep), *TINY_SPEED, "--device", "cpu", "--no-ct2"]
+    assert _script().main(argv) == 0
     out = capsys.readouterr().out
     data = json.loads((speed_sweep / SPEED_FILE).read_text())
+    timed = [m for m in speed.TIMED if m not in CT2_METRICS]
+    assert data["metrics"] == timed and data["warnings"] == []
 
     names = ["heads=1,seed=1", "heads=2,seed=1", "heads=8,seed=1", "heads=8,seed=2"]
     assert [j["name"] for j in data["jobs"]] == names  # the failed heads=4 job is not there
     for job in data["jobs"]:
-        for metric in speed.TIMED:
+        for metric in timed:
             assert job[metric] > 0 and len(job["rounds"][metric]) == 2
+        assert all(job[m] is None and job["rounds"][m] == [] for m in CT2_METRICS)
         assert job["peak_mem_mb"] is None and job["rounds"]["peak_mem_mb"] == [None, None]
     assert "cannot be attributed" in data["peak_mem_mb"]
     assert [j["heads"] for j in data["jobs"]] == [1, 2, 8, 8]
@@ -89,10 +93,10 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     # Each round visits every job once per metric, in an order rotated by one per round.
     rotated = [names, names[1:] + names[:1]]
     assert data["order"] == rotated
-    per_round = len(speed.TIMED) * len(names)
+    per_round = len(timed) * len(names)
     for r, order in enumerate(rotated):
         round_visits = visits[r * per_round : (r + 1) * per_round]
-        for m, metric in enumerate(speed.TIMED):
+        for m, metric in enumerate(timed):
             turn = round_visits[m * len(names) : (m + 1) * len(names)]
             assert turn == [(metric, name) for name in order]
 
@@ -102,11 +106,44 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     assert rows[8]["latency_beam_ms"] == pytest.approx(
         (eight[0]["latency_beam_ms"] + eight[1]["latency_beam_ms"]) / 2  # median of two
     )
-    for metric in speed.TIMED:
+    for metric in timed:
         assert rows[8][f"{metric}_vs_8"] == 1.0
         assert rows[1][f"{metric}_vs_8"] == pytest.approx(rows[1][metric] / rows[8][metric])
     assert rows[8]["peak_mem_mb_vs_8"] is None
     assert "(1.00x)" in out and f"wrote {speed_sweep / SPEED_FILE}" in out
+    assert "CT2" not in out
+
+
+def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):
+    """Every job's checkpoint exported and timed in the same rounds, right after our latency;
+    its medians, ratios to 8 heads and columns beside ours."""
+    pytest.importorskip("ctranslate2")
+    argv = [str(speed_sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu"]
+    assert _script().main(argv) == 0
+    data = json.loads((speed_sweep / SPEED_FILE).read_text())
+    assert data["metrics"] == list(speed.TIMED)
+    assert data["metrics"][2:4] == list(CT2_METRICS)  # right after our latency
+    assert data["warnings"] == [] and data["machine"]["ctranslate2"]
+    for job in data["jobs"]:
+        assert all(job[m] > 0 and len(job["rounds"][m]) == 1 for m in CT2_METRICS)
+    rows = {r["heads"]: r for r in data["heads"]}
+    assert rows[8]["ct2_latency_beam_ms_vs_8"] == 1.0
+    assert rows[1]["ct2_latency_greedy_ms_vs_8"] == pytest.approx(
+        rows[1]["ct2_latency_greedy_ms"] / rows[8]["ct2_latency_greedy_ms"]
+    )
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "beam ms/sent (batch 1)  CT2 greedy ms/sent (batch 1)  CT2 beam" in header
+
+
+def test_without_ctranslate2_the_speed_file_says_why(speed_sweep, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if it were not installed
+    settings = speed.SpeedSettings(rounds=1, sentences=1, batch_sentences=2, device="cpu")
+    payload, _ = speed.run_speed(speed_sweep, settings, Trainer)
+    assert "no CTranslate2 latency" in payload["warnings"][0]
+    assert 'pip install -e ".[ct2]"' in payload["warnings"][0]
+    assert CT2_METRICS.keys().isdisjoint(payload["metrics"])
+    assert all(row["ct2_latency_greedy_ms"] is None for row in payload["heads"])
+    assert "CT2" not in _script().format_table(payload)
 
 
 def test_training_steps_run_on_a_copy_of_the_decoding_model(speed_sweep):
@@ -129,11 +166,19 @@ SPEED = {
 }  # fmt: skip
 
 
-def _speed_file(sweep: Path, heads: list[int], jobs: list[str]) -> None:
-    rows = []
+# What a file written with CTranslate2's latency adds (none in an older one).
+CT2_SPEED = {
+    1: {"ct2_latency_greedy_ms": 12.0, "ct2_latency_beam_ms": 30.0},
+    8: {"ct2_latency_greedy_ms": 10.0, "ct2_latency_beam_ms": 24.0},
+}
+
+
+def _speed_file(sweep: Path, heads: list[int], jobs: list[str], ct2: bool = False) -> None:
+    rows, base = [], {**SPEED[8], **CT2_SPEED[8]}
     for h in heads:
-        row = {"heads": h, "jobs": [], "seeds": [], **SPEED[h]}
-        row.update({f"{m}_vs_8": SPEED[h][m] / SPEED[8][m] for m in SPEED_METRICS})
+        values = {**SPEED[h], **(CT2_SPEED[h] if ct2 else {})}
+        row = {"heads": h, "jobs": [], "seeds": [], **values}
+        row.update({f"{m}_vs_8": v / base[m] for m, v in values.items()})
         rows.append(row)
     machine = {"device_name": "Test GPU", "threads": 4, "date": "2026-11-30"}
     settings = {"rounds": 5, "sentences": 20, "batch_sentences": 200, "train_steps": 3}
@@ -161,8 +206,25 @@ def test_report_takes_its_speed_columns_from_the_speed_file(tmp_path):
     assert float(rows[1]["train_tokens_per_s_vs_8"]) == 1.0
     assert not {"latency_ms_mean", "sentences_per_s_mean", "tokens_per_s_mean"} & set(rows[0])
     assert float(rows[1]["bleu_greedy_mean"]) == pytest.approx(26.25)
+    # A file from before CTranslate2 was timed: no CT2 columns, not even empty ones.
+    assert "CT2" not in md and not any("ct2" in column for column in rows[0])
     assert rows[0]["bleu_greedy_std"] == "" and float(rows[1]["bleu_greedy_std"]) > 0
     assert (tmp_path / "ablation.png").stat().st_size > 0
+
+
+def test_report_shows_ctranslate2_latency_beside_ours_where_the_file_has_it(tmp_path):
+    for heads, bleu in ((1, 20.0), (8, 27.0)):
+        make_job(tmp_path, heads, 1, bleu, bleu_greedy=bleu - 1)
+    _speed_file(tmp_path, [1, 8], ["heads=1,seed=1", "heads=8,seed=1"], ct2=True)
+    write_report(tmp_path, bootstrap_samples=100)
+    md = (tmp_path / "ablation.md").read_text()
+    header = "beam ms/sent (batch 1) | CT2 greedy ms/sent (batch 1) | CT2 beam ms/sent (batch 1) |"
+    assert header + " sent/s" in md
+    assert "| 40.0 (1.60x) | 120.0 (1.50x) | 12.0 (1.20x) | 30.0 (1.25x) | 50.0 (0.67x) |" in md
+    assert "CT2: the same checkpoint exported to CTranslate2 (float32" in md
+    rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
+    assert float(rows[0]["ct2_latency_beam_ms"]) == 30.0
+    assert float(rows[0]["ct2_latency_greedy_ms_vs_8"]) == pytest.approx(1.2)
 
 
 def test_without_a_speed_file_the_report_says_how_to_get_one(tmp_path):

@@ -21,7 +21,7 @@ from translate.nn.model import TokenEmbedding
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
-NAMES = ("_bench", "bench_attention", "bench_train", "bench_decode")
+NAMES = ("_bench", "_bench_ct2", "bench_attention", "bench_train", "bench_decode")
 TINY_TRAIN = [
     "--quick", "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64",
     "--vocab", "100", "--max-tokens", "128", "--warmup", "1", "--threads", "1",
@@ -296,3 +296,54 @@ def test_bench_decode_batches_as_the_translator(scripts, tmp_path):
     expected = length_sorted_batches([len(s) + 1 for s in sources], None, 60)
     assert written["batch_sizes"] == [len(b) for b in expected]
     assert len(expected) > 1
+
+
+def ct2_argv(trained_run, out: Path) -> list[str]:
+    """bench_decode --ct2 on the shared tiny checkpoint (4 output tokens), at its smallest."""
+    checkpoint = trained_run[1]["checkpoint"]
+    return [
+        "--quick", "--checkpoint", checkpoint, "--ct2", "--sentences", "6",
+        "--latency-sentences", "2", "--rounds", "1", "--warmup", "0", "--threads", "1",
+        "--json", str(out),
+    ]  # fmt: skip
+
+
+def test_bench_decode_against_ctranslate2(scripts, trained_run, tmp_path, capsys):
+    """Ours and the checkpoint's float32 and int8 exports, greedy and beam, at 1 and 2 threads,
+    batch 1 and the evaluation batch: every row, the summary ratios, and greedy agreeing."""
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "decode.json"
+    scripts["bench_decode"].main(ct2_argv(trained_run, out))
+    written = json.loads(out.read_text())
+    summary, ct2 = written["summary"], written["ct2"]
+    engines = ("ours", "ct2 float32", "ct2 int8")
+    assert {(r["threads"], r["batch"], r["mode"], r["engine"]) for r in ct2["rows"]} == {
+        (t, b, m, e) for t in (1, 2) for b in ("1", "eval") for m in ("greedy", "beam5")
+        for e in engines
+    }  # fmt: skip
+    for quantization in ("float32", "int8"):
+        for t in (1, 2):
+            for key in ("beam_time", "greedy_time", "beam_latency", "greedy_latency"):
+                assert summary[f"{key}_ours_vs_ct2_{quantization}_threads{t}"] > 0
+        assert 0 <= summary[f"beam_identical_ct2_{quantization}"] <= 6
+    # The same argmax at every step: CTranslate2's float32 greedy search is ours.
+    assert summary["greedy_identical_ct2_float32"] == summary["ct2_compared_sentences"] == 6
+    greedy = [r for r in ct2["rows"] if r["mode"] == "greedy" and r["engine"] == "ct2 float32"]
+    assert {r["batch"]: r["agree"] for r in greedy} == {"1": "2/2", "eval": "6/6"}
+    assert ct2["latency_sentences"] == 2 and ct2["decode"]["beam_size"] == 5
+    assert written["machine"]["threads"] == 1  # --threads again after the 2-thread rounds
+    assert "against CTranslate2" in capsys.readouterr().out
+
+
+def test_bench_decode_without_ctranslate2_says_so(scripts, trained_run, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if it were not installed
+    out = tmp_path / "decode.json"
+    result = scripts["bench_decode"].main(ct2_argv(trained_run, out))
+    assert 'pip install -e ".[ct2]"' in result["ct2"]["skipped"]
+    assert set(json.loads(out.read_text())["summary"]) == {"greedy_cache_speedup"}
+
+
+def test_bench_decode_ct2_needs_a_checkpoint(scripts, capsys):
+    with pytest.raises(SystemExit):
+        scripts["bench_decode"].parse_args(["--ct2"])
+    assert "give --checkpoint" in capsys.readouterr().err

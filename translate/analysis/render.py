@@ -17,7 +17,13 @@ from pathlib import Path
 
 from translate.analysis.ablation import Report, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.speed_schema import SPEED_COMMAND, SPEED_FILE, SPEED_METRICS, ratio_key
+from translate.analysis.speed_schema import (
+    CT2_METRICS,
+    SPEED_COMMAND,
+    SPEED_FILE,
+    ratio_key,
+    shown_metrics,
+)
 from translate.io import atomic_write
 
 
@@ -73,11 +79,11 @@ def _summary_lines(report: Report) -> list[str]:
 
 def _speed_cells(r: dict, speed: dict | None) -> list[str]:
     """The side-by-side speed columns: each value with its ratio to the baseline row's (none
-    without ``ablation_speed.json``)."""
+    without ``ablation_speed.json``; CTranslate2's only where the file has them)."""
     if speed is None:
         return []
     cells = []
-    for metric, (_, digits) in SPEED_METRICS.items():
+    for metric, (_, digits) in shown_metrics(speed).items():
         ratio = r.get(ratio_key(metric, speed["baseline_heads"]))
         cells.append(_fmt(r.get(metric), digits) + ("" if ratio is None else f" ({ratio:.2f}x)"))
     return cells
@@ -110,7 +116,7 @@ def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
 
 
 def _table_lines(report: Report) -> list[str]:
-    speed = [label for label, _ in SPEED_METRICS.values()] if report.speed else []
+    speed = [label for label, _ in shown_metrics(report.speed).values()] if report.speed else []
     kv = ["kv heads"] if report.kv_axis else []
     header = [
         "heads", *kv, "d_k", "params", "BLEU", "greedy BLEU", "chrF", "dev BLEU", *speed,
@@ -149,8 +155,20 @@ def _speed_note(report: Report) -> list[str]:
         f"batch size 1 over {s.get('sentences', '?')} test sentences, greedy and with the "
         "run's beam; sent/s: greedy at the evaluation batch size on "
         f"{s.get('batch_sentences', '?')} sentences; train tok/s: "
-        f"{s.get('train_steps', '?')} optimizer steps. Peak memory: {memory}.",
+        f"{s.get('train_steps', '?')} optimizer steps. Peak memory: {memory}.{_ct2_note(speed)}",
     ]
+
+
+def _ct2_note(speed: dict) -> str:
+    """What the CTranslate2 columns are, when the speed file has them."""
+    if not set(CT2_METRICS) & set(shown_metrics(speed)):
+        return ""
+    version = speed.get("machine", {}).get("ctranslate2") or "?"
+    return (
+        " CT2: the same checkpoint exported to CTranslate2 (float32, version "
+        f"{version}) and decoded at batch size 1 with the same threads, sentences and decode "
+        "settings, in the same rounds: what the model costs without our engine."
+    )
 
 
 def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:

@@ -7,6 +7,13 @@ Every round visits every job once per measurement, one job later than the round 
 latency (greedy and beam), batched greedy sentences/s, training tokens/s from the checkpoint's
 weights, and peak memory on CUDA (none on the CPU); docs/ablation.md says how exactly.
 
+Beside our batch-1 latency, CTranslate2's: each checkpoint exported (float32, through
+:func:`translate.decoding.ct2_export.export_checkpoint`) into a temporary folder and decoded
+with :func:`translate.decoding.ct2.load_exported` at as many threads as torch, on the same
+sentences with the same decode settings, in the same rounds. Ours says what our engine spends,
+CTranslate2's what the model itself costs. Without ``ctranslate2`` (or with
+``SpeedSettings.ct2`` off) those fields are null and a warning says why.
+
 The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
 package sits below ``translate.training`` and may not import it. ``scripts/ablation_speed.py``
 runs this; :mod:`translate.analysis.speed_schema` reads the file back for the report. Rows
@@ -18,9 +25,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import importlib.metadata
 import json
 import os
 import statistics
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +38,12 @@ import torch
 
 from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.speed_schema import SPEED_FILE, SPEED_METRICS, ratio_key
+from translate.analysis.speed_schema import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.corpus import load_raw_split
-from translate.decoding.translator import Loaded, load_translator
+from translate.decoding.ct2 import import_ctranslate2, load_exported
+from translate.decoding.ct2_export import export_checkpoint
+from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
@@ -42,7 +53,10 @@ from translate.settings import build
 
 # (model, optim, device, precision, pad_id) -> an object whose step([batch]) returns .tokens.
 MakeTrainer = Callable[..., object]
-TIMED = ("latency_greedy_ms", "latency_beam_ms", "sentences_per_s", "train_tokens_per_s")
+# In the order each round measures them; CTranslate2's only when a job has an export.
+TIMED = (
+    "latency_greedy_ms", "latency_beam_ms", *CT2_METRICS, "sentences_per_s", "train_tokens_per_s",
+)  # fmt: skip
 CUDA_MEMORY_NOTE = (
     "the CUDA allocator's peak in the job's turns above what was allocated before each (the "
     "other jobs' resident weights), plus the job's own weights"
@@ -61,6 +75,7 @@ class SpeedSettings:
     train_steps: int = 3  # timed optimizer steps per job and round
     device: str = "auto"
     precision: str = "auto"
+    ct2: bool = True  # CTranslate2's batch-1 latency beside ours
 
 
 @dataclass
@@ -70,6 +85,7 @@ class SpeedJob:
     job: Job
     checkpoint: Path
     loaded: Loaded
+    ct2: Translator | None = None  # the checkpoint exported to CTranslate2 (float32)
     latency_ids: list[list[int]] = field(default_factory=list)
     batch_ids: list[list[int]] = field(default_factory=list)
     train_batches: list[Batch] = field(default_factory=list)
@@ -109,6 +125,24 @@ def load_jobs(sweep_dir: Path, settings: SpeedSettings, warnings: list[str]) -> 
     if not jobs:
         raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
     return jobs
+
+
+def load_ct2(jobs: list[SpeedJob], folder: Path, warnings: list[str]) -> None:
+    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder`` and loaded with
+    the job's decode settings, as many threads as torch; none without ``ctranslate2``, and none
+    for a job whose export fails (each with a warning)."""
+    try:
+        import_ctranslate2()
+    except UserError as err:
+        warnings.append(f"no CTranslate2 latency: {err}")
+        return
+    for i, sj in enumerate(jobs):
+        decode = sj.loaded.translator.decode
+        try:
+            exported = export_checkpoint(sj.checkpoint, folder / f"job{i}", "float32", None)
+            sj.ct2 = load_exported(exported, str(sj.device), decode).translator
+        except UserError as err:
+            warnings.append(f"{sj.job.name}: no CTranslate2 latency ({err})")
 
 
 def _spread(items: list, n: int) -> list:
@@ -172,14 +206,19 @@ def _train_tokens_per_s(sj: SpeedJob, steps: int, make_trainer: MakeTrainer) -> 
     return tokens / max(seconds, 1e-9)
 
 
-def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> float:
-    """One job's value of one metric in one round."""
+def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> float | None:
+    """One job's value of one metric in one round (None: CTranslate2's, for a job without an
+    export). Latency: mean ms per sentence decoded alone, ours or CTranslate2's."""
     translator = sj.loaded.translator
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps, make_trainer)
     if metric == "sentences_per_s":
         return translator.timed_translate_ids(sj.batch_ids, beam_size=1)[1]
-    beam = 1 if metric == "latency_greedy_ms" else translator.decode.beam_size
+    beam = 1 if "greedy" in metric else translator.decode.beam_size
+    if metric in CT2_METRICS:
+        if sj.ct2 is None:
+            return None
+        translator = sj.ct2
     total = sum(
         timed(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]
         for ids in sj.latency_ids
@@ -203,12 +242,20 @@ def _weights_mb(sj: SpeedJob) -> float:
     return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
+def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
+    """What each round measures, in order: :data:`TIMED`, CTranslate2's only if a job has it."""
+    ct2 = any(sj.ct2 is not None for sj in jobs)
+    return [m for m in TIMED if ct2 or m not in CT2_METRICS]
+
+
 def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list[list[str]]:
     """Every round, every metric, every job in the round's rotated order; returns the order
     (job names) of each round."""
     for sj in jobs:  # untimed: lazy initialisation, the allocator, kernels for these shapes
-        sj.loaded.translator.translate_ids(sj.latency_ids[:2], beam_size=1)
-        sj.loaded.translator.translate_ids(sj.latency_ids[:2])
+        for translator in (sj.loaded.translator, sj.ct2):
+            if translator is not None:
+                translator.translate_ids(sj.latency_ids[:2], beam_size=1)
+                translator.translate_ids(sj.latency_ids[:2])
         sj.loaded.translator.translate_ids(sj.batch_ids, beam_size=1)
     order = []
     for r in range(settings.rounds):
@@ -217,7 +264,7 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list
         order.append([sj.job.name for sj in visit])
         for sj in jobs:
             sj.round_peak_mb = 0.0
-        for metric in TIMED:
+        for metric in timed_metrics(jobs):
             for sj in visit:
                 _turn(sj, metric, settings, make_trainer)
         for sj in jobs:
@@ -245,8 +292,8 @@ def job_entry(sj: SpeedJob) -> dict:
         "params": count_parameters(sj.loaded.model),
         "checkpoint": str(sj.checkpoint),
         "beam_size": sj.loaded.translator.decode.beam_size,
-        **{m: _median(sj.values.get(m, [])) for m in SPEED_METRICS},
-        "rounds": {m: sj.values.get(m, []) for m in SPEED_METRICS},
+        **{m: _median(sj.values.get(m, [])) for m in ALL_METRICS},
+        "rounds": {m: sj.values.get(m, []) for m in ALL_METRICS},
     }
 
 
@@ -258,12 +305,12 @@ def heads_rows(entries: list[dict], baseline_heads: int = BASELINE_HEADS) -> lis
         group = [e for e in entries if heads_key(e) == (heads, kv)]
         row = {"heads": heads, "kv_heads": kv, "jobs": [e["name"] for e in group]}
         row["seeds"] = [e["seed"] for e in group]
-        row.update({m: _median([e[m] for e in group]) for m in SPEED_METRICS})
+        row.update({m: _median([e.get(m) for e in group]) for m in ALL_METRICS})
         rows.append(row)
     # The baseline is plain multi-head attention, also in a kv_heads sweep.
     base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
     for row in rows:
-        for m in SPEED_METRICS:
+        for m in ALL_METRICS:
             value, ref = row[m], base.get(m)
             row[ratio_key(m, baseline_heads)] = None if not (value and ref) else value / ref
     return rows
@@ -277,7 +324,15 @@ def machine(device: torch.device) -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "ctranslate2": _version("ctranslate2"),
     }
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def run_speed(
@@ -290,7 +345,10 @@ def run_speed(
     sweep_dir, warnings = Path(sweep_dir), []
     jobs = load_jobs(sweep_dir, settings, warnings)
     test_split = prepare_inputs(jobs, settings, warnings)
-    order = measure(jobs, settings, make_trainer)
+    with tempfile.TemporaryDirectory(prefix="ablation_speed_ct2_") as folder:
+        if settings.ct2:
+            load_ct2(jobs, Path(folder), warnings)
+        order = measure(jobs, settings, make_trainer)
     entries = [job_entry(sj) for sj in jobs]
     device = jobs[0].device
     payload = {
@@ -303,6 +361,7 @@ def run_speed(
         "peak_mem_mb": CUDA_MEMORY_NOTE if device.type == "cuda" else CPU_MEMORY_NOTE,
         "baseline_heads": BASELINE_HEADS,
         "order": order,
+        "metrics": timed_metrics(jobs),  # each round's, in the order measured
         "warnings": warnings,
         "jobs": entries,
         "heads": heads_rows(entries),

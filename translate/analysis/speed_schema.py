@@ -27,12 +27,29 @@ SPEED_METRICS = {
     "train_tokens_per_s": ("train tok/s", 0),
     "peak_mem_mb": ("peak mem MB", 0),
 }
+# The same checkpoints exported to CTranslate2 (float32), timed in the same rounds: what the
+# model costs without our engine. Only in files written since, and only where ctranslate2 was
+# installed; the report shows them where a row has a value.
+CT2_METRICS = {
+    "ct2_latency_greedy_ms": ("CT2 greedy ms/sent (batch 1)", 1),
+    "ct2_latency_beam_ms": ("CT2 beam ms/sent (batch 1)", 1),
+}
+ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
 
 
 def ratio_key(metric: str, baseline_heads: int) -> str:
     """The key of ``metric`` over the baseline row's, e.g. ``latency_beam_ms_vs_8`` (the row of
     8 heads and 8 kv heads)."""
     return f"{metric}_vs_{baseline_heads}"
+
+
+def shown_metrics(data: dict) -> dict:
+    """The metrics of ``data``'s table, each -> (column header, decimals): :data:`SPEED_METRICS`
+    with CTranslate2's after our latency where any row has them (none in an older file)."""
+    rows = data.get("heads") or []
+    ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
+    latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
+    return {**latency, **ct2, **SPEED_METRICS}  # CTranslate2's columns right after our latency
 
 
 def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
@@ -65,7 +82,7 @@ def speed_cells(data: dict, heads: int, kv_heads: int | None = None) -> dict:
     baseline, key = data["baseline_heads"], (heads, heads if kv_heads is None else kv_heads)
     row = next((r for r in data["heads"] if "heads" in r and heads_key(r) == key), {})
     out = {}
-    for metric in SPEED_METRICS:
+    for metric in shown_metrics(data):
         out[metric] = row.get(metric)
         out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
     return out
