@@ -147,17 +147,9 @@ def beam_search(
         hypothesis by normalised score.
     """
     best = scored_beam_search(
-        model,
-        src,
-        src_padding_mask,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        bos_id=bos_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-    )
+        model, src, src_padding_mask, beam_size=beam_size, length_penalty=length_penalty,
+        bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len_a=max_len_a, max_len_b=max_len_b,
+    )  # fmt: skip
     return [hyp for _, hyp in best]
 
 
@@ -391,18 +383,10 @@ def generate(
     pad_id: int,
 ) -> list[list[int]]:
     """Greedy search for ``beam_size == 1``, beam search otherwise; same output format."""
-    special = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    shared = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len_a=max_len_a)
     if beam_size == 1:
-        return greedy_search(
-            model, src, src_padding_mask, max_len_a=max_len_a, max_len_b=max_len_b, **special
-        )
+        return greedy_search(model, src, src_padding_mask, max_len_b=max_len_b, **shared)
     return beam_search(
-        model,
-        src,
-        src_padding_mask,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        **special,
-    )
+        model, src, src_padding_mask, beam_size=beam_size, length_penalty=length_penalty,
+        max_len_b=max_len_b, **shared,
+    )  # fmt: skip
