@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from translate.training.rundir import LOCK_NAME
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
@@ -29,6 +31,22 @@ TINY = [
 # What the shared trained run decodes with; evaluate/translate tests that compare against its
 # results pass the same limits.
 SHORT_DECODE = ["decode.max_len_a=0", "decode.max_len_b=4"]
+
+
+# A 4-update run that validates and checkpoints twice: the run-dir and resume tests' unit.
+SHORT = ["trainer.max_steps=4", "trainer.val_every_n_steps=2", "trainer.latency_sentences=2"]
+
+
+def short_config(run: Path, cache_dir: Path, *overrides: str):
+    """The TINY config of a :data:`SHORT` run writing into ``run``."""
+    base = [*TINY, *SHORT, f"run_dir={run}", f"data.cache_dir={cache_dir}"]
+    return compose_config("train", [*base, *overrides])
+
+
+def snapshot(run: Path) -> dict[str, bytes]:
+    """Every file of a run dir, byte for byte (but a lock another process holds)."""
+    files = (p for p in sorted(run.rglob("*")) if p.is_file() and p.name != LOCK_NAME)
+    return {str(p.relative_to(run)): p.read_bytes() for p in files}
 
 
 def run_cli(module: str, *args: str, stdin: str | bytes | None = None, timeout: int = 120):

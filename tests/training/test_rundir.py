@@ -14,25 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY, compose_config, run_cli
+from conftest import ROOT, SHORT, TINY, run_cli, snapshot
+from conftest import short_config as config
 
 from translate import checkpoint as checkpoint_module
 from translate.errors import UserError
 from translate.train import train
 from translate.training import rundir
-
-SHORT = ["trainer.max_steps=4", "trainer.val_every_n_steps=2", "trainer.latency_sentences=2"]
-
-
-def config(run: Path, cache_dir: Path, *overrides: str):
-    base = [*TINY, *SHORT, f"run_dir={run}", f"data.cache_dir={cache_dir}"]
-    return compose_config("train", [*base, *overrides])
-
-
-def snapshot(run: Path) -> dict[str, bytes]:
-    """Every file of a run dir, byte for byte (but a lock another process holds)."""
-    files = (p for p in sorted(run.rglob("*")) if p.is_file() and p.name != rundir.LOCK_NAME)
-    return {str(p.relative_to(run)): p.read_bytes() for p in files}
 
 
 @pytest.fixture(scope="module")
