@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from translate.data.tokenizer import Tokenizer
+from translate.decoding.search import max_length
 from translate.decoding.translator import Loaded, Translator
 from translate.errors import UserError
 from translate.runtime import resolve_device
@@ -70,9 +71,9 @@ def import_ctranslate2():
 
 
 def output_limit(src_len: int, decode: DecodeSettings) -> int:
-    """Most output tokens for a source of ``src_len`` tokens, EOS included: search's rule
-    (:func:`translate.decoding.search.max_lengths`)."""
-    return max(0, int(decode.max_len_a * src_len + decode.max_len_b))
+    """Most output tokens for a source of ``src_len`` tokens, EOS included, under ``decode``:
+    search's own rule."""
+    return max_length(src_len, decode.max_len_a, decode.max_len_b)
 
 
 class CT2Engine:
@@ -196,7 +197,5 @@ def load_exported(
     pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     engine = CT2Engine(model_dir, resolve_device(device, key="device"), pieces, positions)
     max_src_len = _source_cap(data.eval_cap, decode, positions)
-    translator = Translator.from_engine(
-        engine, tokenizer, decode, data.eval_max_tokens, max_src_len
-    )
+    translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, max_src_len)
     return Loaded(translator, data, manifest, int(manifest["step"]))

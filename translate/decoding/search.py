@@ -35,13 +35,18 @@ if TYPE_CHECKING:
 _Finished = list[list[tuple[float, list[int]]]]
 
 
+def max_length(src_len: int, a: float, b: float) -> int:
+    """The output limit of a source of ``src_len`` tokens: ``int(a * src_len + b)``, at least 0."""
+    return max(0, int(a * src_len + b))
+
+
 def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float) -> list[int]:
-    """Per-row output limit ``int(a * src_len + b)`` (at least 0); ``src (B, S)``."""
+    """Per-row :func:`max_length`; ``src (B, S)``."""
     if src_padding_mask is None:
         src_lens = [src.size(1)] * src.size(0)
     else:
         src_lens = (~src_padding_mask).sum(dim=1).tolist()
-    return [max(0, int(a * n + b)) for n in src_lens]
+    return [max_length(n, a, b) for n in src_lens]
 
 
 def _log_probs(logits: Tensor, pad_id: int, bos_id: int) -> Tensor:
