@@ -90,21 +90,11 @@ def fail(message: str) -> NoReturn:
     sys.exit(EXIT_USER_ERROR)
 
 
-def hold_dir(directory: Path, key: str = "hydra.run.dir") -> RunLock:
-    """An exclusive :class:`RunLock` on a command's dir; a dir another process holds is one
-    line naming ``key``, the override that gives this command another dir."""
-    try:
-        return RunLock(directory).acquire()
-    except UserError as err:
-        # RunLock's hint names a run's override; a sweep picks its dir with hydra.sweep.dir.
-        raise UserError(str(err).replace("hydra.run.dir=", f"{key}=")) from None
-
-
 @contextlib.contextmanager
 def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
     """Hold ``out_dir`` while ``command`` writes there. A dir that already holds ``outputs``
     (another evaluation's hypotheses, say) is refused: writing would replace or mix with them."""
-    lock = hold_dir(out_dir)
+    lock = RunLock(out_dir).acquire()
     try:
         found = [name for name in outputs if (out_dir / name).exists()]
         if found:

@@ -26,7 +26,7 @@ from hydra.experimental.callback import Callback
 
 from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
 from translate.analysis.render import write_files
-from translate.cli import fail, hold_dir
+from translate.cli import fail
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.training.rundir import RunLock
@@ -151,7 +151,7 @@ class AblationReportCallback(Callback):
         if not self._applies(config):
             return
         try:
-            self._lock = hold_dir(self._sweep_dir(config), "hydra.sweep.dir")
+            self._lock = RunLock(self._sweep_dir(config), "hydra.sweep.dir").acquire()
         except UserError as err:
             fail(str(err))  # not raised: Hydra turns a callback's exception into a warning
         atexit.register(self._lock.release)  # Hydra skips on_multirun_end after a failed job

@@ -32,10 +32,13 @@ PARTIAL_WRITES = (".", "checkpoints")
 
 
 class RunLock:
-    """An exclusive lock on a run dir; :meth:`release` (or process exit) frees it."""
+    """An exclusive lock on a run dir; :meth:`release` (or process exit) frees it. ``key`` is
+    the override that gives a command another dir (a sweep's is ``hydra.sweep.dir``), named
+    when the dir is in use."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, key: str = "hydra.run.dir") -> None:
         self.path = Path(run_dir) / LOCK_NAME
+        self.key = key
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
@@ -45,7 +48,7 @@ class RunLock:
         except OSError as err:
             raise UserError(
                 f"cannot write to the run dir {self.path.parent} ({err.strerror}); pass a "
-                "writable one with hydra.run.dir=<folder>"
+                f"writable one with {self.key}=<folder>"
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -54,7 +57,7 @@ class RunLock:
             os.close(fd)
             raise UserError(
                 f"{self.path.parent} is in use by another run ({holder}); wait for it to end, "
-                "or give this run its own hydra.run.dir=<folder>"
+                f"or give this run its own {self.key}=<folder>"
             ) from None
         previous = os.pread(fd, 200, 0).decode(errors="replace").strip()
         if previous:  # a holder that released nothing: it died without cleaning up
