@@ -26,6 +26,7 @@ from translate.data.corpus import load_raw_split
 from translate.data.tokenizer import Tokenizer
 from translate.decoding.ct2 import load_exported, output_limit
 from translate.decoding.ct2_export import export_checkpoint
+from translate.decoding.engine import TorchEngine
 from translate.decoding.engines import ENGINES
 from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
@@ -162,8 +163,8 @@ def test_greedy_hypotheses_are_ours(run):
 
 def test_beam_hypotheses_without_length_penalty_are_ours(run):
     t = run.ours.translator
-    blocked = Translator(Blocked(t.model), t.tokenizer, t.decode, t.device, "32", t.max_tokens,
-                         t.max_src_len)  # fmt: skip
+    engine = TorchEngine(Blocked(t.model), t.device, "32")
+    blocked = Translator(engine, t.tokenizer, t.decode, t.max_tokens, t.max_src_len)
     ours, theirs = decode_with(run, blocked, beam_size=4, length_penalty=0.0)
     assert theirs == ours
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from translate.analysis.heads import head_ids, head_mask_without
+from translate.decoding.engine import TorchEngine
 from translate.decoding.translator import Translator
 from translate.metrics import score
 from translate.nn.model import Seq2SeqTransformer
@@ -52,11 +53,9 @@ class MaskedBleu:
         base = self.translator
         model = base.model if head_mask is None else HeadMasked(base.model, head_mask)
         masked = Translator(
-            model,
+            TorchEngine(model, base.device, base.precision),
             base.tokenizer,
             base.decode,
-            base.device,
-            base.precision,
             base.max_tokens,
             base.max_src_len,
         )

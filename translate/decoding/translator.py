@@ -2,9 +2,9 @@
 a checkpoint becomes a ready :class:`Translator` (:func:`load_translator`). Shared by training's
 validation and test, ``translate.evaluate``, ``translate.translate`` and ``translate.analyze``.
 
-What decodes each batch is the translator's :class:`~translate.decoding.engine.Engine`: our
-model (built from the constructor's arguments) or another one (:meth:`Translator.from_engine`,
-e.g. an exported CTranslate2 model); nothing here depends on which."""
+What decodes each batch is the translator's :class:`~translate.decoding.engine.Engine`, chosen
+where the translator is built: our model or another one (e.g. an exported CTranslate2 model);
+nothing here depends on which."""
 
 from __future__ import annotations
 
@@ -33,11 +33,12 @@ WARN_LINES = 3  # truncated lines named one by one; beyond that, only their coun
 
 
 class Translator:
-    """Translate token ids or text with a model, in token-bounded batches of similar length.
+    """Translate token ids or text with an engine, in token-bounded batches of similar length.
 
     Args:
-        model, device, precision: our model, decoded on ``device`` under ``precision``'s
-            autocast (:class:`~translate.decoding.engine.TorchEngine`).
+        engine: what decodes each batch: our model
+            (:class:`~translate.decoding.engine.TorchEngine`) or another (e.g. an exported
+            CTranslate2 model).
         max_tokens: source tokens per batch (padded size).
         max_src_len: longest source in tokens, EOS included (``data.eval_max_len``); longer
             inputs are truncated to ``max_src_len - 1`` subwords (:meth:`translate` warns and
@@ -46,33 +47,12 @@ class Translator:
 
     def __init__(
         self,
-        model: Seq2SeqTransformer,
-        tokenizer: Tokenizer,
-        decode: DecodeSettings,
-        device: torch.device,
-        precision: str,
-        max_tokens: int,
-        max_src_len: int | None,
-    ) -> None:
-        self._setup(
-            TorchEngine(model, device, precision), tokenizer, decode, max_tokens, max_src_len
-        )
-
-    @classmethod
-    def from_engine(
-        cls,
         engine: Engine,
         tokenizer: Tokenizer,
         decode: DecodeSettings,
         max_tokens: int,
         max_src_len: int | None,
-    ) -> Translator:
-        """A translator whose batches ``engine`` decodes (the other arguments as above)."""
-        translator = cls.__new__(cls)
-        translator._setup(engine, tokenizer, decode, max_tokens, max_src_len)
-        return translator
-
-    def _setup(self, engine, tokenizer, decode, max_tokens, max_src_len) -> None:
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.decode = decode
@@ -216,11 +196,9 @@ def load_translator(
     data = data_settings(config["data"], data_overrides)
     decode = decode_over(config["decode"], decode)
     translator = Translator(
-        model,
+        TorchEngine(model, torch_device, precision),
         tokenizer,
         decode,
-        torch_device,
-        precision,
         data.eval_max_tokens,
         data.eval_cap,
     )

@@ -15,6 +15,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from translate.data.corpus import Corpus, load_corpus
+from translate.decoding.engine import TorchEngine
 from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
@@ -114,7 +115,11 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     if t.resume:
         progress = resume_or_start(ckpts.last, trainer, corpus, dist, settings)
     translator = Translator(
-        model, tok, settings.decode, device, precision, corpus.eval_max_tokens, corpus.eval_max_len
+        TorchEngine(model, device, precision),
+        tok,
+        settings.decode,
+        corpus.eval_max_tokens,
+        corpus.eval_max_len,
     )
     # Hide the events a killed run logged after its last checkpoint (all of them when it
     # was killed before its first), so the curves continue cleanly.
