@@ -151,7 +151,7 @@ def train_or_load_tokenizer(
             log.info("tokenizer: reusing %s", path)
             return cached, path
         # Left in place, a damaged file would fail every later run with the same settings.
-        log.warning("tokenizer: cache file %s is unusable (%s); training it again", path, why)
+        log.warning("tokenizer: unusable cache file (%s); training it again", why)
 
     log.info("tokenizer: training SentencePiece %s, vocab %d -> %s", model_type, vocab_size, path)
     proto = _train(train_texts(), settings)
@@ -160,17 +160,13 @@ def train_or_load_tokenizer(
 
 
 def _load_cached(path: Path, vocab_size: int) -> tuple[Tokenizer | None, str]:
-    """``(tokenizer, "")`` for a usable cached model, else ``(None, why not)``."""
+    """``(tokenizer, "")`` for a usable cached model, else ``(None, why not)``, naming the file."""
     try:
-        proto = path.read_bytes()
-    except OSError as err:
-        return None, f"unreadable: {err.strerror or err}"
-    try:
-        tokenizer = Tokenizer(proto)
+        tokenizer = Tokenizer.from_file(path)
     except UserError as err:
         return None, str(err)
     if tokenizer.vocab_size != vocab_size:
-        return None, f"vocab size {tokenizer.vocab_size}, expected {vocab_size}"
+        return None, f"{path} has vocab size {tokenizer.vocab_size}, expected {vocab_size}"
     return tokenizer, ""
 
 
