@@ -96,19 +96,37 @@ def _log_weights_fallback() -> None:
         _logged_weights_fallback = True
 
 
-def _check_sizes(embed_dim: int, num_heads: int, num_kv_heads: int, impl: str) -> None:
+class HeadLayoutError(ValueError):
+    """A head layout that does not fit. ``argument`` names the one at fault (``num_heads``,
+    ``embed_dim`` or ``num_kv_heads``), so that a caller with its own names for them (the
+    training config's ``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
+    """The head layout rule: ``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1``
+    divides ``num_heads``; raises :class:`HeadLayoutError` on the first that does not hold."""
     if num_heads < 1:
-        raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+        raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
     if embed_dim % num_heads != 0:
-        raise ValueError(
+        raise HeadLayoutError(
+            "embed_dim",
             f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
-            f"choose a head count that divides it"
+            f"choose a head count that divides it",
         )
     if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-        raise ValueError(
+        raise HeadLayoutError(
+            "num_kv_heads",
             f"num_kv_heads={num_kv_heads} must be >= 1 and divide num_heads={num_heads} "
-            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)"
+            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)",
         )
+
+
+def _check_sizes(embed_dim: int, num_heads: int, num_kv_heads: int, impl: str) -> None:
+    check_heads(embed_dim, num_heads, num_kv_heads)
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
 
