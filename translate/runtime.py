@@ -37,12 +37,19 @@ def resolve_device(name: str, key: str = "trainer.device") -> torch.device:
     return device
 
 
-def resolve_precision(name: str, device: torch.device, key: str = "trainer.precision") -> str:
-    """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU.
-    ``key`` is the setting's name in the command's messages."""
+def check_precision(name: str, key: str = "trainer.precision") -> str:
+    """``name`` as one of :data:`PRECISIONS` (a config may give ``32`` as a number); anything
+    else is a UserError naming ``key`` and the choices."""
     name = str(name)
     if name not in PRECISIONS:
         raise UserError(f"{key}={name} is unknown; choose one of {', '.join(PRECISIONS)}")
+    return name
+
+
+def resolve_precision(name: str, device: torch.device, key: str = "trainer.precision") -> str:
+    """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU.
+    ``key`` is the setting's name in the command's messages."""
+    name = check_precision(name, key)
     if name == "auto":
         cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return "bf16" if cuda_bf16 else "32"

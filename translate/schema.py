@@ -15,7 +15,7 @@ from translate.errors import UserError
 from translate.nn.attention import IMPLS
 from translate.nn.layers import ACTIVATIONS
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import PRECISIONS
+from translate.runtime import check_precision
 
 SOURCES = ("iwslt2017", "multi30k", "jsonl", "sample")
 ROLES = ("train", "valid", "test")
@@ -133,7 +133,7 @@ class TrainerSettings:
     progress_bar: bool
 
     def validate(self) -> None:
-        _choice("trainer.precision", self.precision, PRECISIONS)
+        check_precision(self.precision)
         for key in (
             "max_steps",
             "max_epochs",
