@@ -37,6 +37,10 @@ def test_the_presets_compose_into_valid_settings():
         ("kv_heads=3", "kv_heads=3 must be >= 1 and divide heads=2"),
         ("kv_heads=0", "kv_heads=0 must be >= 1 and divide heads=2"),
         ("kv_heads=4", "kv_heads=4 must be >= 1 and divide heads=2"),
+        # The model's own rule (nn.attention.check_heads), worded with the config's keys.
+        ("heads=3", "model.d_model=32 is not divisible by heads=3; pick heads from the divisors"),
+        ("heads=0", "heads=0 must be >= 1"),
+        ("trainer.precision=fp8", "trainer.precision=fp8 is unknown; choose one of auto, bf16"),
         ("optim.lr=abc", "optim.lr='abc' must be a number"),
         ("seed=abc", "seed='abc' must be an integer"),
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),

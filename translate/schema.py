@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.nn.attention import IMPLS
+from translate.nn.attention import IMPLS, HeadLayoutError, check_heads
 from translate.nn.layers import ACTIVATIONS
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import check_precision
@@ -64,25 +64,30 @@ class ModelSettings:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
 
     def validate(self) -> None:
-        if self.num_heads < 1:
-            raise UserError(f"heads={self.num_heads} must be >= 1")
-        kv = self.num_kv_heads
-        if kv < 1 or self.num_heads % kv:
-            raise UserError(
-                f"kv_heads={kv} must be >= 1 and divide heads={self.num_heads}; pick kv_heads "
-                f"from the divisors of {self.num_heads} (1: multi-query attention)"
-            )
         for key in ("d_model", "d_ff", "num_encoder_layers", "num_decoder_layers"):
             _positive(f"model.{key}", getattr(self, key))
-        if self.d_model % self.num_heads:
-            raise UserError(
-                f"model.d_model={self.d_model} is not divisible by heads={self.num_heads}; "
-                f"pick heads from the divisors of {self.d_model}"
-            )
+        self._check_heads()
         _choice("model.attention_impl", self.attention_impl, IMPLS)
         _choice("model.activation", self.activation, tuple(ACTIVATIONS))
         for key in ("dropout", "attention_dropout", "activation_dropout"):
             _fraction(f"model.{key}", getattr(self, key))
+
+    def _check_heads(self) -> None:
+        """The model's own head layout rule (:func:`~translate.nn.attention.check_heads`),
+        worded with the config's keys and the fix."""
+        h, kv, d = self.num_heads, self.num_kv_heads, self.d_model
+        try:
+            check_heads(d, h, kv)
+        except HeadLayoutError as err:
+            raise UserError(
+                {
+                    "num_heads": f"heads={h} must be >= 1",
+                    "num_kv_heads": f"kv_heads={kv} must be >= 1 and divide heads={h}; pick "
+                    f"kv_heads from the divisors of {h} (1: multi-query attention)",
+                    "embed_dim": f"model.d_model={d} is not divisible by heads={h}; pick heads "
+                    f"from the divisors of {d}",
+                }[err.argument]
+            ) from None
 
     def build(self, vocab_size: int, pad_id: int) -> Seq2SeqTransformer:
         return Seq2SeqTransformer(vocab_size=vocab_size, pad_id=pad_id, **dataclasses.asdict(self))
