@@ -37,7 +37,7 @@ from translate.training.progress import (
     early_stopped,
     limit_reached,
 )
-from translate.training.run import Run
+from translate.training.run import Run, Window
 from translate.training.step import StepResult
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def _count_step(run: Run, result: StepResult) -> bool:
     p.bad_steps = 0
     p.step += 1
     p.tokens += result.tokens
-    run.window[0] += result.tokens
+    run.window = run.window._replace(tokens=run.window.tokens + result.tokens)
     return True
 
 
@@ -148,8 +148,8 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
         bar.update(p)
         return
     now = time.perf_counter()
-    tps = run.window[0] / max(now - run.window[1], 1e-9)
-    run.window[:] = [0, now]
+    tps = run.window.tokens / max(now - run.window.start, 1e-9)
+    run.window = Window(0, now)
     # Of this step's padded positions, the share that holds tokens: what batching wastes.
     real = result.tokens / max(result.padded_tokens, 1)
     bar.update(

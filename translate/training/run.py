@@ -10,6 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -33,6 +34,14 @@ from translate.training.step import Trainer
 log = logging.getLogger(__name__)
 
 
+class Window(NamedTuple):
+    """The tokens trained on since ``start`` (``time.perf_counter()``): what the next logged
+    tokens/s is measured over."""
+
+    tokens: int
+    start: float
+
+
 @dataclass
 class Run:
     """Everything one training run works with."""
@@ -46,7 +55,7 @@ class Run:
     ckpts: CheckpointManager
     writer: SummaryWriter | distributed.NullWriter
     progress: Progress = field(default_factory=Progress)
-    window: list = field(default_factory=lambda: [0, time.perf_counter()])  # tokens, start
+    window: Window = field(default_factory=lambda: Window(0, time.perf_counter()))
     lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
     saved_step: int | None = None  # the step of the newest checkpoint this process wrote
     start_step: int = 0  # where this process started (> 0 when resumed)
