@@ -17,7 +17,6 @@ from translate.nn.layers import ACTIVATIONS
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import check_precision
 
-SOURCES = ("iwslt2017", "multi30k", "jsonl", "sample")
 ROLES = ("train", "valid", "test")
 
 
@@ -246,7 +245,6 @@ class DataSettings:
         return self.filter.max_src_len if self.eval_max_len is None else self.eval_max_len
 
     def validate(self) -> None:
-        _choice("data.source", self.source, SOURCES)
         if self.src_lang == self.tgt_lang:
             raise UserError(f"data.src_lang and data.tgt_lang are both {self.src_lang!r}")
         unknown = sorted(set(self.splits) - set(ROLES))

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from translate.data.registry import source
 from translate.errors import UserError
 from translate.schema import (
     AnalysisSettings,
@@ -138,7 +139,9 @@ def data_settings(node: Any, overrides: Any = None) -> DataSettings:
     analyze) are merged over ``node`` (the data config a checkpoint was trained with)."""
     if overrides is not None:
         node = OmegaConf.merge(OmegaConf.create(plain(node, "data")), overrides)
-    return build(DataSettings, node, "data")
+    data = build(DataSettings, node, "data")
+    source(data.source)  # the sources are the data layer's, which schema.py sits below
+    return data
 
 
 @dataclass(frozen=True)

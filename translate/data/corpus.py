@@ -13,15 +13,14 @@ Run ``python -m translate.data data=<source> [overrides]`` to check a corpus bef
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from translate.data import iwslt, sources
 from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.registry import source
 from translate.data.tokenizer import (
     Tokenizer,
     encode_cached,
@@ -209,20 +208,7 @@ def _read_texts(
 ) -> dict[str, dict[str, list[str]]]:
     """``{role: {lang: sentences}}``, each distinct split read once."""
     unique = list(dict.fromkeys(names.values()))
-    if data.source == "iwslt2017" and data.path is None:
-        if data.hub is None:
-            raise UserError("data=iwslt2017 needs data.hub.* or data.path=<release archive>")
-        by_name = iwslt.load_iwslt_hub(data.hub, unique, langs, pair=data.pair)
-    elif data.source == "iwslt2017":
-        release = iwslt.IwsltRelease(_path(data.path, "path"), pair=data.pair)
-        by_name = {n: release.split(n, langs) for n in unique}
-    else:
-        if data.source == "sample" and data.dir is None:
-            folder = sources.sample_dir()
-        else:
-            folder = _path(data.dir, "dir")
-        read = sources.read_jsonl if data.source == "jsonl" else sources.read_text_pair
-        by_name = {n: read(folder, n, langs) for n in unique}
+    by_name = source(data.source).read(data, unique, langs)
     columns = {n: _columns(ds, langs) for n, ds in by_name.items()}
     if "train" in names:
         _check_has_text(data, names["train"], columns[names["train"]])
@@ -260,17 +246,7 @@ def _check_has_pairs(data: DataSettings, role: str, name: str, columns) -> None:
 
 def _where(data: DataSettings, name: str, lang: str) -> str:
     """Where split ``name`` of ``lang`` was read from, for error messages."""
-    if data.source == "iwslt2017":
-        return f"data.path={data.path}" if data.path else f"hub {data.hub.repo}"
-    folder = sources.sample_dir() if data.dir is None else _path(data.dir, "dir")
-    file = f"{name}.jsonl" if data.source == "jsonl" else f"{name}.{lang}"
-    return str(sources.find_file(folder, file))
-
-
-def _path(value: str | None, key: str) -> Path:
-    if value is None:
-        raise UserError(f"data.{key} is not set: add data.{key}=<path> to the command")
-    return Path(os.path.expanduser(value))
+    return source(data.source).describe(data, name, lang)
 
 
 def _columns(ds, langs: tuple[str, str]) -> dict[str, list[str]]:

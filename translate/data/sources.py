@@ -7,6 +7,8 @@ with one schema, ``{"translation": {"de": "...", "en": "..."}}``, as the hub's I
 - :mod:`translate.data.iwslt`: IWSLT 2017 from the hub (Parquet export, then the release
   archive) or from a local release archive or folder.
 
+Which reader ``data.source`` names, and how to add a source: :mod:`translate.data.registry`.
+
 Corpus lines are read as UTF-8 with universal newlines and stripped, as the hub's loading script
 did (:func:`read_lines`). Text to translate is split on ``\\n`` and ``\\r\\n`` only and kept as
 it is (:func:`read_input_lines`, :func:`decode_input`), so one input line is one output line.
