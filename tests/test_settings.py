@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
-from conftest import CONF, TINY, compose_config
+from conftest import CONF, TINY, compose_config, run_cli
 from hydra import compose, initialize_config_dir
 
+import translate.schema
 from translate.errors import UserError
-from translate.settings import train_settings
+from translate.settings import (
+    CheckpointCommand,
+    EngineCommand,
+    ExportCommand,
+    TrainSettings,
+    train_settings,
+)
 
 
 def settings(*overrides: str):
@@ -121,3 +131,57 @@ def test_the_quickstart_is_a_step_budget():
     s = train_settings(compose_config("train", ["experiment=quickstart", "run_dir=unused"]))
     assert s.trainer.max_minutes is None and s.trainer.max_steps == 1000
     assert s.trainer.num_threads == 1  # beside other CPU-bound work, 2 threads wait on each other
+
+
+# ------------------------------------------------------------------------ help
+
+SETTINGS = [
+    *(getattr(translate.schema, name) for name in translate.schema.__all__),
+    TrainSettings,
+    CheckpointCommand,
+    EngineCommand,
+    ExportCommand,
+]
+
+
+def group_of(cls, field):
+    """The settings dataclass ``field`` holds (also when optional), or None."""
+    hint = typing.get_type_hints(cls)[field.name]
+    return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)
+
+
+def train_keys(cls=TrainSettings, prefix: str = "") -> dict[str, str]:
+    """Every config key training reads -> its help text."""
+    keys = {}
+    for field in dataclasses.fields(cls):
+        group = group_of(cls, field)
+        if not field.metadata["key"]:
+            continue
+        if group is not None:
+            keys |= train_keys(group, f"{prefix}{field.name}.")
+        else:
+            keys[f"{prefix}{field.name}"] = field.metadata["help"]
+    return keys
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda cls: cls.__name__)
+def test_every_setting_says_what_it_means_its_unit_and_its_range(cls):
+    for field in dataclasses.fields(cls):
+        meta = field.metadata
+        assert meta.get("help"), f"{cls.__name__}.{field.name} has no help"
+        if meta["key"] and group_of(cls, field) is None:
+            assert meta["unit"] and meta["range"], f"{cls.__name__}.{field.name}: unit, range"
+
+
+def test_train_help_lists_every_setting_with_its_value_and_meaning():
+    proc = run_cli("translate.train", "experiment=quickstart", "heads=4", "--help")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    keys = train_keys()
+    assert len(keys) > 80 and "data.tokenizer.vocab_size" in keys
+    for key, help_text in keys.items():
+        (i,) = [i for i, line in enumerate(lines) if line.startswith(f"{key}=")]
+        assert help_text.startswith(lines[i + 1].strip()), key
+        assert lines[i + 1].startswith("    ")
+    assert "model.num_heads=4  (from ${heads})" in lines  # the command's overrides show
+    assert "    unit: features; range: > 0, a multiple of model.num_heads" in lines

@@ -10,7 +10,9 @@ dataclasses and never read configuration themselves. Defaults live in ``conf/`` 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ from translate.schema import (
     OptimSettings,
     TrainerSettings,
 )
+from translate.schema.checks import doc
+from translate.schema.training import device_doc, precision_doc
 
 # ------------------------------------------------------------------------ reading and typing
 
@@ -140,7 +144,7 @@ def data_settings(node: Any, overrides: Any = None) -> DataSettings:
     if overrides is not None:
         node = OmegaConf.merge(OmegaConf.create(plain(node, "data")), overrides)
     data = build(DataSettings, node, "data")
-    source(data.source)  # the sources are the data layer's, which schema.py sits below
+    source(data.source)  # the sources are the data layer's, which translate.schema sits below
     return data
 
 
@@ -148,18 +152,24 @@ def data_settings(node: Any, overrides: Any = None) -> DataSettings:
 class TrainSettings:
     """Everything ``train`` needs, typed; ``config`` is the resolved config a checkpoint keeps."""
 
-    model: ModelSettings
-    optim: OptimSettings
-    trainer: TrainerSettings
-    decode: DecodeSettings
-    data: DataSettings
-    analysis: AnalysisSettings
-    seed: int
-    run_dir: str
-    config: dict
-    # A multirun job's name (``heads=4,seed=2``), None for a single run: with trainer.resume a
-    # sweep job that has no checkpoint yet starts, where a single run stops (a mistyped dir).
-    sweep_job: str | None = None
+    model: ModelSettings = doc("the Transformer (conf/model/)")
+    optim: OptimSettings = doc("the optimiser recipe (conf/optim/)")
+    trainer: TrainerSettings = doc("how the run goes (conf/trainer/)")
+    decode: DecodeSettings = doc("how the test split is decoded (conf/decode/)")
+    data: DataSettings = doc("the corpus, its tokenizer and its batches (conf/data/)")
+    analysis: AnalysisSettings = doc("the per-head summary at the end (conf/analysis/)")
+    seed: int = doc("seed of every random generator", "seed", "any integer")
+    run_dir: str = doc(
+        "where the run writes everything (checkpoints, TensorBoard, hypotheses, results.json)",
+        "folder",
+        "a path; by default Hydra's run dir",
+    )
+    config: dict = doc("the resolved config, as the checkpoints keep it", key=False)
+    # With trainer.resume a sweep job that has no checkpoint yet starts, where a single run
+    # stops (a mistyped dir).
+    sweep_job: str | None = doc(
+        "a multirun job's name (heads=4,seed=2), None for a single run", key=False, default=None
+    )
 
 
 def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettings:
@@ -195,9 +205,11 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
 class CheckpointCommand:
     """What ``evaluate``, ``translate`` and ``analyze`` share: a checkpoint and where to run."""
 
-    checkpoint: str
-    device: str
-    precision: str
+    checkpoint: str = doc(
+        "the checkpoint to load", "file", "<run_dir>/checkpoints/best.pt or another .pt"
+    )
+    device: str = device_doc()
+    precision: str = precision_doc()
 
 
 def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
@@ -220,11 +232,19 @@ class EngineCommand:
     """What ``evaluate`` and ``translate`` decode with: ``engine=torch checkpoint=<ckpt>`` (our
     model) or ``engine=ctranslate2 model_dir=<dir>`` (an exported one), and where."""
 
-    engine: str
-    checkpoint: str | None
-    model_dir: str | None
-    device: str
-    precision: str
+    engine: str = doc(
+        "what decodes: our model, or its CTranslate2 export", "name", " | ".join(ENGINE_SOURCES)
+    )
+    checkpoint: str | None = doc(
+        "engine=torch: the checkpoint to load", "file", "a .pt file; null for ctranslate2"
+    )
+    model_dir: str | None = doc(
+        "engine=ctranslate2: a folder written by python -m translate.export",
+        "folder",
+        "null for torch",
+    )
+    device: str = device_doc()
+    precision: str = precision_doc()  # engine=ctranslate2 takes auto only
 
     @property
     def source(self) -> str:
@@ -268,10 +288,18 @@ class ExportCommand:
     """``python -m translate.export``: a checkpoint, the folder to write, how to store weights,
     and the rows of the position table (None: what the checkpoint's run needs)."""
 
-    checkpoint: str
-    output: str
-    quantization: str
-    max_positions: int | None
+    checkpoint: str = doc("the checkpoint to export", "file", "a .pt file")
+    output: str = doc("the model folder to write", "folder", "new, or an empty folder")
+    quantization: str = doc(
+        "how the weights are stored and computed (int8: 8-bit weights and matrix products)",
+        "name",
+        " | ".join(QUANTIZATIONS),
+    )
+    max_positions: int | None = doc(
+        "rows of the position table: the longest source and output the exported model takes",
+        "tokens",
+        "> 0; null = what the checkpoint's run evaluates with",
+    )
 
     def validate(self) -> None:
         if self.quantization not in QUANTIZATIONS:
@@ -296,3 +324,59 @@ def optional_path(cfg: DictConfig, key: str) -> str | None:
     """A command's optional file argument (``src=``, ``input=``) as a string, or None."""
     value = cfg.get(key)
     return None if value is None else str(value)
+
+
+# ------------------------------------------------------------------------ help
+
+
+def settings_help(cls, node: Any, prefix: str = "") -> list[str]:
+    """Every config key of ``cls`` (a settings dataclass; its own keys, then its groups):
+    ``key=value`` as ``node`` (the composed config) sets it, what it means, its unit and its
+    range, all read from the fields' :func:`~translate.schema.checks.doc` (so it cannot drift)."""
+    hints, keys, groups = typing.get_type_hints(cls), [], []
+    for field in dataclasses.fields(cls):
+        meta, key = field.metadata, f"{prefix}{field.name}"
+        if not meta["key"]:
+            continue
+        value, origin = _raw(node, field)
+        group = _group(hints[field.name])
+        if group is not None:
+            sub = value if OmegaConf.is_config(value) else None
+            groups += ["", f"{key}: {meta['help']}", *settings_help(group, sub, f"{key}.")]
+            continue
+        keys += [
+            f"{key}={_shown(value)}" + (f"  (from {origin})" if origin else ""),
+            *textwrap.wrap(meta["help"], 96, initial_indent="    ", subsequent_indent="    "),
+            f"    unit: {meta['unit']}; range: {meta['range']}",
+        ]
+    return keys + groups
+
+
+def _group(hint: Any):
+    """The settings dataclass a field of type ``hint`` holds (also when optional), or None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    return args[0] if len(args) == 1 and dataclasses.is_dataclass(args[0]) else None
+
+
+def _raw(node: Any, field: dataclasses.Field) -> tuple[Any, str]:
+    """The field's value in ``node`` and, for an interpolation (``${heads}``), how it is
+    written: as written where it cannot be resolved here (``???``), the field's default where
+    ``node`` lacks it."""
+    written = {} if node is None else OmegaConf.to_container(node, resolve=False)
+    if field.name not in written:
+        return (None if field.default is dataclasses.MISSING else field.default), ""
+    raw = written[field.name]
+    origin = raw if isinstance(raw, str) and "${" in raw else ""
+    try:
+        return node[field.name], origin
+    except OmegaConfBaseException:
+        return raw, ""
+
+
+def _shown(value: Any) -> str:
+    """A value as a command-line override writes it."""
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, (list, dict)) or value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return str(value)

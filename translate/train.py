@@ -13,11 +13,11 @@ import shlex
 import signal
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from translate.cli import exit_on_user_error, refuse_dangling_dirs, sweep_job, task_overrides
 from translate.errors import UserError
-from translate.settings import train_settings
+from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
 from translate.training.loop import fit
 from translate.training.progress import Stopped, StopRequest
@@ -28,6 +28,14 @@ from translate.training.run import Run, setup
 log = logging.getLogger(__name__)
 
 CUT_SHORT = 0.9  # a run that ends on max_minutes below this share of max_steps says so
+
+# --help lists every setting (conf/hydra/help/train.yaml). "$$": Hydra fills its $NAMES into the
+# template after this, and a value such as ${hydra:runtime.output_dir} would read as one.
+OmegaConf.register_new_resolver(
+    "translate_train_settings",
+    lambda *, _root_: "\n".join(settings_help(TrainSettings, _root_)).replace("$", "$$"),
+    replace=True,
+)
 
 
 def train(cfg: DictConfig) -> dict:
