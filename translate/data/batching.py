@@ -140,18 +140,16 @@ def collate(
     bos_id: int = Tokenizer.BOS,
     eos_id: int = Tokenizer.EOS,
 ) -> Batch:
-    """``[(index, src_ids, tgt_ids), ...]`` (ids without specials) -> a padded :class:`Batch`."""
-    B = len(examples)
-    S = max(len(src) for _, src, _ in examples) + 1
-    T = max(len(tgt) for _, _, tgt in examples) + 1
-    src = torch.full((B, S), pad_id, dtype=torch.long)
-    tgt_in = torch.full((B, T), pad_id, dtype=torch.long)
-    tgt_out = torch.full((B, T), pad_id, dtype=torch.long)
-    for row, (_, s, t) in enumerate(examples):
-        s, t = torch.as_tensor(np.asarray(s, np.int64)), torch.as_tensor(np.asarray(t, np.int64))
-        src[row, : len(s)], src[row, len(s)] = s, eos_id
-        tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = bos_id, t
-        tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, eos_id
+    """``[(index, src_ids, tgt_ids), ...]`` (ids without specials) -> a padded :class:`Batch`.
+
+    Built with whole-array numpy operations, not a loop of tensor writes per row: at the
+    IWSLT2017 recipe's 8,192-token batches (about 250 rows) the loop took 12 ms a batch, more
+    than the rest of the training loop's host side together (scripts/rehearse_scale.py)."""
+    srcs = [np.asarray(s, np.int64) for _, s, _ in examples]
+    tgts = [np.asarray(t, np.int64) for _, _, t in examples]
+    src = torch.from_numpy(_padded(srcs, pad_id, end=eos_id))  # (B, S): ids, EOS, PAD
+    tgt_in = torch.from_numpy(_padded(tgts, pad_id, start=bos_id))  # (B, T): BOS, ids, PAD
+    tgt_out = torch.from_numpy(_padded(tgts, pad_id, end=eos_id))  # (B, T): ids, EOS, PAD
     mask = src == pad_id
     return Batch(
         src=src,
@@ -162,6 +160,24 @@ def collate(
         num_src_tokens=int((~mask).sum()),
         num_tgt_tokens=int((tgt_out != pad_id).sum()),
     )
+
+
+def _padded(
+    seqs: list[np.ndarray], pad_id: int, start: int | None = None, end: int | None = None
+) -> np.ndarray:
+    """``(B, longest + 1)`` int64: row ``r`` is ``[start] + seqs[r] + [end]`` (whichever of
+    the two is given), then ``pad_id``."""
+    lens = np.fromiter(map(len, seqs), np.int64, len(seqs))  # (B,)
+    out = np.full((len(seqs), int(lens.max()) + 1), pad_id, np.int64)
+    rows = np.repeat(np.arange(len(seqs)), lens)  # (sum lens,): the row of every id
+    cols = np.arange(len(rows)) - np.repeat(np.cumsum(lens) - lens, lens)  # position in its row
+    shift = 0 if start is None else 1
+    out[rows, cols + shift] = np.concatenate(seqs) if len(rows) else []
+    if start is not None:
+        out[:, 0] = start
+    if end is not None:
+        out[np.arange(len(seqs)), lens] = end
+    return out
 
 
 def padding_ratio(
