@@ -43,7 +43,19 @@ LOCAL_ALTERNATIVES = (
 # ------------------------------------------------------------------- IWSLT 2017 release
 
 _SEG = re.compile(r"<seg[^>]*>(.*?)(?:</seg>)?$")
-_TEST_YEARS = tuple(f"tst{year}" for year in range(2010, 2016))
+# What the split "test" joins, in this order (8,079 pairs in the release).
+TEST_SETS = tuple(f"tst{year}" for year in range(2010, 2016))
+
+
+def train_file(pair: str, lang: str) -> str:
+    """The release's training file of one language: ``train.tags.de-en.de``."""
+    return f"train.tags.{pair}.{lang}"
+
+
+def xml_file(name: str, pair: str, lang: str) -> str:
+    """The release's file of dev/test set ``name`` (``dev2010``, ``tst2010``, ...) and one
+    language: ``IWSLT17.TED.dev2010.de-en.de.xml``."""
+    return f"IWSLT17.TED.{name}.{pair}.{lang}.xml"
 
 
 class IwsltRelease:
@@ -78,7 +90,7 @@ class IwsltRelease:
         if name == "validation":
             return self._xml(["dev2010"], langs)
         if name == "test":
-            return self._xml(list(_TEST_YEARS), langs)
+            return self._xml(list(TEST_SETS), langs)
         if re.fullmatch(r"dev2010|tst201[0-5]", name):
             return self._xml([name], langs)
         raise UserError(
@@ -104,7 +116,7 @@ class IwsltRelease:
         return str(item) if isinstance(item, Path) else f"{self.path}:{name}"
 
     def _train(self, langs: tuple[str, str]) -> datasets.Dataset:
-        names = [f"train.tags.{self.pair}.{lang}" for lang in langs]
+        names = [train_file(self.pair, lang) for lang in langs]
         columns = {lang: self._read(name) for lang, name in zip(langs, names)}
         check_aligned(columns, [self._where(n) for n in names], "lines")
         # As the hub script: a line whose first-language side starts with "<" is markup.
@@ -116,7 +128,7 @@ class IwsltRelease:
     def _xml(self, sets: list[str], langs: tuple[str, str]) -> datasets.Dataset:
         columns: dict[str, list[str]] = {lang: [] for lang in langs}
         for name in sets:
-            files = [f"IWSLT17.TED.{name}.{self.pair}.{lang}.xml" for lang in langs]
+            files = [xml_file(name, self.pair, lang) for lang in langs]
             segs = {lang: _segments(self._read(f)) for lang, f in zip(langs, files)}
             check_aligned(segs, [self._where(f) for f in files], "<seg> lines")
             for lang in langs:
