@@ -20,6 +20,7 @@ import torch
 from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
 from translate.errors import UserError
 from translate.training.checkpoints import non_finite
+from translate.training.resume import differences
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt")
 # What training's CheckpointManager owns in a checkpoints folder: never an averaging output.
@@ -160,12 +161,12 @@ def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> 
     """One line if ``ckpt`` cannot be averaged with ``first``: another model config, another
     tokenizer, or weights of other names, shapes or types."""
     why = f"cannot average {path} with {first_path}"
-    saved, here = first["config"].get("model", {}), ckpt["config"].get("model", {})
-    differ = [
-        f"model.{k}={saved.get(k)} in {first_path}, {here.get(k)} in {path}"
-        for k in sorted(set(saved) | set(here))
-        if saved.get(k) != here.get(k)
-    ]
+    differ = differences(
+        first["config"],
+        ckpt["config"],
+        lambda key: key.startswith("model."),
+        (f"in {first_path}", f"in {path}"),
+    )
     if differ:
         raise UserError(f"{why}: different model configs ({'; '.join(differ)})")
     if ckpt["tokenizer"] != first["tokenizer"]:

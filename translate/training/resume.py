@@ -74,9 +74,15 @@ def _rank(key: str, prefixes: tuple[str, ...]) -> int | None:
     return None
 
 
-def differences(saved: dict, here: dict, covered: Callable[[str], bool]) -> list[str]:
+def differences(
+    saved: dict,
+    here: dict,
+    covered: Callable[[str], bool],
+    where: tuple[str, str] = ("in the checkpoint", "here"),
+) -> list[str]:
     """``key=<saved> in the checkpoint, <here> here`` for each ``covered`` key whose values
-    differ. Keys in one config only (added or dropped since) are not compared."""
+    differ (``where`` names the two configs). Keys in one config only (added or dropped
+    since) are not compared."""
     a, b = _flat(saved), _flat(here)
     keys = [k for k in a if k in b and a[k] != b[k] and covered(k)]
     # heads and kv_heads are what a user sets; model.num_heads/num_kv_heads only follow them.
@@ -84,7 +90,7 @@ def differences(saved: dict, here: dict, covered: Callable[[str], bool]) -> list
         if top in keys and inner in keys:
             keys.remove(inner)
     keys.sort(key=lambda k: (_rank(k, IDENTITY + LOCATION) or 0, k))
-    return [f"{k}={a[k]} in the checkpoint, {b[k]} here" for k in keys]
+    return [f"{k}={a[k]} {where[0]}, {b[k]} {where[1]}" for k in keys]
 
 
 def _identity(key: str) -> bool:
