@@ -278,3 +278,17 @@ def test_a_run_cut_short_by_its_clock_says_so_last(tiny_train_cfg, tmp_path, cap
     assert messages[-1].startswith("training ended on its clock (trainer.max_minutes=0.001) after")
     assert f"{results['steps']:,} of trainer.max_steps=100,000 updates" in messages[-1]
     assert f"results: {tmp_path / 'run' / 'results.json'}" in messages[-2]
+
+
+def test_the_last_epoch_ends_the_run_with_a_validation_and_a_checkpoint(tiny_train_cfg, tmp_path):
+    """max_epochs stops at the end of an epoch whose last update neither validation nor
+    checkpointing had on its schedule: the run still validates and saves there."""
+    never = ["trainer.val_every_n_steps=1000", "trainer.checkpoint_every_n_steps=1000"]
+    epoch = ["trainer.max_epochs=1", "trainer.max_steps=1000", "data.max_tokens=4096"]
+    results = train(tiny_train_cfg(*epoch, *never, *SHORT_DECODE))
+    steps, run = results["steps"], tmp_path / "run"
+    assert results["epochs_completed"] == 1 and 0 < steps < 1000
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == steps
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("dev/loss")] == [steps]

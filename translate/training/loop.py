@@ -15,6 +15,7 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Iterator
 
 import numpy as np
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -81,27 +82,36 @@ def fit(run: Run) -> tuple[str, int | None]:
     # A resumed run may already be at a limit (e.g. it stopped while scoring): no extra step.
     stop_reason = limit_reached(p, t)
     with StopRequest() as stop, logging_redirect_tqdm():
-        loop_start = time.perf_counter() - p.train_seconds
-        while stop_reason is None:
-            for group in batches.epoch(p.epoch, p.batches_in_epoch, t.accumulate_grad_batches):
-                result = run.trainer.step(group)
-                p.batches_in_epoch += batches.consumed(group)
-                p.train_seconds = time.perf_counter() - loop_start
-                if not _count_step(run, result):
-                    continue
+        for result in _updates(run, batches) if stop_reason is None else ():
+            if result is not None:
                 _log_step(run, result, bar)
                 stop_reason = _stop_reason(run, stop)
-                stop_reason = _validate_and_checkpoint(run, stop_reason, stop.signal)
-                if stop_reason:
-                    break
+                sig = stop.signal  # as all ranks agreed on it
+            elif p.epoch >= t.max_epochs:  # the last epoch has ended
+                stop_reason, sig = limit_reached(p, t), None
             else:
-                p.epoch, p.batches_in_epoch = p.epoch + 1, 0
-                if p.epoch >= t.max_epochs:
-                    stop_reason = limit_reached(p, t)
-                    if run.saved_step != p.step:  # the last step's checkpoint may be older
-                        _validate_and_checkpoint(run, stop_reason, None)
+                continue
+            stop_reason = _validate_and_checkpoint(run, stop_reason, sig)
+            if stop_reason:
+                break
         bar.close()
     return stop_reason, stop.signal
+
+
+def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
+    """Train epoch after epoch: each counted update's result, and None after each epoch's
+    end is counted (the two points where a run may validate, checkpoint and stop)."""
+    p, t = run.progress, run.settings.trainer
+    loop_start = time.perf_counter() - p.train_seconds
+    while True:
+        for group in batches.epoch(p.epoch, p.batches_in_epoch, t.accumulate_grad_batches):
+            result = run.trainer.step(group)
+            p.batches_in_epoch += batches.consumed(group)
+            p.train_seconds = time.perf_counter() - loop_start
+            if _count_step(run, result):
+                yield result
+        p.epoch, p.batches_in_epoch = p.epoch + 1, 0
+        yield None
 
 
 def _count_step(run: Run, result: StepResult) -> bool:
@@ -178,9 +188,11 @@ def _stop_reason(run: Run, stop: StopRequest) -> str | None:
 
 def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None) -> str | None:
     """Validate on the schedule and before every stop but a signal (which saves at once);
-    checkpoint on the schedule and at every stop. Returns the stop reason, early stopping
-    included."""
+    checkpoint on the schedule and at every stop; nothing for a step already checkpointed.
+    Returns the stop reason, early stopping included."""
     p, t = run.progress, run.settings.trainer
+    if run.saved_step == p.step:  # the last epoch ended right after a checkpointed update
+        return stop_reason
     validate_now = p.step % t.val_every_n_steps == 0 or (stop_reason is not None and sig is None)
     improved = False
     if validate_now and run.dist.is_main:  # the other ranks wait for its verdict
