@@ -1,0 +1,202 @@
+"""What the heads of one checkpoint learned: the work of ``python -m translate.analyze``
+(:mod:`translate.analyze` reads the settings and holds the output dir; this writes into it).
+
+On a fixed prefix of a split (``analysis.max_sentences``) this measures, per head:
+
+- attention entropy (mean over non-pad queries) and its normalised form ``H / log S``;
+- whether the head is degenerate: near-uniform, or fixed on one place (previous token, EOS, ...)
+  - see :mod:`translate.analysis.heads` and the thresholds in ``conf/analysis/default.yaml``;
+- importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): the dev loss
+  increase, and optionally the BLEU drop, when that head alone is masked at inference through
+  the model's ``head_mask`` option (``Seq2SeqTransformer.forward/encode/decode``);
+
+then masks heads in order of increasing importance and records BLEU and loss at each fraction
+of heads kept (the pruning curve). Everything goes into the output dir: ``analysis.json``,
+``heads.png``, ``pruning.png``, ``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same
+images in ``tensorboard/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
+from translate.analysis.importance import MaskedBleu, importance, pruning_curve
+from translate.analysis.plots import figure_pixels, heads_figure, pruning_figure, sentence_figures
+from translate.data.corpus import load_raw_split
+from translate.decoding.scoring import mean_nll
+from translate.decoding.translator import Loaded, load_translator
+from translate.errors import UserError
+from translate.io import atomic_write
+from translate.nn.model import count_parameters
+from translate.schema import AnalysisSettings
+from translate.settings import CheckpointCommand
+
+log = logging.getLogger(__name__)
+
+_ROLES = {"valid": "valid", "test": "test"}
+# What an analysis writes into its dir: a second one there would replace or mix with them.
+OUTPUTS = ("analysis.json", "heads.png", "pruning.png", "heatmaps", "tensorboard")
+
+
+def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, list, list[str]]:
+    """``(split name, src ids, tgt ids, references)`` of the non-empty pairs analysed."""
+    if role not in _ROLES:
+        raise UserError(f"split={role} is unknown; pass split=valid or split=test")
+    name, sources, references = load_raw_split(loaded.data, role)
+    pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
+    pairs = pairs if limit is None else pairs[:limit]
+    if not pairs:
+        raise UserError(f"split {name} has no non-empty sentence pairs to analyse")
+    tok = loaded.tokenizer
+    refs = [r for _, r in pairs]
+    return name, tok.encode([s for s, _ in pairs]), tok.encode(refs), refs
+
+
+def analyze_heads(
+    command: CheckpointCommand,
+    a: AnalysisSettings,
+    split: str,
+    out_dir: Path,
+    data_overrides=None,
+) -> dict:
+    """Run every diagnostic on ``split`` (``valid`` or ``test``), write the outputs into
+    ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source>
+    data.dir=...`` on the command line) are merged over the checkpoint's data config."""
+    loaded = load_translator(
+        command.checkpoint, command.device, command.precision, data_overrides=data_overrides
+    )
+    # Importance and pruning compare masks, not systems: decode with analysis.beam_size.
+    loaded.translator.decode = dataclasses.replace(loaded.translator.decode, beam_size=a.beam_size)
+    name, src_ids, tgt_ids, refs = _pairs(loaded, split, a.max_sentences)
+    model, tr = loaded.model, loaded.translator
+    log.info(
+        "analysing %d heads of %s on %d sentences of %s; outputs in %s",
+        len(head_ids(model)),
+        command.checkpoint,
+        len(refs),
+        name,
+        out_dir,
+    )
+    start = time.perf_counter()
+    limits = (loaded.data.eval_cap, loaded.data.eval_cap)  # as validation feeds the model
+    batches = make_batches(src_ids, tgt_ids, a.max_tokens, *limits)
+    stats = head_statistics(model, batches, tr.device, tr.precision, a.degenerate)
+    base, curve = _importance(loaded, a, stats, batches, src_ids, refs)
+    result = {
+        "checkpoint": command.checkpoint,
+        "heads": model.num_heads,
+        "d_k": model.d_model // model.num_heads,
+        "params": count_parameters(model),
+        "layers": model.num_layers,
+        "attention_impl": loaded.config["model"]["attention_impl"],
+        "split": name,
+        "sentences": len(refs),
+        "device": str(tr.device),
+        "precision": tr.precision,
+        "thresholds": asdict(a.degenerate),
+        "importance_metric": a.importance.metric,
+        "base": base,
+        "summary": summarize(stats),
+        "head_stats": [s.as_dict() for s in stats],
+        "pruning": curve,
+    }
+    _write_figures(
+        out_dir, loaded, stats, result, list(zip(src_ids, tgt_ids))[: a.heatmap_sentences]
+    )
+    result["seconds"] = time.perf_counter() - start
+    atomic_write(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n")
+    _log_summary(result, out_dir)
+    return result
+
+
+def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, refs):
+    """Importance of every head (into each ``HeadStats.extra``) and the pruning curve."""
+    model, tr = loaded.model, loaded.translator
+
+    def loss_fn(mask):
+        return mean_nll(model, batches, tr.device, tr.precision, mask)
+
+    n_imp, n_prune = a.importance.bleu_sentences, a.pruning.bleu_sentences
+    imp_bleu = MaskedBleu(tr, src_ids[:n_imp], refs[:n_imp]) if n_imp else None
+    base, scores = importance(model, loss_fn, imp_bleu, tr.device)
+    key = "loss_increase" if a.importance.metric == "loss" else "bleu_drop"
+    # Least important first; ties keep the model's order (kind, layer, head).
+    order = sorted(scores, key=lambda hid: scores[hid][key])
+    prune_bleu = MaskedBleu(tr, src_ids[:n_prune], refs[:n_prune])
+    curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device)
+    for rank, hid in enumerate(order):
+        scores[hid]["prune_rank"] = rank
+    for s in stats:
+        s.extra.update(scores[s.kind, s.layer, s.head])
+    return base, curve
+
+
+def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
+    """Heatmaps of ``examples`` (ids), ``heads.png``, ``pruning.png``; also to TensorBoard."""
+    import matplotlib.pyplot as plt
+
+    writer = SummaryWriter(out_dir / "tensorboard")
+
+    def save(fig, path: Path, tag: str) -> None:
+        pixels = figure_pixels(fig)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plt.imsave(path, pixels)
+        writer.add_image(tag, pixels, dataformats="HWC")
+
+    model, tok, device = loaded.model, loaded.tokenizer, loaded.translator.device
+    for i, (src_ids, tgt_ids) in enumerate(examples):
+        for tag, fig in sentence_figures(model, src_ids, tgt_ids, tok, device).items():
+            kind, layer = tag.split("/")[1:]
+            save(
+                fig,
+                out_dir / "heatmaps" / f"sentence{i}" / f"{kind}_{layer}.png",
+                f"{tag}/sentence{i}",
+            )
+    save(
+        heads_figure(stats, model.num_layers, model.num_heads),
+        out_dir / "heads.png",
+        "analysis/heads",
+    )
+    save(
+        pruning_figure(result["pruning"], result["heads"]),
+        out_dir / "pruning.png",
+        "analysis/pruning",
+    )
+    for point in result["pruning"]:
+        writer.add_scalar("pruning/bleu", point["bleu"], point["heads_kept"])
+        writer.add_scalar("pruning/loss", point["loss"], point["heads_kept"])
+    writer.add_text("analysis/summary", "```\n" + json.dumps(result["summary"], indent=2) + "\n```")
+    writer.close()
+
+
+def _log_summary(result: dict, out_dir: Path) -> None:
+    summary = result["summary"]
+    log.info(
+        "base: loss %.3f, BLEU %s | mean entropy %s | %d of %d heads degenerate",
+        result["base"]["loss"],
+        "n/a" if result["base"]["bleu"] is None else f"{result['base']['bleu']:.2f}",
+        ", ".join(f"{k} {v:.2f}" for k, v in summary["entropy"].items()),
+        summary["degenerate_heads"],
+        summary["total_heads"],
+    )
+    for d in summary["degenerate"]:
+        log.info(
+            "degenerate: %s layer %d head %d: %s", d["kind"], d["layer"], d["head"], d["reason"]
+        )
+    for point in result["pruning"]:
+        log.info(
+            "pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f",
+            100 * point["fraction_kept"],
+            point["heads_kept"],
+            point["bleu"],
+            point["loss"],
+        )
+    log.info("wrote %s", out_dir / "analysis.json")
