@@ -10,14 +10,10 @@ The package itself comes from the environment (``pip install -e .``).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
-import os
-import platform
 import shlex
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-from translate.runtime import synchronize
+from translate.runtime import device_name, machine, synchronize
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
 
@@ -185,22 +181,6 @@ def profile_ops(
     return out
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{cpu_model()} ({os.cpu_count()} logical CPUs)"
-
-
 GEMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 GEMM_WARMUP = 3  # untimed calls before the first timed one
 
@@ -272,36 +252,8 @@ def bf16_peak_tflops(device: torch.device) -> float | None:
     """The GPU's dense bf16 peak from a small table of known parts, else None."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    name = device_name(device)
     return next((peak for key, peak in BF16_PEAK_TFLOPS.items() if key in name), None)
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
-
-
-def machine_info(device: torch.device) -> dict:
-    return {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": str(device),
-        "device_name": device_name(device),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "git_commit": git_commit(),
-    }
 
 
 def report(
@@ -316,7 +268,7 @@ def report(
     return {
         "summary": summary,
         "benchmark": script,
-        "machine": machine_info(device),
+        "machine": machine(device),
         "command": shlex.join(["python", f"scripts/{script}.py", *argv]),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         **sections,

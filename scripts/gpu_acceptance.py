@@ -13,11 +13,9 @@ the summary table. The exit status is 1 if any part failed, else 0.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -26,8 +24,9 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import _bench  # the benchmarks' sibling module: the machine's description
 import torch
+
+from translate import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 # The IWSLT2017 recipe's sizes (conf/experiment/iwslt2017.yaml): 2+2 layers, d_model 512, 8 heads.
@@ -279,22 +278,17 @@ def bench(args, name: str) -> dict:
 
 
 def machine(args, argv: list[str]) -> dict:
+    """The package's description of the machine, with what a GPU acceptance adds to it: the
+    command, the GPUs, the driver and the CUDA libraries torch was built with."""
     cuda = args.cuda and torch.cuda.is_available()
     info = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **runtime.machine(args.device),
         "command": shlex.join(["python", "scripts/gpu_acceptance.py", *argv]),
         "cwd": str(ROOT),
-        "device": str(args.device),
-        "device_name": _bench.device_name(args.device),
         "gpus": torch.cuda.device_count() if cuda else 0,
         "driver": None,
-        "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "git_commit": _bench.git_commit(),
     }
     if shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]

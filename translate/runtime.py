@@ -1,11 +1,15 @@
-"""Device, precision, seeds, RNG state, eval mode and peak memory: the run-time environment
-a job needs."""
+"""Device, precision, seeds, RNG state, eval mode, timing and peak memory: the run-time
+environment a job needs, and the description of the machine it ran on."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import os
+import platform
 import random
 import resource
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -153,3 +157,51 @@ def peak_memory_mb(device: torch.device) -> float:
                 return int(line.split()[1]) / 2**10  # kB -> MiB
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def device_name(device: torch.device, cpu: str = "cpu") -> str:
+    """The GPU's name (``NVIDIA H200``), or ``cpu``: what the caller calls the CPU."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows of it."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+_CHECKOUT = Path(__file__).resolve().parents[1]  # the git checkout, in an editable install
+
+
+def git_commit() -> str | None:
+    """The short commit of the checkout the package runs from; None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=_CHECKOUT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine(device: torch.device) -> dict:
+    """Where a measurement ran, for the files that report one: the date, the device and its
+    name, the software, the threads torch uses and the commit."""
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": str(device),
+        "device_name": device_name(device, f"{cpu_model()} ({os.cpu_count()} logical CPUs)"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "git_commit": git_commit(),
+    }

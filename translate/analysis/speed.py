@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime as dt
 import importlib.metadata
 import json
-import os
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -47,7 +45,7 @@ from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
-from translate.runtime import peak_memory_mb, reset_peak_memory, timed
+from translate.runtime import machine, peak_memory_mb, reset_peak_memory, timed
 from translate.schema import OptimSettings
 from translate.settings import build
 
@@ -316,18 +314,6 @@ def heads_rows(entries: list[dict], baseline_heads: int = BASELINE_HEADS) -> lis
     return rows
 
 
-def machine(device: torch.device) -> dict:
-    cpu = f"cpu ({os.cpu_count()} logical CPUs)"
-    return {
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "ctranslate2": _version("ctranslate2"),
-    }
-
-
 def _version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
@@ -352,7 +338,7 @@ def run_speed(
     entries = [job_entry(sj) for sj in jobs]
     device = jobs[0].device
     payload = {
-        "machine": machine(device),
+        "machine": {**machine(device), "ctranslate2": _version("ctranslate2")},
         "settings": {
             **dataclasses.asdict(settings),
             "precision": jobs[0].loaded.translator.precision,

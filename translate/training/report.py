@@ -14,8 +14,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from translate.analysis.heads import head_summary
 from translate.analysis.plots import log_hparams
 from translate.checkpoint import load_checkpoint
@@ -23,7 +21,7 @@ from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
 from translate.nn.model import count_parameters
-from translate.runtime import peak_memory_mb
+from translate.runtime import device_name, peak_memory_mb
 from translate.training.averaging import average_into, step_checkpoints
 from translate.training.loop import dev_scores
 from translate.training.run import Run
@@ -201,7 +199,7 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "params": count_parameters(run.model),
         "attention_impl": m.attention_impl,
         "precision": run.trainer.precision,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
         "seed": run.settings.seed,
         "steps": p.step,
         "epochs_completed": p.epoch,

@@ -21,7 +21,7 @@ from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
-from translate.runtime import resolve_device, resolve_precision, seed_everything
+from translate.runtime import device_name, resolve_device, resolve_precision, seed_everything
 from translate.settings import TrainSettings
 from translate.training import distributed
 from translate.training.checkpoints import CheckpointManager
@@ -155,7 +155,7 @@ def _log_start(run: Run) -> None:
         m.d_model,
         m.attention_impl,
     )
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    name = device_name(device, "CPU")
     threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
     log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
     if m.attention_impl == "sdpa":
