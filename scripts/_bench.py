@@ -1,7 +1,8 @@
-"""What the three benchmark scripts share: common options, interleaved timing (wall clock and
-process CPU time) with warm-up and medians, a ``torch.profiler`` operator breakdown, the
-machine's own large-GEMM reference (:class:`Gemm`), a plain-text table, and the JSON report
-with the machine it ran on.
+"""What the three benchmark scripts share: common options, interleaved timing with warm-up and
+medians, a ``torch.profiler`` operator breakdown, the machine's own large-GEMM reference
+(:class:`Gemm`), a plain-text table, and the JSON report with the machine it ran on. Timing a
+call, the rounds' order and the machine's description are the package's
+(:mod:`translate.runtime`), which ``ablation_speed.py`` uses too.
 
 The scripts import it as a sibling module: Python puts a script's own folder on ``sys.path``.
 The package itself comes from the environment (``pip install -e .``).
@@ -14,7 +15,6 @@ import json
 import math
 import shlex
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-from translate.runtime import device_name, machine, synchronize
+from translate.runtime import device_name, machine, rotated, synchronize, timed
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
 
@@ -71,26 +71,15 @@ class Session:
         torch.set_num_threads(self._saved_threads)
 
 
-def timed(fn: Callable[[], object], device: torch.device) -> tuple[object, float, float]:
-    """``(result, wall seconds, CPU seconds)`` of one call, the device synchronised on both
-    sides. CPU seconds are the process's (``time.process_time``: every thread, user + system),
-    which other jobs on a shared host barely move; with N busy threads they approach N x wall.
-    """
-    synchronize(device)
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    synchronize(device)
-    return result, time.perf_counter() - wall, time.process_time() - cpu
-
-
 def interleaved(
     fns: dict[str, Callable[[], object]],
     device: torch.device,
     warmup: int,
     repeats: int,
 ) -> dict[str, list[float]]:
-    """Seconds per call of each function, measured in rounds A B C, B C A, C A B, ... after
-    ``warmup`` untimed calls each, so that drift on a shared machine hits all of them alike."""
+    """Seconds per call of each function, measured in ``repeats`` rounds in
+    :func:`~translate.runtime.rotated` order (A B C, B C A, C A B, ...) after ``warmup``
+    untimed calls each."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
@@ -98,8 +87,7 @@ def interleaved(
     synchronize(device)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in rotated(names, r):
             times[name].append(timed(fns[name], device)[1])
     return times
 

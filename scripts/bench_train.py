@@ -65,7 +65,7 @@ from torch import Tensor, nn
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
-from translate.runtime import resolve_precision, synchronize
+from translate.runtime import resolve_precision, rotated, synchronize, timed, timed_cpu
 from translate.schema import OptimSettings
 from translate.settings import build as build_settings
 from translate.training.step import Trainer
@@ -316,12 +316,11 @@ def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int
         tokens = dict.fromkeys(trainers, 0)
         gemm_s.append([])
         for i, batch in enumerate(batches):
-            shift = (r + i) % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in rotated(names, r + i):
                 if name == GEMM:
-                    gemm_s[-1].append(_bench.timed(gemm, device)[1])
+                    gemm_s[-1].append(timed(gemm, device)[1])
                     continue
-                result, w, c = _bench.timed(lambda t=trainers[name], b=batch: t.step([b]), device)
+                result, w, c = timed_cpu(lambda t=trainers[name], b=batch: t.step([b]), device)
                 tokens[name] += result.tokens
                 seconds[name][0] += w
                 seconds[name][1] += c

@@ -45,7 +45,7 @@ from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
-from translate.runtime import machine, peak_memory_mb, reset_peak_memory, timed
+from translate.runtime import machine, peak_memory_mb, reset_peak_memory, rotated, timed
 from translate.schema import OptimSettings
 from translate.settings import build
 
@@ -257,8 +257,7 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list
         sj.loaded.translator.translate_ids(sj.batch_ids, beam_size=1)
     order = []
     for r in range(settings.rounds):
-        shift = r % len(jobs)
-        visit = jobs[shift:] + jobs[:shift]
+        visit = rotated(jobs, r)
         order.append([sj.job.name for sj in visit])
         for sj in jobs:
             sj.round_peak_mb = 0.0
