@@ -21,7 +21,7 @@ import torch
 
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
-from translate.analysis.speed_schema import ratio_key, shown_metrics
+from translate.analysis.speed_file import ratio_key, shown_metrics
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.training.step import Trainer
 

@@ -15,7 +15,7 @@ from test_speed import SPEED
 
 from translate.analysis.ablation import build_report
 from translate.analysis.speed import heads_rows
-from translate.analysis.speed_schema import SPEED_FILE, SPEED_METRICS
+from translate.analysis.speed_file import SPEED_FILE, SPEED_METRICS
 from translate.sweeps import write_report
 
 # kv_heads -> (params, BLEU of seeds 1 and 2): fewer K/V heads, smaller k_proj / v_proj.

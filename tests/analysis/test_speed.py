@@ -17,7 +17,7 @@ from conftest import ROOT, assert_one_line_error
 from test_ablation import make_job
 
 from translate.analysis import speed
-from translate.analysis.speed_schema import CT2_METRICS, SPEED_FILE
+from translate.analysis.speed_file import CT2_METRICS, SPEED_FILE
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.sweeps import write_report
 from translate.training.step import Trainer

@@ -9,7 +9,7 @@ dir without ``results.json``) and jobs the sweep defines but never started (the 
 listed, never dropped silently. BLEU differences are tested against the 8-head multi-head row
 (kv_heads = 8) with sacreBLEU's paired bootstrap on the test hypotheses each job wrote
 (``test.hyp.txt``). The speed columns come from the sweep dir's ``ablation_speed.json``
-(:mod:`translate.analysis.speed_schema`) when it has one. The parameter check and the
+(:mod:`translate.analysis.speed_file`) when it has one. The parameter check and the
 significance test are :mod:`translate.analysis.ablation_stats`.
 
 Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
@@ -37,7 +37,7 @@ from translate.analysis.ablation_stats import (
     key_label,
     significance,
 )
-from translate.analysis.speed_schema import read_speed, speed_cells
+from translate.analysis.speed_file import read_speed, speed_cells
 from translate.errors import UserError
 
 BASELINE_HEADS = 8

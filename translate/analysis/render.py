@@ -17,7 +17,7 @@ from pathlib import Path
 
 from translate.analysis.ablation import Report, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.speed_schema import (
+from translate.analysis.speed_file import (
     CT2_METRICS,
     SPEED_COMMAND,
     SPEED_FILE,

@@ -16,7 +16,7 @@ CTranslate2's what the model itself costs. Without ``ctranslate2`` (or with
 
 The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
 package sits below ``translate.training`` and may not import it. ``scripts/ablation_speed.py``
-runs this; :mod:`translate.analysis.speed_schema` reads the file back for the report. Rows
+runs this; :mod:`translate.analysis.speed_file` reads the file back for the report. Rows
 are per ``(heads, kv_heads)``, so a grouped-query sweep (``kv_heads=1,2,4,8``) gets one each.
 """
 
@@ -36,7 +36,7 @@ import torch
 
 from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.speed_schema import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
+from translate.analysis.speed_file import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.corpus import load_raw_split
 from translate.decoding.ct2 import import_ctranslate2, load_exported

@@ -6,8 +6,8 @@ written before grouped-query attention has no ``kv_heads`` in them (multi-head: 
 ratios are over the baseline row: ``baseline_heads`` heads with as many kv heads.
 
 Written by :mod:`translate.analysis.speed` (``python scripts/ablation_speed.py SWEEP_DIR``), read
-by :mod:`translate.analysis.ablation`. Imports nothing heavy: the report is built when Hydra
-starts a sweep, and this module is part of it.
+by :mod:`translate.analysis.ablation`. A module apart from the measuring one because it imports
+nothing heavy: the report is built when Hydra starts a sweep, and this module is part of it.
 """
 
 from __future__ import annotations
