@@ -10,7 +10,6 @@ from translate.decoding.search import (
     generate,
     greedy_search,
     max_lengths,
-    scored_beam_search,
 )
 from translate.nn.model import Seq2SeqTransformer
 
@@ -216,7 +215,7 @@ def test_beam_scores_match_the_model_recomputed_without_cache(length_penalty):
         model = eos_prone(seed)
         src, mask = batch(seed)
         limits = max_lengths(src, mask, 1.5, 10)
-        best = scored_beam_search(
+        best = beam_search(
             model,
             src,
             mask,
@@ -224,6 +223,7 @@ def test_beam_scores_match_the_model_recomputed_without_cache(length_penalty):
             length_penalty=length_penalty,
             max_len_a=1.5,
             max_len_b=10,
+            with_scores=True,
             **SPECIAL,
         )
         for i, (score, hyp) in enumerate(best):

@@ -7,6 +7,7 @@ from equivalence import assert_same_outputs_and_grads
 from torch import nn
 
 from translate.nn.attention import AttentionCache, MultiHeadAttention, scaled_dot_product_attention
+from translate.nn.sdpa import masked_fused_attention
 
 D = 32
 
@@ -223,12 +224,34 @@ def test_static_cache_projects_encoder_once():
     torch.testing.assert_close(torch.cat([out0, out1], 1), full[:, :2], atol=1e-6, rtol=1e-5)
 
 
-def test_cache_reorder_selects_beams():
-    cache = AttentionCache(
-        k=torch.arange(3.0).view(3, 1, 1, 1), v=torch.arange(3.0).view(3, 1, 1, 1)
-    )
+@pytest.mark.parametrize("static", [False, True])
+def test_cache_reorder_selects_beams(static):
+    cache = AttentionCache(static=static)
+    rows = torch.arange(3.0).view(3, 1, 1, 1)  # (B, Hkv, T, Dh)
+    if static:
+        cache.store(rows, rows + 10)
+    else:
+        cache.append(rows, rows + 10)
     cache.reorder(torch.tensor([2, 2, 0]))
-    assert cache.k.flatten().tolist() == [2.0, 2.0, 0.0]
+    cache.reorder(torch.tensor([1, 0]))  # a second selection composes with the first
+    assert cache.k.flatten().tolist() == [2.0, 2.0]
+    assert cache.v.flatten().tolist() == [12.0, 12.0]
+
+
+def test_self_attention_cache_appends_after_a_reorder():
+    cache = AttentionCache()
+    step = torch.arange(3.0).view(3, 1, 1, 1)  # (B, Hkv, 1, Dh): row b holds b
+    for t in range(10):  # past the first buffer's room, so it grows while rows move
+        cache.append(step + 10 * t, step + 10 * t)
+        cache.reorder(torch.tensor([1, 2, 0]))
+    k, _ = cache.append(step, step)
+    assert cache.length == 11 and k.shape == (3, 1, 11, 1)
+    # Each reorder rotates the rows; the history moved with them, the new step did not.
+    history = torch.arange(3.0).view(3, 1)
+    for _ in range(10):
+        history = history[torch.tensor([1, 2, 0])]
+    assert k[:, 0, 10, 0].tolist() == [0.0, 1.0, 2.0]
+    assert k[:, 0, 0, 0].tolist() == history.flatten().tolist()
 
 
 @pytest.mark.parametrize("impl", ["manual", "sdpa"])
@@ -382,7 +405,7 @@ def test_sdpa_fully_masked_row_with_float_mask_is_zero_and_equals_manual():
     v = torch.randn(B, H, S, Dh, requires_grad=True)
     mask = torch.randn(T, S)
     mask[2] = float("-inf")  # query row 2 may see no key
-    out = MultiHeadAttention._sdpa(q, k, v, mask, 0.0)
+    out = masked_fused_attention(q, k, v, mask, 0.0)
     assert torch.isfinite(out).all()
     assert (out[:, :, 2] == 0).all()
     assert (out[:, :, [0, 1, 3]].abs().sum(-1) > 0).all()

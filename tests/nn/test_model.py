@@ -120,7 +120,7 @@ def test_reordered_cache_matches_recomputation():
     for t in range(3):
         model.decode(tgt[:, t : t + 1], memory, src_pad, cache=cache)
     order = torch.tensor([2, 0, 0])
-    cache.reorder(order)
+    cache.reorder(order, order)
     step = model.decode(tgt[order, 3:4], memory[order], src_pad[order], cache=cache)
     recomputed = model.decode(tgt[order, :4], memory[order], src_pad[order])[:, -1:]
     torch.testing.assert_close(step, recomputed, atol=1e-5, rtol=1e-5)

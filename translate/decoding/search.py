@@ -49,6 +49,13 @@ def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float
     return [max_length(n, a, b) for n in src_lens]
 
 
+def _padding_only(mask: Tensor | None) -> Tensor | None:
+    """``mask`` if it excludes a key, else None: attention without a mask is the same function,
+    and a batch without padding (one sentence, or sentences of one length) skips the mask's
+    arithmetic at every step."""
+    return mask if mask is not None and bool(mask.any()) else None
+
+
 def _log_probs(logits: Tensor, pad_id: int, bos_id: int) -> Tensor:
     """Float32 log-softmax of ``logits (N, V)`` with PAD and BOS excluded."""
     lprobs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
@@ -83,9 +90,9 @@ def greedy_search(
     B = src.size(0)
     if B == 0:
         return []
-    limits = torch.tensor(max_lengths(src, src_padding_mask, max_len_a, max_len_b))
-    memory = model.encode(src, src_padding_mask)  # (B, S, D)
-    mask = src_padding_mask
+    mask = _padding_only(src_padding_mask)
+    limits = torch.tensor(max_lengths(src, mask, max_len_a, max_len_b))
+    memory = model.encode(src, mask)  # (B, S, D)
     cache = model.new_cache() if use_cache else None
     tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (n, t + 1)
     rows = torch.arange(B)  # original index of each live row (CPU)
@@ -103,7 +110,7 @@ def greedy_search(
                 memory = memory.index_select(0, index)
             mask = None if mask is None else mask.index_select(0, index)
             if cache is not None:
-                cache.reorder(index)
+                cache.reorder(index, index)
         new = tokens[:, -1:] if use_cache else tokens  # (n, 1) or (n, t + 1)
         logits = model.decode(new, memory, mask, cache=cache)[:, -1]  # (n, V)
         if cache is not None:
@@ -119,57 +126,19 @@ def greedy_search(
     return out
 
 
-@torch.no_grad()
-def beam_search(
-    model,
-    src: Tensor,
-    src_padding_mask: Tensor | None,
-    *,
-    beam_size: int = 5,
-    length_penalty: float = 1.0,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-    max_len_a: float = 1.5,
-    max_len_b: float = 10,
-) -> list[list[int]]:
-    """Batched beam search: ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows.
-
-    Each step takes the top ``2K`` extensions of a sentence's ``K`` beams (fairseq): EOS among
-    the first ``K`` becomes a finished hypothesis, the first ``K`` non-EOS extensions stay live.
-    A sentence stops when it has ``K`` finished hypotheses and its best live beam, normalised at
-    its current length, scores no better than the worst of them (Hugging Face's default
-    stopping rule: exact for ``length_penalty <= 0``, a heuristic above 0, where a longer
-    hypothesis could still gain from the normalisation), or when it reaches its maximum length,
-    where the live beams are finished without EOS. With ``K = 1`` this is greedy search.
-
-    Args:
-        src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
-        beam_size: ``K``; length_penalty: exponent of the length normalisation (0 = raw sum).
-
-    Returns:
-        ``B`` lists of token ids (no BOS/EOS), in input order: each sentence's best finished
-        hypothesis by normalised score.
-    """
-    best = scored_beam_search(
-        model, src, src_padding_mask, beam_size=beam_size, length_penalty=length_penalty,
-        bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len_a=max_len_a, max_len_b=max_len_b,
-    )  # fmt: skip
-    return [hyp for _, hyp in best]
-
-
 @dataclass
 class _Beams:
     """The live part of a batched beam search: ``n`` sentences times ``K`` beams.
 
-    Row ``i * K + k`` of ``memory``, ``mask``, ``tokens`` and the cache is beam ``k`` of live
-    sentence ``i``.
+    Row ``i * K + k`` of ``tokens`` and the self-attention caches is beam ``k`` of live
+    sentence ``i``; ``memory``, ``mask`` and the cross-attention caches have one row per
+    sentence, which its ``K`` beams share (the model attends from ``K`` rows to one).
     """
 
-    # (n*K, S, D) until the first step projects it into the cross-attention caches, then None:
+    # (n, S, D) until the first step projects it into the cross-attention caches, then None:
     # a dropped sentence's rows are not copied out of it at every later step.
     memory: Tensor | None
-    mask: Tensor | None  # (n*K, S), True = pad
+    mask: Tensor | None  # (n, S), True = pad
     cache: DecoderCache
     tokens: Tensor  # (n*K, t + 1): BOS, then each beam's prefix
     scores: Tensor  # (n, K) summed float32 log-probs; -inf for a beam that is not live
@@ -186,8 +155,8 @@ def _start_beams(
     scores = torch.full((B, K), float("-inf"), device=device)  # (B, K)
     scores[:, 0] = 0.0
     return _Beams(
-        memory=model.encode(src, src_padding_mask).repeat_interleave(K, dim=0),  # (B*K, S, D)
-        mask=None if src_padding_mask is None else src_padding_mask.repeat_interleave(K, dim=0),
+        memory=model.encode(src, src_padding_mask),  # (B, S, D)
+        mask=src_padding_mask,
         cache=model.new_cache(),
         tokens=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),  # (B*K, 1)
         scores=scores,
@@ -229,11 +198,11 @@ def _drop_done(beams: _Beams) -> bool:
     keep = keep.to(beams.tokens.device)
     rows = (keep.unsqueeze(1) * K + torch.arange(K, device=keep.device)).view(-1)  # (n'*K,)
     if beams.memory is not None:
-        beams.memory = beams.memory.index_select(0, rows)
+        beams.memory = beams.memory.index_select(0, keep)
     beams.tokens = beams.tokens.index_select(0, rows)
-    beams.mask = None if beams.mask is None else beams.mask.index_select(0, rows)
+    beams.mask = None if beams.mask is None else beams.mask.index_select(0, keep)
     beams.scores = beams.scores.index_select(0, keep)
-    beams.cache.reorder(rows)
+    beams.cache.reorder(rows, keep)
     beams.done = torch.zeros(beams.sents.numel(), dtype=torch.bool)
     return True
 
@@ -245,14 +214,18 @@ def _top_candidates(scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Ten
         scores: ``(n, K)`` summed log-probs of the beams; lprobs: ``(n*K, V)`` next-token ones.
 
     Returns:
-        Summed log-prob, source beam and token of each extension, each ``(n, 2K)`` (``(n, K*V)``
-        when ``K*V < 2K``); ties keep :meth:`Tensor.topk`'s order.
+        Summed log-prob, source beam and token of each extension, each ``(n, 2K)`` (fewer
+        when the beams have fewer extensions); ties keep :meth:`Tensor.topk`'s order.
     """
     n, K = scores.shape
-    V = lprobs.size(1)
-    candidates = (scores.view(n * K, 1) + lprobs).view(n, K * V)  # (n, K*V)
-    top_scores, top_index = candidates.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
-    return top_scores, top_index // V, top_index % V
+    # A sentence's best 2K extensions are among each beam's best 2K tokens, so only those get
+    # the beam's score added (n*K*2K sums, not n*K*V) before the sentence-wide choice.
+    width = min(2 * K, lprobs.size(1))
+    beam_lprobs, beam_tokens = lprobs.topk(width, dim=1)  # (n*K, W)
+    candidates = (scores.view(n * K, 1) + beam_lprobs).view(n, K * width)  # (n, K*W)
+    top_scores, top_index = candidates.topk(min(2 * K, K * width), dim=1)  # (n, 2K)
+    top_tokens = beam_tokens.view(n, K * width).gather(1, top_index)  # (n, 2K)
+    return top_scores, top_index // width, top_tokens
 
 
 def _finish_eos(
@@ -295,10 +268,9 @@ def _advance(
     new_tokens = top_tokens.gather(1, live).view(n * K, 1)  # (n*K, 1)
     prefixes = beams.tokens.index_select(0, rows)  # (n*K, t + 1)
     beams.tokens = torch.cat([prefixes, new_tokens], dim=1)  # (n*K, t + 2)
-    # Parents are beams of the same sentence, which share the encoder's keys and values: only
-    # the self-attention caches move, and the (n*K, Hkv, S, Dh) cross-attention ones are not
-    # copied at every step.
-    beams.cache.reorder(rows, encoder=False)
+    # Parents are beams of the same sentence, which share its row of the encoder's keys and
+    # values: only the self-attention caches move.
+    beams.cache.reorder(rows, None)
 
 
 def _expand(
@@ -338,27 +310,47 @@ def _mark_stopped(beams: _Beams, t: int, length_penalty: float, finished: _Finis
 
 
 @torch.no_grad()
-def scored_beam_search(
+def beam_search(
     model,
     src: Tensor,
     src_padding_mask: Tensor | None,
     *,
-    beam_size: int,
-    length_penalty: float,
+    beam_size: int = 5,
+    length_penalty: float = 1.0,
     bos_id: int,
     eos_id: int,
     pad_id: int,
-    max_len_a: float,
-    max_len_b: float,
-) -> list[tuple[float, list[int]]]:
-    """:func:`beam_search`, also returning each best hypothesis's normalised score."""
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+    with_scores: bool = False,
+) -> list[list[int]] | list[tuple[float, list[int]]]:
+    """Batched beam search: ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows.
+
+    Each step takes the top ``2K`` extensions of a sentence's ``K`` beams (fairseq): EOS among
+    the first ``K`` becomes a finished hypothesis, the first ``K`` non-EOS extensions stay live.
+    A sentence stops when it has ``K`` finished hypotheses and its best live beam, normalised at
+    its current length, scores no better than the worst of them (Hugging Face's default
+    stopping rule: exact for ``length_penalty <= 0``, a heuristic above 0, where a longer
+    hypothesis could still gain from the normalisation), or when it reaches its maximum length,
+    where the live beams are finished without EOS. With ``K = 1`` this is greedy search.
+
+    Args:
+        src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
+        beam_size: ``K``; length_penalty: exponent of the length normalisation (0 = raw sum).
+        with_scores: return ``(normalised score, ids)`` pairs instead of the ids alone.
+
+    Returns:
+        ``B`` lists of token ids (no BOS/EOS), in input order: each sentence's best finished
+        hypothesis by normalised score.
+    """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     B = src.size(0)
     if B == 0:
         return []
-    limits = torch.tensor(max_lengths(src, src_padding_mask, max_len_a, max_len_b))
-    beams = _start_beams(model, src, src_padding_mask, beam_size, bos_id)
+    mask = _padding_only(src_padding_mask)
+    limits = torch.tensor(max_lengths(src, mask, max_len_a, max_len_b))
+    beams = _start_beams(model, src, mask, beam_size, bos_id)
     finished: _Finished = [[] for _ in range(B)]
     t = 0
     while True:
@@ -371,7 +363,8 @@ def scored_beam_search(
         t += 1
         _mark_stopped(beams, t, length_penalty, finished)
     # max() keeps the first of equal scores, i.e. the one finished earliest.
-    return [max(hyps, key=lambda h: h[0]) for hyps in finished]
+    best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
+    return best if with_scores else [hyp for _, hyp in best]
 
 
 def generate(

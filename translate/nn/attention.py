@@ -14,7 +14,8 @@ returns zeros (not NaN) and gets all-zero weights.
 Incremental decoding follows fairseq's contract: the caller owns an :class:`AttentionCache` per
 attention module, passes it in at every step and it is updated in place. Self-attention appends
 the new step's keys/values; cross-attention (``static=True``) projects the encoder output once
-and reuses it; :meth:`AttentionCache.reorder` selects beams.
+and reuses it; :meth:`AttentionCache.reorder` selects beams. Keys/values may hold one row per
+``r`` query rows: a sentence's beams then read one copy of its encoder output, not ``r``.
 
 Grouped-query attention (Ainslie et al. 2023) shares each key/value head across a group of
 ``G = num_heads // num_kv_heads`` query heads; ``num_kv_heads=1`` is multi-query attention
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
-from translate.nn.sdpa import fused_attention
+from translate.nn.sdpa import fused_attention, masked_fused_attention
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,16 @@ def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
         )
 
 
-def _check_sizes(embed_dim: int, num_heads: int, num_kv_heads: int, impl: str) -> None:
-    check_heads(embed_dim, num_heads, num_kv_heads)
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+def _query_group(B: int, B_kv: int, attn_mask: Tensor | None, is_causal: bool) -> int:
+    """How many consecutive query rows share one key/value row: ``B / B_kv``."""
+    if B_kv == B:
+        return 1
+    if B % B_kv or attn_mask is not None or is_causal:
+        raise ValueError(
+            f"keys/values have {B_kv} rows for {B} query rows: they may have fewer only if "
+            f"{B_kv} divides {B}, without attn_mask or is_causal"
+        )
+    return B // B_kv
 
 
 class MultiHeadAttention(nn.Module):
@@ -161,7 +168,9 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        _check_sizes(embed_dim, num_heads, num_kv_heads, impl)
+        check_heads(embed_dim, num_heads, num_kv_heads)
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
         self.embed_dim = embed_dim
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
@@ -292,9 +301,12 @@ class MultiHeadAttention(nn.Module):
         Args:
             query: ``(B, T, D)``.
             key: ``(B, S, kdim)``; value: ``(B, S, vdim)``. With a static cache that is already
-                filled they are ignored (the cached encoder projections are used).
-            key_padding_mask: ``(B, S_total)``; bool (``True`` = padding, excluded) or float
-                (added to the scores).
+                filled they are ignored (the cached encoder projections are used). They (and
+                a static cache) may have ``B / r`` rows, without ``attn_mask`` or
+                ``is_causal``: query rows ``i*r .. i*r + r-1`` then attend to key row ``i``
+                (the ``r`` beams of a sentence read its encoder output once).
+            key_padding_mask: ``(B_kv, S_total)`` for ``B_kv`` key rows; bool (``True`` =
+                padding, excluded) or float (added to the scores).
             attn_mask: ``(T, S_total)`` or ``(B*H, T, S_total)``; bool (``True`` = excluded) or
                 float (added to the scores).
             is_causal: exclude keys after each query's position (offset by the cached length).
@@ -308,8 +320,14 @@ class MultiHeadAttention(nn.Module):
             ``(output (B, T, D), weights (B, H, T, S_total) or None)``.
         """
         B, T, _ = query.shape
-        q = self._split_heads(self.q_proj(query), self.num_heads)  # (B, H, T, Dh)
-        k, v, past = self._project_kv(key, value, cache)  # (B, Hkv, S_total, Dh) each
+        filled = cache is not None and cache.static and cache.k is not None
+        r = _query_group(B, (cache.k if filled else key).size(0), attn_mask, is_causal)
+        # The r query rows that share a key row become r * T queries of that row.
+        query = query.reshape(B // r, r * T, self.embed_dim)  # (B / r, r * T, D)
+        # Queries are projected before keys and values: autograd sums self-attention's input
+        # gradient in that order, and another order would change training in the last bits.
+        q = self._split_heads(self.q_proj(query), self.num_heads)  # (B / r, H, r * T, Dh)
+        k, v, past = self._project_kv(key, value, cache)  # (B / r, Hkv, S_total, Dh) each
         # A single new query against a full history needs no causal mask: every key is past.
         causal = is_causal and not (past > 0 and T == 1)
         out, weights = self._attend(
@@ -318,6 +336,10 @@ class MultiHeadAttention(nn.Module):
         if head_mask is not None:
             out = out * head_mask.view(1, self.num_heads, 1, 1).to(out.dtype)  # (1, H, 1, 1)
         out = out.transpose(1, 2).reshape(B, T, self.embed_dim)  # (B, T, H*Dh)
+        if weights is not None and r > 1:
+            S = weights.size(-1)
+            weights = weights.view(B // r, self.num_heads, r, T, S).transpose(1, 2)
+            weights = weights.reshape(B, self.num_heads, T, S)  # (B, H, T, S)
         return self.out_proj(out), (weights if need_weights else None)
 
     def _project_kv(
@@ -332,13 +354,13 @@ class MultiHeadAttention(nn.Module):
             return cache.k, cache.v, 0  # encoder keys/values projected at the first step
         k = self._split_heads(self.k_proj(key), self.num_kv_heads)  # (B, Hkv, S, Dh)
         v = self._split_heads(self.v_proj(value), self.num_kv_heads)  # (B, Hkv, S, Dh)
-        past = 0
-        if cache is not None:
-            if not cache.static and cache.k is not None:
-                past = cache.k.size(2)
-                k = torch.cat([cache.k, k], dim=2)  # (B, Hkv, past + S, Dh)
-                v = torch.cat([cache.v, v], dim=2)
-            cache.k, cache.v = k, v
+        if cache is None:
+            return k, v, 0
+        if cache.static:
+            cache.store(k, v)
+            return k, v, 0
+        past = cache.length
+        k, v = cache.append(k, v)  # (B, Hkv, past + S, Dh) each
         return k, v, past
 
     def _attend(
@@ -372,17 +394,4 @@ class MultiHeadAttention(nn.Module):
         )
         if use_manual:
             return scaled_dot_product_attention(q, k, v, mask, dropout_p, self.training)
-        return self._sdpa(q, k, v, mask, dropout_p), None
-
-    @staticmethod
-    def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float) -> Tensor:
-        """Fused attention with our mask convention; fully masked rows give zeros."""
-        if mask.dtype == torch.bool:
-            fully_masked = mask.all(dim=-1, keepdim=True)
-            allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend
-            out = fused_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
-        else:
-            fully_masked = torch.isneginf(mask).all(dim=-1, keepdim=True)
-            additive = mask.masked_fill(fully_masked, 0.0).to(q.dtype)
-            out = fused_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
-        return out.masked_fill(fully_masked, 0.0)  # (B, H, T, Dh)
+        return masked_fused_attention(q, k, v, mask, dropout_p), None

@@ -3,12 +3,20 @@
 Only the key/value heads are stored: with grouped-query attention (``num_kv_heads < num_heads``)
 the cache is ``num_kv_heads / num_heads`` the size of multi-head attention's, which is the
 point of sharing K/V heads at decoding time.
+
+Beam search reorders the self-attention rows at every step. The reordering is kept pending and
+done by the next append, which gathers the history straight into the new, one step longer
+tensor: one copy per step where a gather followed by a concatenation made two. A buffer with
+room for later steps, written in place, would save greedy search its copy, but CPU attention
+kernels read a slice of such a buffer (strided over the unused room) about as slowly as the
+copy it saves (docs/benchmarks.md), and beam search copies at every step anyway.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 
@@ -16,27 +24,88 @@ from torch import Tensor
 class AttentionCache:
     """Keys and values kept between decoding steps for one attention module.
 
-    ``static=True`` marks cross-attention: keys/values come from the encoder and are computed
-    once. Otherwise new keys/values are appended at every step.
+    ``static=True`` marks cross-attention: keys/values come from the encoder, are computed
+    once and stored whole (:meth:`store`). Otherwise each step's keys/values are added with
+    :meth:`append`.
     """
 
     static: bool = False
-    k: Tensor | None = None  # (B, Hkv, S, Dh)
-    v: Tensor | None = None  # (B, Hkv, S, Dh)
+    _k: Tensor | None = None  # (B, Hkv, length, Dh)
+    _v: Tensor | None = None  # (B, Hkv, length, Dh)
+    _pending: Tensor | None = None  # (B',) rows the next append selects (reorder not yet done)
 
     @property
     def length(self) -> int:
-        return 0 if self.k is None else self.k.size(2)
+        """Positions held along the time axis (0 before the first step)."""
+        return 0 if self._k is None else self._k.size(2)
+
+    @property
+    def k(self) -> Tensor | None:
+        """The cached keys ``(B, Hkv, length, Dh)`` (None before the first step)."""
+        self._apply_pending()
+        return self._k
+
+    @property
+    def v(self) -> Tensor | None:
+        """The cached values ``(B, Hkv, length, Dh)`` (None before the first step)."""
+        self._apply_pending()
+        return self._v
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the cached keys and values (0 before the first step)."""
-        if self.k is None:
+        """Bytes of the keys and values held (0 before the first step)."""
+        if self._k is None:
             return 0
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+        rows = self._k.size(0) if self._pending is None else self._pending.numel()
+        return 2 * rows * self._k[0].numel() * self._k.element_size()
+
+    def store(self, k: Tensor, v: Tensor) -> None:
+        """Keep the encoder's projected keys/values ``(B, Hkv, S, Dh)`` (static caches)."""
+        self._k, self._v, self._pending = k, v, None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add this step's keys/values ``(B, Hkv, T, Dh)`` after the history (its rows selected
+        by any pending :meth:`reorder`); returns the whole history ``(B, Hkv, past + T, Dh)``
+        each."""
+        if self._k is None:
+            self._k, self._v = k, v
+            return k, v
+        past, T = self.length, k.size(2)
+        B, Hkv, _, Dh = k.shape
+        new_k = k.new_empty(B, Hkv, past + T, Dh)  # (B, Hkv, past + T, Dh)
+        new_v = torch.empty_like(new_k)
+        self._gather_into(new_k[:, :, :past], new_v[:, :, :past])
+        new_k[:, :, past:], new_v[:, :, past:] = k, v
+        self._k, self._v, self._pending = new_k, new_v, None
+        return new_k, new_v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows (beams) given by ``index`` ``(B',)``, in that order."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        """Keep the batch rows (beams) given by ``index`` ``(B',)``, in that order.
+
+        A self-attention cache selects them at its next append (or when ``k``/``v`` are read);
+        a static one at once."""
+        if self._k is None:
+            return
+        if self.static:
+            self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+        else:
+            self._pending = index if self._pending is None else self._pending.index_select(0, index)
+
+    def _apply_pending(self) -> None:
+        if self._pending is not None:
+            new_k = self._k.new_empty(self._pending.numel(), *self._k.shape[1:])
+            new_v = torch.empty_like(new_k)
+            self._gather_into(new_k, new_v)
+            self._k, self._v, self._pending = new_k, new_v, None
+
+    def _gather_into(self, out_k: Tensor, out_v: Tensor) -> None:
+        """Write the history's rows (the pending selection, or all) into ``out_*``."""
+        if self._pending is None:
+            out_k.copy_(self._k)
+            out_v.copy_(self._v)
+        elif self._k.requires_grad:  # out= has no gradient: gather, then copy
+            out_k.copy_(self._k.index_select(0, self._pending))
+            out_v.copy_(self._v.index_select(0, self._pending))
+        else:  # gathered straight into the new tensor's view: one pass, no temporary
+            torch.index_select(self._k, 0, self._pending, out=out_k)
+            torch.index_select(self._v, 0, self._pending, out=out_v)

@@ -88,13 +88,17 @@ class DecoderCache:
         """Number of target positions already decoded."""
         return self.self_attn[0].length
 
-    def reorder(self, index: Tensor, encoder: bool = True) -> None:
-        """Select batch rows (beams) ``index (B',)`` in every layer's cache. ``encoder=False``
-        leaves the cross-attention caches as they are: right when ``index`` only moves rows
-        among copies of the same source (the beams of one sentence), whose encoder keys and
-        values are equal."""
-        for cache in (*self.self_attn, *(self.cross_attn if encoder else ())):
-            cache.reorder(index)
+    def reorder(self, rows: Tensor, sources: Tensor | None) -> None:
+        """Select target rows (beams) ``rows (B',)`` in every self-attention cache and rows
+        ``sources`` in every cross-attention cache. ``sources=None`` leaves the encoder keys and
+        values as they are: right when they hold one row per sentence (each sentence's beams
+        attend to it, :class:`~translate.nn.attention.MultiHeadAttention`) and ``rows`` only
+        moves beams within their sentences."""
+        for cache in self.self_attn:
+            cache.reorder(rows)
+        if sources is not None:
+            for cache in self.cross_attn:
+                cache.reorder(sources)
 
 
 @dataclass
@@ -246,7 +250,8 @@ class Seq2SeqTransformer(nn.Module):
         Without a cache ``tgt`` is the whole prefix (BOS first). With a cache it holds only the
         new tokens; their positions continue after ``cache.length`` and the cache is updated
         in place (encoder K/V are projected once, at the first step; after it ``memory`` is
-        not read and may be None).
+        not read and may be None). ``memory (B / r, S, D)`` and its padding mask may hold one
+        row per ``r`` consecutive target rows (the beams of a sentence share its encoder output).
         """
         hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
         return self.embedding.project(hidden)  # (B, T, V)

@@ -58,6 +58,23 @@ def fused_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
 
 
+def masked_fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float = 0.0
+) -> Tensor:
+    """:func:`fused_attention` with ``torch.nn.MultiheadAttention``'s mask convention (bool
+    ``True`` = excluded, or a float mask added to the scores); rows whose keys are all excluded
+    give zeros, as the manual path's do, not NaN. Returns ``(B, H, T, Dh)``."""
+    if mask.dtype == torch.bool:
+        fully_masked = mask.all(dim=-1, keepdim=True)
+        allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend
+        out = fused_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
+    else:
+        fully_masked = torch.isneginf(mask).all(dim=-1, keepdim=True)
+        additive = mask.masked_fill(fully_masked, 0.0).to(q.dtype)
+        out = fused_attention(q, k, v, attn_mask=additive, dropout_p=dropout_p)
+    return out.masked_fill(fully_masked, 0.0)  # (B, H, T, Dh)
+
+
 def sdpa_backend(
     device: torch.device,
     dtype: torch.dtype,
