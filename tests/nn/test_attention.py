@@ -445,3 +445,27 @@ def test_cache_with_several_new_tokens_equals_full_causal(impl):
     rest = x[:, 5:8]
     out_rest, _ = mha(rest, rest, rest, is_causal=True, cache=cache)
     torch.testing.assert_close(out_rest, full[:, 5:8], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["manual", "sdpa"])
+def test_shared_key_rows_equal_repeated_ones(impl):
+    """Keys/values with one row per r query rows (a sentence's beams) give what r copies give,
+    output and weights, with a padding mask and through a cross-attention cache."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D, 4, impl=impl).eval()
+    n, r, T, S = 3, 4, 2, 5
+    memory, query = torch.randn(n, S, D), torch.randn(n * r, T, D)
+    kpm = torch.zeros(n, S, dtype=torch.bool)
+    kpm[1, 3:] = True
+    rep = dict(key_padding_mask=kpm.repeat_interleave(r, 0), need_weights=True)
+    expected, expected_w = mha(query, *[memory.repeat_interleave(r, 0)] * 2, **rep)
+    out, weights = mha(query, memory, memory, key_padding_mask=kpm, need_weights=True)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights, expected_w, atol=1e-6, rtol=1e-5)
+    cache = AttentionCache(static=True)
+    mha(query[:, :1], memory, memory, key_padding_mask=kpm, cache=cache)
+    assert cache.k.size(0) == n  # stored once per sentence
+    step, _ = mha(query[:, 1:], None, None, key_padding_mask=kpm, cache=cache)
+    torch.testing.assert_close(step, expected[:, 1:], atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="divides"):
+        mha(query[:5], memory, memory)
