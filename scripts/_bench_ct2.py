@@ -62,6 +62,7 @@ def load_engines(args, device, folder: Path) -> dict[tuple[str, int], Translator
     translator = ours.translator
     translator.decode = dataclasses.replace(
         translator.decode,
+        strategy="beam",
         beam_size=args.beam_size,
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,

@@ -61,9 +61,11 @@ from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.sources import read_lines, sample_dir
 from translate.data.tokenizer import Tokenizer
-from translate.decoding.search import beam_search, greedy_search
+from translate.decoding.generate import SPECIAL_IDS, generate
+from translate.decoding.search import greedy_search
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import autocast, resolve_precision
+from translate.schema import DecodeSettings
 
 TARGETS = {"greedy_cache_speedup": (">=", 3.0)}
 MODES = ("greedy_no_cache", "greedy_cache", "beam5")
@@ -159,20 +161,20 @@ def make_batches(sources: list[np.ndarray], args, device) -> tuple[list[list[int
 
 def decode_all(model, batches: list[Batch], mode: str, args, device, precision) -> list:
     """Every batch decoded in ``mode``; the hypotheses in batch order."""
-    special = dict(bos_id=Tokenizer.BOS, eos_id=Tokenizer.EOS, pad_id=Tokenizer.PAD)
-    limits = dict(max_len_a=args.max_len_a, max_len_b=args.max_len_b)
+    strategy = "beam" if mode == "beam5" else "greedy"
+    settings = DecodeSettings(
+        args.beam_size, 1.0, args.max_len_a, args.max_len_b, strategy=strategy
+    )  # length penalty: beam_search's default
     hyps = []
     with autocast(device, precision):
         for b in batches:
-            if mode == "beam5":
-                hyps += beam_search(
-                    model, b.src, b.src_padding_mask, beam_size=args.beam_size, **special, **limits
-                )
-            else:
-                use_cache = mode == "greedy_cache"
+            if mode == "greedy_no_cache":  # a benchmark of the cache: no decode setting for it
                 hyps += greedy_search(
-                    model, b.src, b.src_padding_mask, use_cache=use_cache, **special, **limits
-                )
+                    model, b.src, b.src_padding_mask, max_len_a=args.max_len_a,
+                    max_len_b=args.max_len_b, use_cache=False, **SPECIAL_IDS,
+                )  # fmt: skip
+            else:
+                hyps += generate(model, b, settings)
     return hyps
 
 

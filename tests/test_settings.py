@@ -42,6 +42,7 @@ def test_the_presets_compose_into_valid_settings():
     [
         ("decode.beam_size=2.5", "decode.beam_size=2.5 must be an integer"),
         ("decode.length_penalty=abc", "decode.length_penalty='abc' must be a number"),
+        ("decode.strategy=sample", "decode.strategy=sample is unknown; choose one of beam, greedy"),
         ("heads=abc", "model.num_heads='abc' must be an integer"),
         ("kv_heads=abc", "model.num_kv_heads='abc' must be an integer"),
         ("kv_heads=3", "kv_heads=3 must be >= 1 and divide heads=2"),
@@ -75,6 +76,12 @@ def test_bad_values_are_one_line_errors_before_any_work(override, message):
     with pytest.raises(UserError) as err:
         settings(override)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_greedy_with_a_beam_is_refused_not_ignored():
+    with pytest.raises(UserError, match="decode.strategy=greedy keeps one hypothesis, but decod"):
+        settings("decode.strategy=greedy", "decode.beam_size=3")
+    assert settings("decode.strategy=greedy", "decode.beam_size=1").decode.strategy == "greedy"
 
 
 def test_numbers_where_text_is_expected_are_read_as_text():

@@ -73,7 +73,7 @@ def evaluate(cfg: DictConfig) -> dict:
         atomic_write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n")
     print(
         f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({name}, {len(sources)} sentences, "
-        f"beam {decode.beam_size})"
+        f"{decode.search})"
     )
     print(f"signature: {scores['bleu_signature']}")
     print(f"hypotheses: {out_dir / 'hyp.txt'}")

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from translate.data.registry import source
+from translate.decoding.generate import STRATEGIES
 from translate.errors import UserError
 from translate.schema import (
     AnalysisSettings,
@@ -31,7 +32,7 @@ from translate.schema import (
     OptimSettings,
     TrainerSettings,
 )
-from translate.schema.checks import doc
+from translate.schema.checks import choice, doc
 from translate.schema.training import device_doc, precision_doc
 
 # ------------------------------------------------------------------------ reading and typing
@@ -115,7 +116,9 @@ def model_settings(node: Any) -> ModelSettings:
 
 
 def decode_settings(node: Any) -> DecodeSettings:
-    return build(DecodeSettings, node, "decode")
+    settings = build(DecodeSettings, node, "decode")
+    choice("decode.strategy", settings.strategy, STRATEGIES)
+    return settings
 
 
 def decode_overrides(node: Any) -> dict:

@@ -1,19 +1,19 @@
 """Greedy and beam search: properties checked on tiny random models, never on stored outputs."""
 
+import dataclasses
 import itertools
 
 import pytest
 import torch
 
-from translate.decoding.search import (
-    beam_search,
-    generate,
-    greedy_search,
-    max_lengths,
-)
+from translate.data.batching import collate
+from translate.data.tokenizer import Tokenizer
+from translate.decoding.generate import STRATEGIES, generate
+from translate.decoding.search import beam_search, greedy_search, max_lengths
 from translate.nn.model import Seq2SeqTransformer
+from translate.schema import DecodeSettings
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+PAD, UNK, BOS, EOS = Tokenizer.PAD, Tokenizer.UNK, Tokenizer.BOS, Tokenizer.EOS
 V = 30
 SPECIAL = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
@@ -91,19 +91,6 @@ def test_beam_size_one_is_greedy(seed, rig):
     for length_penalty in (0.0, 1.0):
         beam = beam_search(model, src, mask, beam_size=1, length_penalty=length_penalty, **SPECIAL)
         assert beam == greedy
-    assert (
-        generate(
-            model,
-            src,
-            mask,
-            beam_size=1,
-            length_penalty=1.0,
-            max_len_a=1.5,
-            max_len_b=10,
-            **SPECIAL,
-        )
-        == greedy
-    )
     if rig:  # the rig does what it is for: some outputs end early with EOS
         assert any(len(h) < lim for h, lim in zip(greedy, max_lengths(src, mask, 1.5, 10)))
 
@@ -280,12 +267,24 @@ def test_a_beam_wide_enough_to_keep_everything_is_exhaustive_search():
     assert beat_greedy > 0  # the cases include some where greedy is not optimal
 
 
-def test_generate_dispatches_and_rejects_empty_beams():
+def as_batch(seed):
+    """:func:`batch`'s sources as the Batch that generate takes (collate appends the EOS)."""
+    src, mask = batch(seed)
+    rows = [row[~pads].tolist() for row, pads in zip(src, mask)]
+    return collate([(i, ids, []) for i, ids in enumerate(rows)])
+
+
+def test_generate_runs_the_strategy_named_and_rejects_empty_beams():
     model = eos_prone(0)
-    src, mask = batch(0)
-    args = dict(length_penalty=1.0, max_len_a=1.5, max_len_b=10, **SPECIAL)
-    assert generate(model, src, mask, beam_size=3, **args) == beam_search(
-        model, src, mask, beam_size=3, **args
-    )
+    b = as_batch(0)
+    settings = DecodeSettings(beam_size=3, length_penalty=1.0, max_len_a=1.5, max_len_b=10)
+    limits = dict(max_len_a=1.5, max_len_b=10, **SPECIAL)
+    beam = beam_search(model, b.src, b.src_padding_mask, beam_size=3, **limits)
+    greedy = greedy_search(model, b.src, b.src_padding_mask, **limits)
+    assert beam != greedy  # so that the dispatch can be told apart
+    assert generate(model, b, settings) == beam
+    assert generate(model, b, dataclasses.replace(settings, strategy="greedy")) == greedy
+    assert generate(model, b, dataclasses.replace(settings, beam_size=1)) == greedy
+    assert set(STRATEGIES) == {"beam", "greedy"}
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(model, src, mask, beam_size=0, **SPECIAL)
+        beam_search(model, b.src, b.src_padding_mask, beam_size=0, **SPECIAL)

@@ -83,6 +83,8 @@ class CT2Engine:
     ``max_positions``: rows of the exported position table, which bounds every output.
     """
 
+    strategies = ("beam", "greedy")  # its beam search; a beam of 1 is its greedy search
+
     def __init__(
         self, model_dir: Path, device: torch.device, pieces: list[str], max_positions: int
     ) -> None:
@@ -121,7 +123,7 @@ class CT2Engine:
         """One ``translate_batch`` call, its options chosen as the module docstring explains."""
         results = self.translator.translate_batch(
             [[self.pieces[i] for i in ids] for ids in src_ids],
-            beam_size=decode.beam_size,
+            beam_size=1 if decode.strategy == "greedy" else decode.beam_size,
             length_penalty=decode.length_penalty,
             patience=1.0,
             max_decoding_length=limit,

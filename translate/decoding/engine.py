@@ -15,18 +15,19 @@ from typing import Protocol
 import torch
 
 from translate.data.batching import collate
-from translate.data.tokenizer import Tokenizer
-from translate.decoding.search import generate
+from translate.decoding.generate import STRATEGIES, generate
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import autocast, eval_mode
 from translate.schema import DecodeSettings
 
 
 class Engine(Protocol):
-    """Decodes one batch; ``device`` is where it runs (timings wait for its queued work)."""
+    """Decodes one batch; ``device`` is where it runs (timings wait for its queued work);
+    ``strategies``: the ``decode.strategy`` values it runs."""
 
     device: torch.device
     precision: str
+    strategies: tuple[str, ...]
 
     def generate(self, src_ids: list[list[int]], decode: DecodeSettings) -> list[list[int]]:
         """Hypothesis ids (no BOS/EOS) for each source (ids without EOS), in input order."""
@@ -36,6 +37,8 @@ class Engine(Protocol):
 class TorchEngine:
     """Our model and search, in eval mode under ``precision``'s autocast on ``device``."""
 
+    strategies = tuple(STRATEGIES)
+
     def __init__(self, model: Seq2SeqTransformer, device: torch.device, precision: str) -> None:
         self.model, self.device, self.precision = model, device, precision
 
@@ -44,15 +47,4 @@ class TorchEngine:
         # The source gets an EOS appended, as in training.
         rows = collate([(i, ids, []) for i, ids in enumerate(src_ids)]).to(self.device)
         with eval_mode(self.model), autocast(self.device, self.precision):
-            return generate(
-                self.model,
-                rows.src,
-                rows.src_padding_mask,
-                beam_size=decode.beam_size,
-                length_penalty=decode.length_penalty,
-                max_len_a=decode.max_len_a,
-                max_len_b=decode.max_len_b,
-                bos_id=Tokenizer.BOS,
-                eos_id=Tokenizer.EOS,
-                pad_id=Tokenizer.PAD,
-            )
+            return generate(self.model, rows, decode)

@@ -47,6 +47,7 @@ def describe_decode(decode: DecodeSettings, overridden: dict) -> str:
         given = ", ".join(f"{k}={v}" for k, v in overridden.items())
         where += f", but {given} from the command line"
     return (
-        f"decode: beam {decode.beam_size}, length penalty {decode.length_penalty}, at most "
+        f"decode: {decode.search}, at most "
         f"{decode.max_len_a} x source + {decode.max_len_b} tokens ({where})"
     )
+

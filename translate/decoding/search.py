@@ -17,6 +17,9 @@ Conventions shared by both searches:
 Beam search scores a finished hypothesis with fairseq's length normalisation,
 ``sum(log p) / len ** length_penalty``, where ``len`` counts the generated tokens including the
 EOS (fairseq's ``--lenpen``; not GNMT's ``((5 + len) / 6) ** alpha``).
+
+:func:`translate.decoding.generate.generate` is how the package calls them: ``decode.strategy``
+picks the search.
 """
 
 from __future__ import annotations
@@ -365,26 +368,3 @@ def beam_search(
     # max() keeps the first of equal scores, i.e. the one finished earliest.
     best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
     return best if with_scores else [hyp for _, hyp in best]
-
-
-def generate(
-    model,
-    src: Tensor,
-    src_padding_mask: Tensor | None,
-    *,
-    beam_size: int,
-    length_penalty: float,
-    max_len_a: float,
-    max_len_b: float,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-) -> list[list[int]]:
-    """Greedy search for ``beam_size == 1``, beam search otherwise; same output format."""
-    shared = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len_a=max_len_a)
-    if beam_size == 1:
-        return greedy_search(model, src, src_padding_mask, max_len_b=max_len_b, **shared)
-    return beam_search(
-        model, src, src_padding_mask, beam_size=beam_size, length_penalty=length_penalty,
-        max_len_b=max_len_b, **shared,
-    )  # fmt: skip

@@ -53,6 +53,11 @@ class Translator:
         max_tokens: int,
         max_src_len: int | None,
     ) -> None:
+        if decode.strategy not in engine.strategies:
+            raise UserError(
+                f"decode.strategy={decode.strategy} is unknown to this engine; choose one of "
+                f"{', '.join(engine.strategies)}"
+            )
         self.engine = engine
         self.tokenizer = tokenizer
         self.decode = decode
@@ -83,7 +88,10 @@ class Translator:
     ) -> list[list[int]]:
         """Hypothesis ids for each source (no BOS/EOS), in input order."""
         out: list[list[int]] = [[] for _ in src_ids]
-        decode = self.decode if beam_size is None else replace(self.decode, beam_size=beam_size)
+        if beam_size is not None:  # a beam of that size (1: greedy) whatever the strategy
+            decode = replace(self.decode, strategy="beam", beam_size=beam_size)
+        else:
+            decode = self.decode
         bar = tqdm(
             total=len(src_ids),
             desc="decoding",

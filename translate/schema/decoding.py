@@ -28,8 +28,29 @@ class DecodeSettings:
         ">= 0; not both max_len_a and max_len_b 0",
     )
 
+    strategy: str = doc(
+        "the search (translate.decoding.generate.STRATEGIES): beam keeps beam_size hypotheses "
+        "per sentence (a beam of 1 runs greedy search), greedy the most probable token at each "
+        "step (beam_size 1)",
+        "name",
+        "beam | greedy",
+        default="beam",  # a run saved before the key decoded by beam_size alone: beam's rule
+    )
+
+    @property
+    def search(self) -> str:
+        """The search in words, for logs: ``beam 5, length penalty 1.2`` or ``greedy``."""
+        if self.strategy == "beam":
+            return f"beam {self.beam_size}, length penalty {self.length_penalty}"
+        return self.strategy
+
     def validate(self) -> None:
         positive("decode.beam_size", self.beam_size)
+        if self.strategy == "greedy" and self.beam_size != 1:
+            raise UserError(
+                f"decode.strategy=greedy keeps one hypothesis, but decode.beam_size="
+                f"{self.beam_size}; set decode.strategy=beam for a beam (or beam_size=1)"
+            )
         positive("decode.max_len_a", self.max_len_a, allow_zero=True)
         positive("decode.max_len_b", self.max_len_b, allow_zero=True)
         if self.max_len_a == 0 and self.max_len_b == 0:

@@ -47,10 +47,10 @@ def finish_run(run: Run) -> dict:
     scored = _choose_checkpoint(run)
     test = run.corpus.splits["test"]
     log.info(
-        "decoding %d test sentences (%s, beam %d)",
+        "decoding %d test sentences (%s, %s)",
         len(test.src_ids),
         test.name,
-        run.settings.decode.beam_size,
+        run.settings.decode.search,
     )
     hyp_ids, sentences_per_s = run.translator.timed_translate_ids(
         test.src_ids, progress=t.progress_bar
@@ -71,11 +71,11 @@ def finish_run(run: Run) -> dict:
     _log_hparams(run, results)
     run.writer.close()
     log.info(
-        "test BLEU %.2f, chrF %.2f (%s, beam %d) | %s",
+        "test BLEU %.2f, chrF %.2f (%s, %s) | %s",
         scores["bleu"],
         scores["chrf"],
         test.name,
-        run.settings.decode.beam_size,
+        run.settings.decode.search,
         scores["bleu_signature"],
     )
     log.info(
