@@ -1,0 +1,49 @@
+"""The one way the package decodes a batch with our model: :func:`generate` runs the search that
+``decode.strategy`` names in :data:`STRATEGIES`.
+
+A new decoding strategy is a function here (its search in :mod:`translate.decoding.search`),
+one :data:`STRATEGIES` entry and one ``conf/decode/<name>.yaml`` (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from translate.data.batching import Batch
+from translate.data.tokenizer import Tokenizer
+from translate.decoding.search import beam_search, greedy_search
+from translate.schema import DecodeSettings
+
+# The special ids of every model we train (our tokenizer's), as the searches take them.
+SPECIAL_IDS = {"bos_id": Tokenizer.BOS, "eos_id": Tokenizer.EOS, "pad_id": Tokenizer.PAD}
+
+
+def _greedy(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
+    return greedy_search(
+        model, batch.src, batch.src_padding_mask, max_len_a=settings.max_len_a,
+        max_len_b=settings.max_len_b, **SPECIAL_IDS,
+    )  # fmt: skip
+
+
+def _beam(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
+    if settings.beam_size == 1:  # the same output (tested) without the beams' bookkeeping
+        return _greedy(model, batch, settings)
+    return beam_search(
+        model, batch.src, batch.src_padding_mask, beam_size=settings.beam_size,
+        length_penalty=settings.length_penalty, max_len_a=settings.max_len_a,
+        max_len_b=settings.max_len_b, **SPECIAL_IDS,
+    )  # fmt: skip
+
+
+# decode.strategy -> the search that runs it: hypothesis ids per row of the batch, in order.
+# A new strategy is one function here, one entry, and a conf/decode/<name>.yaml.
+STRATEGIES: dict[str, Callable[[Any, Batch, DecodeSettings], list[list[int]]]] = {
+    "beam": _beam,
+    "greedy": _greedy,
+}
+
+
+def generate(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
+    """Hypothesis ids (no BOS/EOS) for each row of ``batch``, by ``settings.strategy``."""
+    return STRATEGIES[settings.strategy](model, batch, settings)
