@@ -5,7 +5,12 @@ import math
 import pytest
 import torch
 
-from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
+from translate.nn.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerSettings,
+    SinusoidalPositionalEncoding,
+)
 from translate.nn.model import Seq2SeqTransformer, count_parameters
 
 V, D = 50, 32
@@ -135,7 +140,7 @@ def test_manual_and_sdpa_models_agree():
     )
 
 
-def layer_args(**kw):
+def layer_settings(**kw):
     args = dict(
         d_model=8,
         num_heads=2,
@@ -148,14 +153,14 @@ def layer_args(**kw):
         attention_impl="manual",
     )
     args.update(kw)
-    return args
+    return LayerSettings(**args)
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_gradcheck_encoder_and_decoder_layers(norm_first):
     torch.manual_seed(0)
-    enc = EncoderLayer(**layer_args(norm_first=norm_first)).double()
-    dec = DecoderLayer(**layer_args(norm_first=norm_first)).double()
+    enc = EncoderLayer(layer_settings(norm_first=norm_first)).double()
+    dec = DecoderLayer(layer_settings(norm_first=norm_first)).double()
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     mem = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
     pad = torch.tensor([[False, False, False, True], [False, False, False, False]])

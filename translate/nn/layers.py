@@ -8,6 +8,7 @@ Each attention call returns per-head weights on request, never stored on the mod
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -64,8 +65,43 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(self.activation(self.fc1(x))))
 
 
+@dataclass(frozen=True)
+class LayerSettings:
+    """What every encoder and decoder layer is built from (:class:`Seq2SeqTransformer` makes
+    one for all its layers).
+
+    ``num_kv_heads``: key/value heads of each attention (``None`` = ``num_heads``;
+    :class:`MultiHeadAttention`). ``norm_first``: pre-norm (True) or post-norm.
+    """
+
+    d_model: int
+    num_heads: int
+    d_ff: int
+    dropout: float  # on each sublayer's output, before the residual sum
+    attention_dropout: float  # on the attention weights
+    activation_dropout: float  # inside the feed-forward
+    activation: str  # "relu" | "gelu"
+    norm_first: bool
+    attention_impl: str  # "manual" | "sdpa"
+    num_kv_heads: int | None = None
+
+    def attention(self) -> MultiHeadAttention:
+        return MultiHeadAttention(
+            self.d_model,
+            self.num_heads,
+            self.attention_dropout,
+            impl=self.attention_impl,
+            num_kv_heads=self.num_kv_heads,
+        )
+
+    def feed_forward(self) -> FeedForward:
+        return FeedForward(self.d_model, self.d_ff, self.activation, self.activation_dropout)
+
+
 class _Sublayer(nn.Module):
-    """Residual wrapper: ``x + dropout(f(norm(x)))`` (pre-norm) or ``norm(x + dropout(f(x)))``."""
+    """Where a sublayer's LayerNorm sits around its residual connection: pre-norm
+    ``x + dropout(f(norm(x)))``, post-norm ``norm(x + dropout(f(x)))``. A layer reads
+    ``out = f(block.pre(x)); x = block.post(x, out)``."""
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
@@ -73,36 +109,25 @@ class _Sublayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def forward(self, x: Tensor, fn) -> tuple[Tensor, Tensor | None]:
-        out, weights = fn(self.norm(x) if self.norm_first else x)
+    def pre(self, x: Tensor) -> Tensor:
+        """The sublayer's input: normalised in pre-norm, as it is in post-norm."""
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, out: Tensor) -> Tensor:
+        """The residual sum of ``x`` and the sublayer's ``out``, normalised in post-norm."""
         x = x + self.dropout(out)
-        return (x if self.norm_first else self.norm(x)), weights
+        return x if self.norm_first else self.norm(x)
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each in a residual sublayer. ``num_kv_heads``: the
-    attention's key/value heads (``None`` = ``num_heads``; :class:`MultiHeadAttention`)."""
+    """Self-attention then feed-forward, each in a residual sublayer."""
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        attention_impl: str,
-        num_kv_heads: int | None = None,
-    ) -> None:
+    def __init__(self, layer: LayerSettings) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, impl=attention_impl, num_kv_heads=num_kv_heads
-        )
-        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
-        self.attn_block = _Sublayer(d_model, dropout, norm_first)
-        self.ffn_block = _Sublayer(d_model, dropout, norm_first)
+        self.self_attn = layer.attention()
+        self.ffn = layer.feed_forward()
+        self.attn_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
+        self.ffn_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
 
     def forward(
         self,
@@ -112,49 +137,26 @@ class EncoderLayer(nn.Module):
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """``x (B, S, D)``, ``padding_mask (B, S)`` -> ``(B, S, D)``, weights ``(B, H, S, S)``."""
-        x, weights = self.attn_block(
-            x,
-            lambda h: self.self_attn(
-                h,
-                h,
-                h,
-                key_padding_mask=padding_mask,
-                need_weights=need_weights,
-                head_mask=head_mask,
-            ),
+        h = self.attn_block.pre(x)
+        out, weights = self.self_attn(
+            h, h, h, key_padding_mask=padding_mask, need_weights=need_weights, head_mask=head_mask
         )
-        x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))
+        x = self.attn_block.post(x, out)
+        x = self.ffn_block.post(x, self.ffn(self.ffn_block.pre(x)))
         return x, weights
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the encoder, feed-forward; both attentions
-    have ``num_kv_heads`` key/value heads (``None`` = ``num_heads``)."""
+    """Causal self-attention, cross-attention to the encoder, feed-forward."""
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        attention_impl: str,
-        num_kv_heads: int | None = None,
-    ) -> None:
+    def __init__(self, layer: LayerSettings) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, impl=attention_impl, num_kv_heads=num_kv_heads
-        )
-        self.cross_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, impl=attention_impl, num_kv_heads=num_kv_heads
-        )
-        self.ffn = FeedForward(d_model, d_ff, activation, activation_dropout)
-        self.self_block = _Sublayer(d_model, dropout, norm_first)
-        self.cross_block = _Sublayer(d_model, dropout, norm_first)
-        self.ffn_block = _Sublayer(d_model, dropout, norm_first)
+        self.self_attn = layer.attention()
+        self.cross_attn = layer.attention()
+        self.ffn = layer.feed_forward()
+        self.self_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
+        self.cross_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
+        self.ffn_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
 
     def forward(
         self,
@@ -169,29 +171,16 @@ class DecoderLayer(nn.Module):
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``x (B, T, D)``, ``memory (B, S, D)`` -> ``(B, T, D)``, self ``(B, H, T, past+T)``
         and cross ``(B, H, T, S)`` weights (``None`` unless ``need_weights``)."""
-        x, self_w = self.self_block(
-            x,
-            lambda h: self.self_attn(
-                h,
-                h,
-                h,
-                is_causal=True,
-                need_weights=need_weights,
-                cache=self_cache,
-                head_mask=self_head_mask,
-            ),
-        )
-        x, cross_w = self.cross_block(
-            x,
-            lambda h: self.cross_attn(
-                h,
-                memory,
-                memory,
-                key_padding_mask=memory_padding_mask,
-                need_weights=need_weights,
-                cache=cross_cache,
-                head_mask=cross_head_mask,
-            ),
-        )
-        x, _ = self.ffn_block(x, lambda h: (self.ffn(h), None))
+        h = self.self_block.pre(x)
+        out, self_w = self.self_attn(
+            h, h, h, is_causal=True, need_weights=need_weights, cache=self_cache,
+            head_mask=self_head_mask,
+        )  # fmt: skip
+        x = self.self_block.post(x, out)
+        out, cross_w = self.cross_attn(
+            self.cross_block.pre(x), memory, memory, key_padding_mask=memory_padding_mask,
+            need_weights=need_weights, cache=cross_cache, head_mask=cross_head_mask,
+        )  # fmt: skip
+        x = self.cross_block.post(x, out)
+        x = self.ffn_block.post(x, self.ffn(self.ffn_block.pre(x)))
         return x, self_w, cross_w

@@ -24,7 +24,12 @@ import torch
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
-from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
+from translate.nn.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerSettings,
+    SinusoidalPositionalEncoding,
+)
 
 HEAD_MASK_KEYS = ("encoder", "decoder_self", "decoder_cross")
 
@@ -156,25 +161,13 @@ class Seq2SeqTransformer(nn.Module):
         self.num_heads = num_heads
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         self.pad_id = pad_id
-        layer_args = dict(
-            d_model=d_model,
-            num_heads=num_heads,
-            d_ff=d_ff,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            attention_impl=attention_impl,
-            num_kv_heads=num_kv_heads,
-        )
+        layer = LayerSettings(
+            d_model, num_heads, d_ff, dropout, attention_dropout, activation_dropout,
+            activation, norm_first, attention_impl, num_kv_heads,
+        )  # fmt: skip
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
-        self.encoder_layers = nn.ModuleList(
-            EncoderLayer(**layer_args) for _ in range(num_encoder_layers)
-        )
-        self.decoder_layers = nn.ModuleList(
-            DecoderLayer(**layer_args) for _ in range(num_decoder_layers)
-        )
+        self.encoder_layers = nn.ModuleList(EncoderLayer(layer) for _ in range(num_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(layer) for _ in range(num_decoder_layers))
         # Pre-norm stacks end un-normalised; a final LayerNorm keeps their outputs on scale.
         self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
