@@ -155,11 +155,13 @@ def test_non_finite_loss_skips_the_update():
 def test_run_stops_after_consecutive_nan_losses(tiny_train_cfg, monkeypatch):
     import translate.training.step as trainer_module
 
-    def nan_loss(logits, target, pad_id, label_smoothing=0.0):
-        nan = logits.sum() * float("nan")
-        return nan, nan.detach()
+    real_loss = trainer_module.batch_loss
 
-    monkeypatch.setattr(trainer_module, "sequence_loss", nan_loss)
+    def nan_loss(*args, **kwargs):
+        loss, nll = real_loss(*args, **kwargs)
+        return loss * float("nan"), nll * float("nan")
+
+    monkeypatch.setattr(trainer_module, "batch_loss", nan_loss)
     with pytest.raises(UserError, match="3 consecutive steps had a NaN/Inf loss") as err:
         train(tiny_train_cfg("trainer.max_bad_steps=3", "trainer.max_steps=50"))
     assert "trainer.precision=bf16" in str(err.value)

@@ -1,9 +1,11 @@
-"""Teacher-forced scoring: how well a model predicts reference translations."""
+"""Teacher-forced scoring: how well a model predicts reference translations. :func:`batch_loss`
+is the one loss of a batch, which training optimises and :func:`mean_nll` reports."""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -12,6 +14,29 @@ from translate.data.batching import Batch
 from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import autocast, eval_mode
+
+
+def batch_loss(
+    forward: Callable[..., Tensor],
+    batch: Batch,
+    device: torch.device,
+    precision: str,
+    pad_id: int,
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed loss and summed NLL of ``batch``, with logits for its real target
+    positions only (no vocabulary projection or log-softmax over padding).
+
+    ``forward(src, tgt_in, src_padding_mask, target_index=...)``: the model, or what wraps it
+    (``torch.compile``, DistributedDataParallel, a baseline of the training benchmark)."""
+    index = batch.target_index(pad_id).to(device)  # (N,), found on the host
+    batch = batch.to(device)
+    with autocast(device, precision):
+        logits = forward(
+            batch.src, batch.tgt_in, batch.src_padding_mask, target_index=index
+        )  # (N, V)
+    target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N,)
+    return sequence_loss(logits, target, pad_id, label_smoothing)
 
 
 @torch.no_grad()
@@ -24,17 +49,10 @@ def mean_nll(
 ) -> float:
     """Mean per-token NLL (nats, no label smoothing) over ``batches``; ``exp`` is perplexity.
     NaN when the batches hold no target token."""
+    forward = functools.partial(model, head_mask=head_mask)
     nll, tokens = 0.0, 0
     with eval_mode(model):
         for batch in batches:
-            # Logits for the real target positions only: padding costs no projection.
-            index = batch.target_index(model.pad_id).to(device)  # (N,), found on the host
-            batch = batch.to(device)
-            with autocast(device, precision):
-                logits = model(
-                    batch.src, batch.tgt_in, batch.src_padding_mask, head_mask, index
-                )  # (N, V)
-            target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N,)
-            nll += float(sequence_loss(logits, target, model.pad_id)[1])
+            nll += float(batch_loss(forward, batch, device, precision, model.pad_id)[1])
             tokens += batch.num_tgt_tokens
     return nll / tokens if tokens else math.nan

@@ -13,9 +13,8 @@ import torch
 import torch.distributed as tdist
 
 from translate.data.batching import Batch
-from translate.nn.loss import sequence_loss
+from translate.decoding.scoring import batch_loss
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast
 from translate.schema import OptimSettings
 from translate.training.optim import make_optimizer
 
@@ -127,16 +126,10 @@ class Trainer:
         )
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed label-smoothed loss and NLL of one micro-batch, with logits for its real
-        target positions only (no vocabulary projection or log-softmax over padding)."""
-        index = batch.target_index(self.pad_id).to(self.device)  # (N,), found on the host
-        batch = batch.to(self.device)
-        with autocast(self.device, self.precision):
-            logits = self.forward(
-                batch.src, batch.tgt_in, batch.src_padding_mask, target_index=index
-            )  # (N, V)
-        target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N,)
-        return sequence_loss(logits, target, self.pad_id, self.label_smoothing)
+        """Summed label-smoothed loss and NLL of one micro-batch (:func:`batch_loss`)."""
+        return batch_loss(
+            self.forward, batch, self.device, self.precision, self.pad_id, self.label_smoothing
+        )
 
     def _sum_over_ranks(self, values: list, dtype: torch.dtype) -> torch.Tensor:
         t = torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
