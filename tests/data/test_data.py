@@ -267,6 +267,18 @@ def test_evaluation_batches_put_an_over_long_pair_alone():
     assert [b.indices for b in batches if 1 in b.indices] == [[1]]
 
 
+def test_evaluation_batches_without_over_long_pairs_keep_the_split_indices():
+    """``max_len`` leaves a pair out; the others keep their places in the split, sorted by
+    length (target, then source), as the dev loss sees them."""
+    from translate.data.corpus import EncodedSplit
+
+    ids = [np.arange(4, 4 + n, dtype=np.int32) for n in (6, 40, 2, 6)]
+    split = EncodedSplit("val", ["a"] * 4, ["b"] * 4, ids, ids)
+    batches = list(split.batches(max_tokens=16, max_len=8))
+    assert [b.indices for b in batches] == [[2, 0], [3]]
+    assert batches[0].tgt_out[1].tolist() == [*ids[0].tolist(), 3]
+
+
 # ------------------------------------------------------------------ errors
 
 

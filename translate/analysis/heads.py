@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor
 
-from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.batching import Batch, sorted_batches
 from translate.nn.model import HEAD_MASK_KEYS, Seq2SeqTransformer
 from translate.runtime import autocast, eval_mode
 from translate.schema import AnalysisSettings
@@ -179,10 +179,7 @@ def make_batches(
     pairs = [
         (i, list(s)[:cut_src], list(t)[:cut_tgt]) for i, (s, t) in enumerate(zip(src_ids, tgt_ids))
     ]
-    groups = length_sorted_batches(
-        [len(s) + 1 for _, s, _ in pairs], [len(t) + 1 for _, _, t in pairs], max_tokens
-    )
-    return [collate([pairs[i] for i in idx]) for idx in groups]
+    return list(sorted_batches(pairs, max_tokens))
 
 
 @torch.no_grad()

@@ -36,8 +36,9 @@ import torch
 
 from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
 from translate.analysis.ablation_stats import heads_key
+from translate.analysis.heads import make_batches
 from translate.analysis.speed_file import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
-from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.batching import Batch
 from translate.data.corpus import load_raw_split
 from translate.decoding.ct2 import import_ctranslate2, load_exported
 from translate.decoding.ct2_export import export_checkpoint
@@ -148,10 +149,6 @@ def _spread(items: list, n: int) -> list:
     return items[:: max(1, len(items) // max(n, 1))][:n]
 
 
-def _cut(ids: list[int], limit: int | None) -> list[int]:
-    return ids if limit is None else ids[: limit - 1]
-
-
 def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list[str]) -> str:
     """Give every job the same test sentences (from the first job's data config), tokenized
     with its own tokenizer; returns the test split's name."""
@@ -172,13 +169,10 @@ def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list
         sj.latency_ids = tok.encode([s for s, _ in latency])
         sj.batch_ids = tok.encode([s for s, _ in batch])
         # Cut to the longest pairs training kept (its filter counts the EOS / BOS).
-        src = [_cut(ids, limits.max_src_len) for ids in sj.batch_ids]
-        tgt = [_cut(ids, limits.max_tgt_len) for ids in tok.encode([r for _, r in batch])]
-        lens = ([len(s) + 1 for s in src], [len(t) + 1 for t in tgt])  # + EOS / BOS
-        sj.train_batches = [
-            collate([(i, src[i], tgt[i]) for i in idx])
-            for idx in length_sorted_batches(*lens, other.data.max_tokens)
-        ]
+        tgt = tok.encode([r for _, r in batch])
+        sj.train_batches = make_batches(
+            sj.batch_ids, tgt, other.data.max_tokens, limits.max_src_len, limits.max_tgt_len
+        )
     return name
 
 

@@ -3,8 +3,10 @@
 :func:`cut_batches` is the one rule every batch follows (training, validation, test decoding,
 translation, head statistics and the decode benchmark): walk the examples in length order and
 start a new batch when ``rows * longest`` would pass ``max_tokens`` on either side.
-:func:`length_sorted_batches` applies it to sentences sorted by length;
-:class:`TokenBatchSampler` adds the seeded per-epoch shuffle that training needs.
+:func:`length_sorted_batches` applies it to sentences sorted by length, and
+:func:`sorted_batches` collates pairs in those batches (the dev loss, head statistics, the
+speed measurements); :class:`TokenBatchSampler` adds the seeded per-epoch shuffle that training
+needs.
 """
 
 from __future__ import annotations
@@ -178,6 +180,18 @@ def _padded(
     if end is not None:
         out[np.arange(len(seqs)), lens] = end
     return out
+
+
+def sorted_batches(
+    examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], max_tokens: int
+) -> Iterator[Batch]:
+    """``[(index, src_ids, tgt_ids), ...]`` (what :func:`collate` takes) collated in the
+    batches of :func:`length_sorted_batches`, at the lengths the model sees (+ EOS / BOS).
+    Lazily: one padded batch at a time."""
+    src_lens = [len(s) + 1 for _, s, _ in examples]
+    tgt_lens = [len(t) + 1 for _, _, t in examples]
+    for idx in length_sorted_batches(src_lens, tgt_lens, max_tokens):
+        yield collate([examples[i] for i in idx])
 
 
 def padding_ratio(

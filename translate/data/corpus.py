@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from translate.data.batching import Batch, collate, length_sorted_batches
+from translate.data.batching import Batch, sorted_batches
 from translate.data.registry import source
 from translate.data.tokenizer import (
     Tokenizer,
@@ -71,8 +71,7 @@ class EncodedSplit:
         kept = np.arange(len(self))
         if max_len is not None:
             kept = np.flatnonzero((src_lens <= max_len) & (tgt_lens <= max_len))
-        for idx in length_sorted_batches(src_lens[kept], tgt_lens[kept], max_tokens):
-            yield collate([self[int(kept[i])] for i in idx])
+        yield from sorted_batches([self[int(i)] for i in kept], max_tokens)
 
 
 @dataclass
