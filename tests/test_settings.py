@@ -59,6 +59,7 @@ def test_the_presets_compose_into_valid_settings():
         ("data.splits.test=null", "data.splits.test is null"),
         ("data.splits.valid=null", "data.splits.valid is null"),
         ("trainer.max_steps=0", "trainer.max_steps=0 must be > 0"),
+        ("trainer.keep_last_checkpoints=0", "trainer.keep_last_checkpoints=0 must be > 0"),
         ("+model.depth=3", "unknown key model.depth"),
         ("optim.betas=[0.9]", "optim.betas=[0.9] must be two numbers"),
         ("data=multi30k", "data.dir is not set: add data.dir=<value> to the command"),

@@ -13,7 +13,6 @@ import torch
 
 from translate.checkpoint import FORMAT_VERSION, save_checkpoint
 from translate.data.tokenizer import Tokenizer
-from translate.errors import UserError
 from translate.io import atomic_link
 from translate.runtime import rng_state
 from translate.training.progress import Progress
@@ -24,11 +23,12 @@ log = logging.getLogger(__name__)
 
 class CheckpointManager:
     """Writes ``step_<N>.pt`` atomically, keeps the newest ``keep_last``, and points
-    ``last.pt`` (and ``best.pt`` on request) at the newest file."""
+    ``last.pt`` (and ``best.pt`` on request) at the newest file.
+
+    ``keep_last`` >= 1 is ``trainer.keep_last_checkpoints``'s rule, checked where the settings
+    are read (:class:`~translate.schema.TrainerSettings`): a training run is the only builder."""
 
     def __init__(self, directory: Path, keep_last: int) -> None:
-        if keep_last < 1:
-            raise UserError(f"trainer.keep_last_checkpoints={keep_last} must be >= 1")
         self.directory = Path(directory)
         self.keep_last = keep_last
 
@@ -55,9 +55,7 @@ class CheckpointManager:
 def non_finite(weights: dict) -> str | None:
     """The name of the first floating-point tensor in ``weights`` that holds NaN or
     infinity (and how many do), or None when all are finite."""
-    bad = [
-        k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()
-    ]
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     return None if not bad else bad[0] + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
 
 
