@@ -187,11 +187,12 @@ def _building(path: Path) -> Iterator[None]:
     release); logs how long it waited for another process. Where the file system has no locks
     (or the folder is read-only) it builds without one, as before locks: correct, if twice."""
     lock = path.with_name(f".{path.name}.lock")
-    start = time.perf_counter()
+    start, fd = time.perf_counter(), None
     try:
         fd = _lock(lock)
     except OSError as err:
         log.debug("tokenizer: building %s without a lock (%s)", path, err)
+    if fd is None:
         yield
         return
     waited = time.perf_counter() - start
