@@ -80,6 +80,10 @@ class DecoderCache:
 
     self_attn: list[AttentionCache] = field(default_factory=list)
     cross_attn: list[AttentionCache] = field(default_factory=list)
+    # The tied output table as a contiguous (D, V) copy, made at the first step: a GEMM of a
+    # few rows reads it about twice as fast as the (V, D) table through a transposed view,
+    # and a search's every step reads it whole (docs/benchmarks.md).
+    output_table: Tensor | None = None
 
     @classmethod
     def empty(cls, num_layers: int) -> DecoderCache:
@@ -247,7 +251,11 @@ class Seq2SeqTransformer(nn.Module):
         row per ``r`` consecutive target rows (the beams of a sentence share its encoder output).
         """
         hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
-        return self.embedding.project(hidden)  # (B, T, V)
+        if cache is None:
+            return self.embedding.project(hidden)  # (B, T, V)
+        if cache.output_table is None:
+            cache.output_table = self.embedding.embed.weight.t().contiguous()  # (D, V)
+        return hidden @ cache.output_table  # (B, T, V)
 
     def forward(
         self,
