@@ -18,7 +18,6 @@ images in ``tensorboard/``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -73,8 +72,6 @@ def analyze_heads(
     loaded = load_translator(
         command.checkpoint, command.device, command.precision, data_overrides=data_overrides
     )
-    # Importance and pruning compare masks, not systems: decode with analysis.beam_size.
-    loaded.translator.decode = dataclasses.replace(loaded.translator.decode, beam_size=a.beam_size)
     name, src_ids, tgt_ids, refs = _pairs(loaded, split, a.max_sentences)
     model, tr = loaded.model, loaded.translator
     log.info(
@@ -125,12 +122,14 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
         return mean_nll(model, batches, tr.device, tr.precision, mask)
 
     n_imp, n_prune = a.importance.bleu_sentences, a.pruning.bleu_sentences
-    imp_bleu = MaskedBleu(tr, src_ids[:n_imp], refs[:n_imp]) if n_imp else None
+    # Importance and pruning compare masks, not systems: every checkpoint decodes with a beam
+    # of analysis.beam_size, whatever its own decode settings.
+    imp_bleu = MaskedBleu(tr, src_ids[:n_imp], refs[:n_imp], a.beam_size) if n_imp else None
     base, scores = importance(model, loss_fn, imp_bleu, tr.device)
     key = "loss_increase" if a.importance.metric == "loss" else "bleu_drop"
     # Least important first; ties keep the model's order (kind, layer, head).
     order = sorted(scores, key=lambda hid: scores[hid][key])
-    prune_bleu = MaskedBleu(tr, src_ids[:n_prune], refs[:n_prune])
+    prune_bleu = MaskedBleu(tr, src_ids[:n_prune], refs[:n_prune], a.beam_size)
     curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device)
     for rank, hid in enumerate(order):
         scores[hid]["prune_rank"] = rank

@@ -42,10 +42,19 @@ class HeadMasked(nn.Module):
 
 
 class MaskedBleu:
-    """BLEU of ``translator``'s model on fixed sources under a head mask (None = unmasked)."""
+    """BLEU of ``translator``'s model on fixed sources under a head mask (None = unmasked),
+    decoded by the translator's settings but a beam of ``beam_size`` when given
+    (:meth:`Translator.translate_ids`)."""
 
-    def __init__(self, translator: Translator, src_ids: Sequence, refs: list[str]) -> None:
+    def __init__(
+        self,
+        translator: Translator,
+        src_ids: Sequence,
+        refs: list[str],
+        beam_size: int | None = None,
+    ) -> None:
         self.translator, self.src_ids, self.refs = translator, list(src_ids), refs
+        self.beam_size = beam_size
 
     def __call__(self, head_mask: dict[str, Tensor] | None) -> float:
         if not self.src_ids:
@@ -59,7 +68,7 @@ class MaskedBleu:
             base.max_tokens,
             base.max_src_len,
         )
-        hyps = base.tokenizer.decode(masked.translate_ids(self.src_ids))
+        hyps = base.tokenizer.decode(masked.translate_ids(self.src_ids, self.beam_size))
         return score(hyps, self.refs)["bleu"]
 
 
