@@ -109,6 +109,14 @@ def decode_row(mode: str, runs: list[float], hyps: list, n_sentences: int) -> di
     }
 
 
+# decode_row's metrics in print_table's columns.
+DECODE_COLUMNS = [
+    ("sentences_per_s", "sent/s", ".4g"),
+    ("ms_per_sentence", "ms/sent", ".3g"),
+    ("mean_output_len", "out len", ".1f"),
+]
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0 or (isinstance(a, float) and math.isnan(a)):
         return None

@@ -45,9 +45,7 @@ COLUMNS = [
     ("mode", "mode", ""),
     ("engine", "engine", ""),
     ("seconds", "s", ".3g"),
-    ("sentences_per_s", "sent/s", ".4g"),
-    ("ms_per_sentence", "ms/sent", ".3g"),
-    ("mean_output_len", "out len", ".1f"),
+    *_bench.DECODE_COLUMNS,
     ("ours_vs_this", "ours/this", ".2f"),
     ("agree", "same as ours", ""),
 ]

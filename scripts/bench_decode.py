@@ -72,9 +72,7 @@ MODES = ("greedy_no_cache", "greedy_cache", "beam5")
 COLUMNS = [
     ("impl", "impl", ""),
     ("mode", "mode", ""),
-    ("sentences_per_s", "sent/s", ".4g"),
-    ("ms_per_sentence", "ms/sent", ".3g"),
-    ("mean_output_len", "out len", ".1f"),
+    *_bench.DECODE_COLUMNS,
     ("speedup_vs_no_cache", "cache speed-up", ".2f"),
     ("same_output", "same tokens", ""),
 ]
@@ -82,9 +80,7 @@ KV_MODES = ("greedy_cache", "beam5")
 KV_COLUMNS = [
     ("kv_heads", "kv heads", ""),
     ("mode", "mode", ""),
-    ("sentences_per_s", "sent/s", ".4g"),
-    ("ms_per_sentence", "ms/sent", ".3g"),
-    ("mean_output_len", "out len", ".1f"),
+    *_bench.DECODE_COLUMNS,
     ("kv_cache_kib_per_sentence", "KV cache KiB/sent", ".4g"),
     ("speed_vs_mha", "speed vs MHA", ".2f"),
     ("kv_cache_vs_mha", "cache vs MHA", ".3f"),
