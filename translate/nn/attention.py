@@ -90,54 +90,6 @@ def scaled_dot_product_attention(
     return out.view(B, H, T, Dh), weights  # (B, H, T, Dh), (B, H, T, S)
 
 
-def _log_weights_fallback() -> None:
-    global _logged_weights_fallback
-    if not _logged_weights_fallback:
-        log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
-        _logged_weights_fallback = True
-
-
-class HeadLayoutError(ValueError):
-    """A head layout that does not fit. ``argument`` names the one at fault (``num_heads``,
-    ``embed_dim`` or ``num_kv_heads``), so that a caller with its own names for them (the
-    training config's ``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
-
-    def __init__(self, argument: str, message: str) -> None:
-        super().__init__(message)
-        self.argument = argument
-
-
-def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
-    """The head layout rule: ``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1``
-    divides ``num_heads``; raises :class:`HeadLayoutError` on the first that does not hold."""
-    if num_heads < 1:
-        raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
-    if embed_dim % num_heads != 0:
-        raise HeadLayoutError(
-            "embed_dim",
-            f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
-            f"choose a head count that divides it",
-        )
-    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-        raise HeadLayoutError(
-            "num_kv_heads",
-            f"num_kv_heads={num_kv_heads} must be >= 1 and divide num_heads={num_heads} "
-            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)",
-        )
-
-
-def _query_group(B: int, B_kv: int, attn_mask: Tensor | None, is_causal: bool) -> int:
-    """How many consecutive query rows share one key/value row: ``B / B_kv``."""
-    if B_kv == B:
-        return 1
-    if B % B_kv or attn_mask is not None or is_causal:
-        raise ValueError(
-            f"keys/values have {B_kv} rows for {B} query rows: they may have fewer only if "
-            f"{B_kv} divides {B}, without attn_mask or is_causal"
-        )
-    return B // B_kv
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, batch-first, ``torch.nn.MultiheadAttention`` semantics.
 
@@ -193,97 +145,6 @@ class MultiHeadAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
 
-    @classmethod
-    def from_torch(cls, module: nn.MultiheadAttention, impl: str = "manual") -> MultiHeadAttention:
-        """Build our module with the weights of a ``torch.nn.MultiheadAttention``.
-
-        Handles both the packed ``in_proj_weight`` layout and the separate
-        ``q/k/v_proj_weight`` one that torch uses when ``kdim``/``vdim`` differ from
-        ``embed_dim``. The module must be batch-first, as ours is.
-        """
-        if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
-        if not module.batch_first:
-            raise ValueError(
-                "the nn.MultiheadAttention is seq-first (batch_first=False) but MultiHeadAttention "
-                "is batch-first; construct nn.MultiheadAttention(..., batch_first=True)"
-            )
-        bias = module.in_proj_bias is not None
-        ours = cls(
-            module.embed_dim,
-            module.num_heads,
-            module.dropout,
-            bias=bias,
-            impl=impl,
-            kdim=module.kdim,
-            vdim=module.vdim,
-        )
-        D = module.embed_dim
-        if module._qkv_same_embed_dim:
-            weights = module.in_proj_weight.detach().split(D, dim=0)  # 3 x (D, D)
-        else:
-            # (D, D), (D, kdim), (D, vdim): only k/v widths may differ from D.
-            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
-        # torch keeps one packed bias (3D,) in both layouts.
-        biases = module.in_proj_bias.detach().split(D) if bias else (None, None, None)
-        ref = module.out_proj.weight
-        ours.to(device=ref.device, dtype=ref.dtype)
-        with torch.no_grad():
-            for proj, w, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), weights, biases):
-                proj.weight.copy_(w)
-                if b is not None:
-                    proj.bias.copy_(b)
-            ours.out_proj.weight.copy_(module.out_proj.weight)
-            if bias:
-                ours.out_proj.bias.copy_(module.out_proj.bias)
-        return ours
-
-    def _split_heads(self, x: Tensor, heads: int) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
-
-    def _build_mask(
-        self,
-        B: int,
-        T: int,
-        S: int,
-        key_padding_mask: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        past: int,
-        device: torch.device,
-    ) -> Tensor | None:
-        """Merge the masks into one broadcastable to ``(B, H, T, S)``: bool, or float if any is."""
-        masks = []
-        if key_padding_mask is not None:
-            masks.append(key_padding_mask.view(B, 1, 1, S))  # (B, 1, 1, S)
-        if attn_mask is not None:
-            if attn_mask.dim() == 3:
-                attn_mask = attn_mask.view(B, self.num_heads, T, S)  # (B, H, T, S) from (B*H, T, S)
-            masks.append(attn_mask)
-        if is_causal:
-            # Query t (absolute position past + t) may see keys 0..past + t.
-            rows = torch.arange(past, past + T, device=device).unsqueeze(1)  # (T, 1)
-            masks.append(torch.arange(S, device=device).unsqueeze(0) > rows)  # (T, S)
-        if not masks:
-            return None
-        if any(m.dtype != torch.bool for m in masks):
-            dtype = next(m.dtype for m in masks if m.dtype != torch.bool)
-            as_float = [
-                torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
-                if m.dtype == torch.bool
-                else m
-                for m in masks
-            ]
-            merged = as_float[0]
-            for m in as_float[1:]:
-                merged = merged + m
-            return merged
-        merged = masks[0]
-        for m in masks[1:]:
-            merged = merged | m
-        return merged
-
     def forward(
         self,
         query: Tensor,
@@ -311,10 +172,8 @@ class MultiHeadAttention(nn.Module):
                 float (added to the scores).
             is_causal: exclude keys after each query's position (offset by the cached length).
             need_weights: also return per-head weights ``(B, H, T, S_total)``.
-            cache: incremental-decoding state, updated in place; it holds ``num_kv_heads``
-                heads.
-            head_mask: ``(H,)`` multiplier per query head's output (0 removes a head; Michel et
-                al. 2019).
+            cache: incremental-decoding state (``num_kv_heads`` heads), updated in place.
+            head_mask: ``(H,)`` multiplier per query head's output (0 removes a head).
 
         Returns:
             ``(output (B, T, D), weights (B, H, T, S_total) or None)``.
@@ -336,11 +195,13 @@ class MultiHeadAttention(nn.Module):
         if head_mask is not None:
             out = out * head_mask.view(1, self.num_heads, 1, 1).to(out.dtype)  # (1, H, 1, 1)
         out = out.transpose(1, 2).reshape(B, T, self.embed_dim)  # (B, T, H*Dh)
-        if weights is not None and r > 1:
-            S = weights.size(-1)
-            weights = weights.view(B // r, self.num_heads, r, T, S).transpose(1, 2)
-            weights = weights.reshape(B, self.num_heads, T, S)  # (B, H, T, S)
+        if weights is not None and r > 1:  # (B / r, H, r * T, S) -> (B, H, T, S)
+            weights = weights.unflatten(2, (r, T)).transpose(1, 2).flatten(0, 1)
         return self.out_proj(out), (weights if need_weights else None)
+
+    def _split_heads(self, x: Tensor, heads: int) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
 
     def _project_kv(
         self, key: Tensor, value: Tensor, cache: AttentionCache | None
@@ -395,3 +256,144 @@ class MultiHeadAttention(nn.Module):
         if use_manual:
             return scaled_dot_product_attention(q, k, v, mask, dropout_p, self.training)
         return masked_fused_attention(q, k, v, mask, dropout_p), None
+
+    # ---------------- drop-in compatibility with torch.nn.MultiheadAttention: float and 3-D
+    # masks merged with padding and causality, and its weight layouts (from_torch)
+
+    def _build_mask(
+        self,
+        B: int,
+        T: int,
+        S: int,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        past: int,
+        device: torch.device,
+    ) -> Tensor | None:
+        """Merge the masks into one broadcastable to ``(B, H, T, S)``: bool, or float if any is."""
+        masks = []
+        if key_padding_mask is not None:
+            masks.append(key_padding_mask.view(B, 1, 1, S))  # (B, 1, 1, S)
+        if attn_mask is not None:
+            if attn_mask.dim() == 3:
+                attn_mask = attn_mask.view(B, self.num_heads, T, S)  # (B, H, T, S) from (B*H, T, S)
+            masks.append(attn_mask)
+        if is_causal:
+            # Query t (absolute position past + t) may see keys 0..past + t.
+            rows = torch.arange(past, past + T, device=device).unsqueeze(1)  # (T, 1)
+            masks.append(torch.arange(S, device=device).unsqueeze(0) > rows)  # (T, S)
+        if not masks:
+            return None
+        if any(m.dtype != torch.bool for m in masks):
+            dtype = next(m.dtype for m in masks if m.dtype != torch.bool)
+            as_float = [
+                torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
+                if m.dtype == torch.bool
+                else m
+                for m in masks
+            ]
+            merged = as_float[0]
+            for m in as_float[1:]:
+                merged = merged + m
+            return merged
+        merged = masks[0]
+        for m in masks[1:]:
+            merged = merged | m
+        return merged
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention, impl: str = "manual") -> MultiHeadAttention:
+        """Build our module with the weights of a ``torch.nn.MultiheadAttention``.
+
+        Handles both the packed ``in_proj_weight`` layout and the separate
+        ``q/k/v_proj_weight`` one that torch uses when ``kdim``/``vdim`` differ from
+        ``embed_dim``. The module must be batch-first, as ours is.
+        """
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
+        if not module.batch_first:
+            raise ValueError(
+                "the nn.MultiheadAttention is seq-first (batch_first=False) but MultiHeadAttention "
+                "is batch-first; construct nn.MultiheadAttention(..., batch_first=True)"
+            )
+        bias = module.in_proj_bias is not None
+        ours = cls(
+            module.embed_dim,
+            module.num_heads,
+            module.dropout,
+            bias=bias,
+            impl=impl,
+            kdim=module.kdim,
+            vdim=module.vdim,
+        )
+        D = module.embed_dim
+        if module._qkv_same_embed_dim:
+            weights = module.in_proj_weight.detach().split(D, dim=0)  # 3 x (D, D)
+        else:
+            # (D, D), (D, kdim), (D, vdim): only k/v widths may differ from D.
+            weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+        # torch keeps one packed bias (3D,) in both layouts.
+        biases = module.in_proj_bias.detach().split(D) if bias else (None, None, None)
+        ref = module.out_proj.weight
+        ours.to(device=ref.device, dtype=ref.dtype)
+        with torch.no_grad():
+            for proj, w, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), weights, biases):
+                proj.weight.copy_(w)
+                if b is not None:
+                    proj.bias.copy_(b)
+            ours.out_proj.weight.copy_(module.out_proj.weight)
+            if bias:
+                ours.out_proj.bias.copy_(module.out_proj.bias)
+        return ours
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
+    """The head layout rule: ``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1``
+    divides ``num_heads``; raises :class:`HeadLayoutError` on the first that does not hold."""
+    if num_heads < 1:
+        raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
+    if embed_dim % num_heads != 0:
+        raise HeadLayoutError(
+            "embed_dim",
+            f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
+            f"choose a head count that divides it",
+        )
+    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        raise HeadLayoutError(
+            "num_kv_heads",
+            f"num_kv_heads={num_kv_heads} must be >= 1 and divide num_heads={num_heads} "
+            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)",
+        )
+
+
+class HeadLayoutError(ValueError):
+    """A head layout that does not fit. ``argument`` names the one at fault (``num_heads``,
+    ``embed_dim`` or ``num_kv_heads``), so that a caller with its own names for them (the
+    training config's ``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+def _query_group(B: int, B_kv: int, attn_mask: Tensor | None, is_causal: bool) -> int:
+    """How many consecutive query rows share one key/value row: ``B / B_kv``."""
+    if B_kv == B:
+        return 1
+    if B % B_kv or attn_mask is not None or is_causal:
+        raise ValueError(
+            f"keys/values have {B_kv} rows for {B} query rows: they may have fewer only if "
+            f"{B_kv} divides {B}, without attn_mask or is_causal"
+        )
+    return B // B_kv
+
+
+def _log_weights_fallback() -> None:
+    global _logged_weights_fallback
+    if not _logged_weights_fallback:  # once per process
+        log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
+    _logged_weights_fallback = True
