@@ -6,11 +6,12 @@ The checkpoint is exported for CTranslate2 (float32 and int8, by
 :func:`translate.decoding.translator.load_translator`. Every engine decodes through its
 :class:`~translate.decoding.translator.Translator`, so batching (``data.eval_max_tokens``),
 truncation and the decode settings are the same: the checkpoint's length penalty, beam
-``--beam-size`` and the script's length limits. Timed, all in one set of interleaved rounds
-(:func:`_bench.interleaved`): greedy and beam search of each engine at each ``--ct2-threads``
-(torch's threads and CTranslate2's ``intra_threads`` equal), at batch size 1 on the first
-``--latency-sentences`` sources (ms per sentence) and at the evaluation batch on all of them
-(the whole set's seconds, sentences/s).
+``--beam-size`` and the script's length limits. Timed: greedy and beam search of each engine at
+each ``--ct2-threads`` (torch's threads and CTranslate2's ``intra_threads`` equal), at batch
+size 1 on the first ``--latency-sentences`` sources (ms per sentence) and at the evaluation
+batch on all of them (the whole set's seconds, sentences/s). Each engine at each thread count
+runs in a process of its own, once per round, the processes of a round in rotated order
+(:func:`time_engines`); a row is the median of ``--rounds``. On the CPU only.
 
 Outputs: CTranslate2's greedy search takes the same argmax as ours, so its hypotheses should be
 ours token for token (float32; int8 changes the weights); its beam search stops by another rule
@@ -23,8 +24,10 @@ Imported by ``bench_decode.py`` as a sibling module, like ``_bench``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
+import json
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -34,8 +37,10 @@ import torch
 
 from translate.decoding.ct2 import import_ctranslate2, load_exported, output_limit
 from translate.decoding.ct2_export import export_checkpoint
-from translate.decoding.translator import Translator, load_translator
+from translate.decoding.translator import load_translator
 from translate.errors import UserError
+from translate.runtime import rotated, timed
+from translate.schema import DecodeSettings
 
 EXPORTS = ("float32", "int8")  # CTranslate2 quantizations compared with ours
 ENGINES = ("ours", *(f"ct2 {q}" for q in EXPORTS))
@@ -51,53 +56,70 @@ COLUMNS = [
 ]
 
 
-def load_engines(args, device, folder: Path) -> dict[tuple[str, int], Translator]:
-    """Translators by ``(engine, threads)``: ours, the checkpoint as ``translate.evaluate``
-    loads it (torch's threads are set per call), and its CTranslate2 exports written into
-    ``folder``, loaded once per thread count (``intra_threads`` is torch's at load time). All
-    decode with the checkpoint's settings but ``--beam-size`` and the length limits."""
-    ours = load_translator(args.checkpoint, str(device), args.precision)
-    translator = ours.translator
-    translator.decode = dataclasses.replace(
-        translator.decode,
-        strategy="beam",
-        beam_size=args.beam_size,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
+def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict]:
+    """Seconds and hypotheses of every (threads, batch, mode, engine), each engine at each
+    thread count timed in a process of its own (two thread pools in one process, ours and
+    CTranslate2's, would take turns spinning on the same cores), the processes of a round in
+    :func:`~translate.runtime.rotated` order; the median over ``--rounds``."""
+    jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
+    times: dict[tuple, list[float]] = {}
+    outputs: dict[tuple, list] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_decode_worker_") as tmp:
+        for r in range(args.rounds):
+            for threads, engine in rotated(jobs, r):
+                job = {**spec, "threads": threads, "engine": engine}
+                job["model_dir"] = None if engine == "ours" else str(exports[engine[4:]])
+                for (batch, mode), (seconds, hyps) in _run_worker(job, Path(tmp)).items():
+                    key = (threads, batch, mode, engine)
+                    times.setdefault(key, []).append(seconds)
+                    outputs[key] = hyps
+    return times, outputs
+
+
+def _run_worker(job: dict, tmp: Path) -> dict[tuple, tuple[float, list]]:
+    job_file, out_file = tmp / "job.json", tmp / "out.json"
+    job_file.write_text(json.dumps(job))
+    proc = subprocess.run(
+        [sys.executable, __file__, str(job_file), str(out_file)], capture_output=True, text=True
     )
-    cap = ours.data.eval_cap  # positions for the longest source and output these limits allow
-    rows = None if cap is None else max(cap, output_limit(cap, translator.decode))
-    engines = {("ours", t): translator for t in args.ct2_threads}
-    for quantization in EXPORTS:
-        exported = export_checkpoint(args.checkpoint, folder / quantization, quantization, rows)
-        for t in args.ct2_threads:
-            torch.set_num_threads(t)
-            loaded = load_exported(exported, str(device), translator.decode)
-            engines[f"ct2 {quantization}", t] = loaded.translator
-    return engines
+    if proc.returncode != 0:
+        raise UserError(f"the {job['engine']} timing process failed: {proc.stderr.strip()[-500:]}")
+    return {tuple(k.split("|")): tuple(v) for k, v in json.loads(out_file.read_text()).items()}
 
 
-def time_engines(engines: dict, ids: list[list[int]], args, device) -> list[dict]:
-    """Greedy and beam search of every engine at every ``--ct2-threads``, at batch size 1 on
-    the first ``--latency-sentences`` sources and at the evaluation batch on all of them, all
-    interleaved; one row each, with its time against ours and how many hypotheses are ours."""
-    sources = {"1": ids[: args.latency_sentences], "eval": ids}
-    beam = f"beam{args.beam_size}"
-    outputs = {}
-
-    def run(key: tuple, translator: Translator) -> None:
-        threads, batch, mode = key[:3]
-        torch.set_num_threads(threads)
-        size = 1 if mode == "greedy" else args.beam_size
+def worker(job: dict) -> dict[str, tuple[float, list]]:
+    """In its own process: one engine at one thread count, each (batch, mode) decoded once
+    after a short warm-up; ``"batch|mode" -> (seconds, hypotheses)``."""
+    torch.set_num_threads(job["threads"])  # before CTranslate2 loads: its intra_threads
+    decode = DecodeSettings(**job["decode"])
+    if job["engine"] == "ours":
+        translator = load_translator(job["checkpoint"], "cpu", job["precision"]).translator
+        translator.decode = decode
+    else:
+        translator = load_exported(Path(job["model_dir"]), "cpu", decode).translator
+    ids = job["ids"]
+    sources = {"1": ids[: job["latency_sentences"]], "eval": ids}
+    out = {}
+    for batch, mode in itertools.product(sources, ("greedy", job["beam"])):
+        size = 1 if mode == "greedy" else decode.beam_size
         if batch == "1":
-            hyps = [translator.translate_ids([s], beam_size=size)[0] for s in sources[batch]]
-        else:
-            hyps = translator.translate_ids(sources[batch], beam_size=size)
-        outputs[key] = hyps
 
-    grid = itertools.product(args.ct2_threads, sources, ("greedy", beam), ENGINES)
-    fns = {key: functools.partial(run, key, engines[key[3], key[0]]) for key in grid}
-    times = _bench.interleaved(fns, device, args.warmup, args.rounds)
+            def fn(src=sources[batch], size=size):
+                return [translator.translate_ids([s], beam_size=size)[0] for s in src]
+        else:
+
+            def fn(src=sources[batch], size=size):
+                return translator.translate_ids(src, beam_size=size)
+
+        translator.translate_ids(sources[batch][:8], beam_size=size)  # warm-up
+        hyps, seconds = timed(fn, torch.device("cpu"))
+        out[f"{batch}|{mode}"] = (seconds, hyps)
+    return out
+
+
+def rows_from(times: dict, outputs: dict) -> list[dict]:
+    """One row per (threads, batch, mode, engine), with its time against ours and how many of
+    its hypotheses are ours."""
     rows = []
     for (t, batch, mode, engine), runs in times.items():
         hyps, ours = outputs[t, batch, mode, engine], outputs[t, batch, mode, "ours"]
@@ -132,15 +154,14 @@ def summary(rows: list[dict], args, n_sentences: int) -> dict:
     return out
 
 
-def title(args, ours: Translator, n_latency: int, n_sentences: int) -> str:
-    d = ours.decode
+def title(args, d: DecodeSettings, max_tokens: int, n_latency: int, n_sentences: int) -> str:
     return (
         f"Ours (precision {args.precision}) against CTranslate2, {args.checkpoint}: batch 1 = the "
         f"first {n_latency} sentences one at a time (ms/sent), eval = all {n_sentences} at the "
-        f"evaluation batch ({ours.max_tokens} padded source tokens, as Translator batches; s = "
+        f"evaluation batch ({max_tokens} padded source tokens, as Translator batches; s = "
         f"the whole set); beam {d.beam_size}, length penalty {d.length_penalty}, at most "
-        f"{d.max_len_a} x source + {d.max_len_b} tokens; medians of {args.rounds} interleaved "
-        "rounds; ours/this = our time over the row's"
+        f"{d.max_len_a} x source + {d.max_len_b} tokens; each engine and thread count in a "
+        f"process of its own, medians of {args.rounds} rounds; ours/this = our time over the row's"
     )
 
 
@@ -152,22 +173,42 @@ def section(args, sources: list[np.ndarray], device) -> dict:
     except UserError as err:
         print(f"\nCTranslate2 comparison skipped: {err}")
         return {"skipped": str(err), "summary": {}}
-    ids, threads = [s.tolist() for s in sources], torch.get_num_threads()
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench_decode_ct2_") as folder:
-            engines = load_engines(args, device, Path(folder))
-            rows = time_engines(engines, ids, args, device)
-    finally:
-        torch.set_num_threads(threads)  # --threads again, as the report's machine section says
-    ours, n_latency = engines["ours", args.ct2_threads[0]], min(args.latency_sentences, len(ids))
+    if device.type != "cpu":
+        raise UserError("--ct2 compares engines on the CPU; run it with --device cpu")
+    ids = [s.tolist() for s in sources]
+    loaded = load_translator(args.checkpoint, "cpu", args.precision)
+    decode = dataclasses.replace(
+        loaded.translator.decode, strategy="beam", beam_size=args.beam_size,
+        max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+    )  # fmt: skip
+    cap = loaded.data.eval_cap  # positions for the longest source and output the limits allow
+    positions = None if cap is None else max(cap, output_limit(cap, decode))
+    n_latency = min(args.latency_sentences, len(ids))
+    spec = {
+        "checkpoint": str(args.checkpoint), "precision": args.precision, "ids": ids,
+        "decode": dataclasses.asdict(decode), "latency_sentences": n_latency,
+        "beam": f"beam{args.beam_size}",
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench_decode_ct2_") as folder:
+        exports = {
+            q: export_checkpoint(args.checkpoint, Path(folder) / q, q, positions) for q in EXPORTS
+        }
+        times, outputs = time_engines(spec, exports, args)
+    rows = rows_from(times, outputs)
+    max_tokens = loaded.translator.max_tokens
     print()
-    _bench.print_table(rows, COLUMNS, title=title(args, ours, n_latency, len(ids)))
+    _bench.print_table(rows, COLUMNS, title=title(args, decode, max_tokens, n_latency, len(ids)))
     return {
         "ctranslate2": ctranslate2.__version__,
-        "decode": dataclasses.asdict(ours.decode),
-        "max_tokens": ours.max_tokens,
+        "decode": dataclasses.asdict(decode),
+        "max_tokens": max_tokens,
         "latency_sentences": n_latency,
         "threads": args.ct2_threads,
         "rows": rows,
         "summary": summary(rows, args, len(ids)),
     }
+
+
+if __name__ == "__main__":  # a timing process of time_engines
+    job_path, out_path = sys.argv[1:3]
+    Path(out_path).write_text(json.dumps(worker(json.loads(Path(job_path).read_text()))))
