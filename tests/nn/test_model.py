@@ -192,3 +192,24 @@ def test_target_index_returns_the_logits_of_those_positions_only(impl):
     full = model(src, tgt, src_pad)
     assert full.shape == (3, 5, V) and selected.shape == (int(real.sum()), V)
     torch.testing.assert_close(selected, full[real], atol=1e-5, rtol=1e-5)
+
+
+def test_decoding_steps_follow_the_output_table_after_it_changes():
+    """Cached steps project through a copy of the tied table; an in-place update (an optimizer
+    step) must be seen by the next decode, not the stale copy."""
+    model = tiny()
+    src, src_pad, tgt = batch()
+
+    def first_step_and_full():
+        with torch.no_grad():
+            memory = model.encode(src, src_pad)
+            step = model.decode(tgt[:, :1], memory, src_pad, cache=model.new_cache())
+            return step, model.decode(tgt[:, :1], memory, src_pad)
+
+    before, full = first_step_and_full()
+    torch.testing.assert_close(before, full, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        model.embedding.embed.weight.mul_(2.0)
+    after, full = first_step_and_full()
+    torch.testing.assert_close(after, full, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(after, before)

@@ -45,6 +45,8 @@ class TokenEmbedding(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.positions = SinusoidalPositionalEncoding(d_model)
         self.dropout = nn.Dropout(dropout)
+        self._table: Tensor | None = None  # project()'s (D, V) copy, not a parameter or buffer
+        self._table_key: tuple | None = None
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.embed.weight, mean=0.0, std=self.d_model**-0.5)
@@ -57,9 +59,21 @@ class TokenEmbedding(nn.Module):
         x = x + self.positions(tokens.size(1), offset).to(x.dtype)
         return self.dropout(x)
 
-    def project(self, x: Tensor) -> Tensor:
-        """Hidden states ``(..., D)`` -> logits ``(..., V)`` through the tied table."""
-        return x @ self.embed.weight.t()
+    def project(self, x: Tensor, step: bool = False) -> Tensor:
+        """Hidden states ``(..., D)`` -> logits ``(..., V)`` through the tied table.
+
+        ``step``: a cached decoding step, which (without autograd) reads a contiguous ``(D, V)``
+        copy of the table: a GEMM of a few rows (a batch-1 beam step) reads it about twice as
+        fast as the ``(V, D)`` table through a transposed view (docs/benchmarks.md). The copy
+        is made again only when the table has changed (an optimizer step bumps its version).
+        """
+        weight = self.embed.weight
+        if not step or (torch.is_grad_enabled() and weight.requires_grad):
+            return x @ weight.t()
+        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        if self._table_key != key:
+            self._table, self._table_key = weight.detach().t().contiguous(), key  # (D, V)
+        return x @ self._table
 
 
 def init_weights(module: nn.Module) -> None:
@@ -80,10 +94,6 @@ class DecoderCache:
 
     self_attn: list[AttentionCache] = field(default_factory=list)
     cross_attn: list[AttentionCache] = field(default_factory=list)
-    # The tied output table as a contiguous (D, V) copy, made at the first step: a GEMM of a
-    # few rows reads it about twice as fast as the (V, D) table through a transposed view,
-    # and a search's every step reads it whole (docs/benchmarks.md).
-    output_table: Tensor | None = None
 
     @classmethod
     def empty(cls, num_layers: int) -> DecoderCache:
@@ -251,11 +261,7 @@ class Seq2SeqTransformer(nn.Module):
         row per ``r`` consecutive target rows (the beams of a sentence share its encoder output).
         """
         hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
-        if cache is None:
-            return self.embedding.project(hidden)  # (B, T, V)
-        if cache.output_table is None:
-            cache.output_table = self.embedding.embed.weight.t().contiguous()  # (D, V)
-        return hidden @ cache.output_table  # (B, T, V)
+        return self.embedding.project(hidden, step=cache is not None)  # (B, T, V)
 
     def forward(
         self,
