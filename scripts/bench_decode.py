@@ -39,9 +39,10 @@ and ``greedy_cache_speed_ratio_kv1_vs_kv8`` / ``beam5_speed_ratio_kv1_vs_kv8`` t
 sentences/s.
 
 ``--checkpoint CKPT --ct2``: ours against its float32 and int8 CTranslate2 exports, each engine
-and thread count timed in a process of its own, round after round (``_bench_ct2.py`` says how); ``summary`` adds our time over theirs
-(``beam_time_ours_vs_ct2_float32_threads1``, ...; > 1: CTranslate2 is faster) and how many of
-their hypotheses are ours. Without ``ctranslate2`` it says so and the rest runs.
+and thread count timed in a process of its own, round after round (``_bench_ct2.py`` says
+how); ``summary`` adds our time over theirs (``beam_time_ours_vs_ct2_float32_threads1``, ...;
+> 1: CTranslate2 is faster) and how many of their hypotheses are ours. Without ``ctranslate2``
+it says so and the rest runs.
 """
 
 from __future__ import annotations
