@@ -27,6 +27,7 @@ from _rehearse_host import stage_host, stage_syncs
 
 from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.tokenizer import text_fingerprint, train_or_load_tokenizer
+from translate.errors import UserError
 from translate.runtime import peak_memory_mb, reset_peak_memory
 from translate.settings import data_settings
 
@@ -199,7 +200,10 @@ def main(argv: list[str]) -> None:
     torch.set_num_threads(params["threads"])
     baseline = rss_mb()
     reset_peak_memory(CPU)
-    result = stages[stage](params)
+    try:
+        result = stages[stage](params)
+    except UserError as err:  # a failure the user would see: the stage's finding, one line
+        result = {"error": str(err)}
     result.update(rss_at_start_mb=baseline, peak_rss_mb=peak_memory_mb(CPU))
     print("RESULT " + json.dumps(result, default=str), flush=True)
 

@@ -149,7 +149,7 @@ def ddp(p: dict, run_dir: Path) -> dict:
         "seconds": cmd.lines[-1][0] if cmd.lines else None,
         "tokenizer_builds": cmd.count(BUILDS),
         "encodings": cmd.count(ENCODES),
-        "rank_waits_s": {int(r): float(s) for r, s, _ in waits},
+        "rank_waits_s": {r: float(s) for r, s, _ in waits},  # rank (str, as in JSON): s
         "wait_limit": waits[0][2] if waits else None,
         "rank0_build_s": float(ready[0]) if ready else None,
         "process_group_timeout": ready[1] if ready else None,

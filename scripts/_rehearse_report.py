@@ -52,8 +52,11 @@ def summarize(done: dict) -> dict:
         "host_updates_per_s": _get(done, "host", "updates_per_s"),
         "host_loop_updates_per_s": _get(done, "host", "loop_updates_per_s"),
         "syncs_per_update": _get(done, "syncs", "syncs_per_update"),
+        "ops_per_update": _get(done, "syncs", "ops_per_update"),
+        "dispatch_floor_updates_per_s": _get(done, "syncs", "dispatch_floor_updates_per_s"),
         "valid_greedy_ms_per_sentence": _decode_ms(done, "valid", 1),
         "test_beam5_ms_per_sentence": _decode_ms(done, "test", 5),
+        "ddp_rank1_wait_s": _get(done, "ddp", "rank_waits_s", "1"),
         "ddp_tokenizer_builds": None if builds["ddp"] is None else float(builds["ddp"]),
         "sweep_tokenizer_builds": None if builds["sweep"] is None else float(builds["sweep"]),
         "scaling_worst_exponent": max(exponents, default=None),
@@ -164,12 +167,13 @@ def _print_scaling(scaling: dict) -> None:
             "tok_peak": _get(node, "tokenizer", "peak_rss_mb"),
             "data_s": _get(node, "data", "load_s"),
             "data_peak": _get(node, "data", "peak_rss_mb"),
+            "error": _get(node, "tokenizer", "error") or _get(node, "data", "error"),
         }
         for n, node in sorted((kv for kv in scaling.items() if kv[0].isdigit()), key=_pairs)
     ]
     cols = [("pairs", "pairs", ""), ("tok_s", "tokenizer s", ".3g")]
     cols += [("tok_peak", "peak MiB", ".0f"), ("data_s", "data s", ".3g")]
-    cols += [("data_peak", "peak MiB", ".0f")]
+    cols += [("data_peak", "peak MiB", ".0f"), ("error", "error", "")]
     exps = [
         f"{stage} {a}->{b}: {e:.2f}"
         for stage, key in (("tokenizer", "train_s"), ("data", "load_s"))
