@@ -25,7 +25,8 @@ the sections it runs and keeps the others):
 - ``ddp``: torchrun with 2 gloo ranks from a cold cache: builds, rank 1's wait and its limit;
 - ``sweep``: a 2-job multirun from a cold cache through the local launcher: builds;
 - ``scaling``: the tokenizer and data stages at ``--scaling`` pairs (prefixes of the corpus)
-  beside the full size: the growth exponent of each stage's time.
+  and the full size, the fastest of ``--scaling-rounds`` runs each: the growth exponent of
+  each stage's time.
 
 Every stage runs in a process of its own (its peak resident size is its own, ``VmHWM``); the
 training commands run as a user runs them. Timings on a shared machine vary with its load: the
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import shutil
@@ -174,23 +176,28 @@ def prefix_corpus(source: Path, folder: Path, pairs: int) -> Path:
     return folder
 
 
-def run_scaling(args, done: dict) -> dict:
-    """Tokenizer and data stages at each ``--scaling`` size; the full size from this run's
-    (or the JSON's) tokenizer and data sections, else measured here too."""
-    out = {}
+def run_scaling(args) -> dict:
+    """The tokenizer and data stages at each ``--scaling`` size and the full one, in
+    ``--scaling-rounds`` rounds (ascending, then descending, ...), each size keeping its
+    fastest run: on a shared machine one run's time moved fivefold with the load, which no
+    single pass at each size can tell from growth."""
     full = _pairs(args.data)
-    for pairs in sorted({*args.scaling, full}):
-        if pairs == full and "tokenizer" in done and "data" in done:
-            out[str(pairs)] = {"tokenizer": done["tokenizer"]["all"], "data": done["data"]["cold"]}
-            continue
+    sizes = sorted({*args.scaling, full})
+    folders = {full: args.data}
+    for pairs in sizes[:-1]:
         base = fresh(args.work / f"scale-{pairs}")
-        data = args.data if pairs == full else prefix_corpus(args.data, base / "data", pairs)
-        scaled = argparse.Namespace(**{**vars(args), "data": data})
-        cache = base / "cache"
-        out[str(pairs)] = {
-            "tokenizer": child("tokenizer", params(scaled, cache)),
-            "data": child("data", params(scaled, cache)),
-        }
+        folders[pairs] = prefix_corpus(args.data, base / "data", pairs)
+    out: dict = {str(n): {"tokenizer_s_runs": [], "data_s_runs": []} for n in sizes}
+    for round_ in range(args.scaling_rounds):
+        for pairs in sizes if round_ % 2 == 0 else sizes[::-1]:
+            scaled = argparse.Namespace(**{**vars(args), "data": folders[pairs]})
+            cache = fresh(args.work / f"scale-{pairs}" / "cache")
+            node = out[str(pairs)]
+            for stage, key in (("tokenizer", "train_s"), ("data", "load_s")):
+                run = child(stage, params(scaled, cache))
+                node[f"{stage}_s_runs"].append(run.get(key))
+                if stage not in node or (run.get(key) or math.inf) < node[stage].get(key, math.inf):
+                    node[stage] = run
     return out
 
 
@@ -201,7 +208,7 @@ def _pairs(folder: Path) -> int:
         return sum(not line.startswith("<") for line in f)
 
 
-def run_stage(args, stage: str, done: dict, argv: list[str]) -> dict:
+def run_stage(args, stage: str, argv: list[str]) -> dict:
     """One stage's section: its results, and when, how and under what load it ran."""
     start, load = time.perf_counter(), os.getloadavg()[0]
     print(f"\n=== {stage} ===", file=sys.stderr, flush=True)
@@ -210,7 +217,7 @@ def run_stage(args, stage: str, done: dict, argv: list[str]) -> dict:
     elif stage in ("ddp", "sweep"):
         result = run_commands(args, stage)
     elif stage == "scaling":
-        result = run_scaling(args, done)
+        result = run_scaling(args)
     else:
         result = RUNNERS[stage](args)
     meta = {
@@ -248,6 +255,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--valid-sentences", type=int, default=0, help="0: the whole dev split")
     parser.add_argument("--test-sentences", type=int, default=0, help="0: the whole test split")
     parser.add_argument("--scaling", default="50000,100000", help="smaller corpus sizes")
+    parser.add_argument("--scaling-rounds", type=int, default=2, help="fastest of N runs")
     parser.add_argument("--command-timeout", type=float, default=3600.0, metavar="SECONDS")
     parser.add_argument(
         "--override", action="append", default=[], help="a Hydra override for every stage"
@@ -272,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.json is not None and args.json.is_file():
         done = json.loads(args.json.read_text()).get("stages", {})
     for stage in (s for s in STAGES if s in args.stages):
-        done[stage] = run_stage(args, stage, done, argv)
+        done[stage] = run_stage(args, stage, argv)
         write(args, argv, done, quiet=True)  # after every stage: a stop loses little
     return write(args, argv, done, quiet=False)
 
