@@ -30,7 +30,17 @@ the sections it runs and keeps the others):
 
 Every stage runs in a process of its own (its peak resident size is its own, ``VmHWM``); the
 training commands run as a user runs them. Timings on a shared machine vary with its load: the
-load average is recorded beside each stage. Peak RSS goal: 6 GB for the data stages.
+load average is recorded beside each stage, and ``--threads 1`` keeps torch's threads from
+spinning against the other jobs.
+
+Goals (``summary``, each said met or not): cold command to first update <= 300 s; a cached
+start to the start of training <= 20 s (``start_to_training_cached_s``; the first update after
+it is one d512 update on the CPU, ``first_update_cached_s``); data stages' peak RSS <= 6 GB;
+the loop's host side <= 10 ms an update (``host_loop_updates_per_s`` >= 100: the loop without
+the step, whose tiny-model time on the CPU is mostly the 16k-vocabulary projection and loss,
+compute a GPU runs asynchronously; the step's own host floor is ``ops_per_update`` times this
+CPU's dispatch cost, ``dispatch_floor_updates_per_s``); one tokenizer build for 2 DDP ranks and
+for a 2-job sweep; no stage's time growing faster than pairs^1.15.
 """
 
 from __future__ import annotations
