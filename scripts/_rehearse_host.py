@@ -207,9 +207,13 @@ class Reads(TorchFunctionMode):
 
 def _syncs(op: str, where: str) -> bool:
     """Whether ``op`` at ``where`` waits for the GPU: a blocking copy to the device does (the
-    stream is synchronised), a value read does unless it reads a host tensor (the data
-    package's: batches are built on the host and moved afterwards)."""
-    return op == BLOCKING_COPY or not where.startswith("translate/data/")
+    stream is synchronised) unless ``data.batching.to_device`` makes it, which on a GPU copies
+    through pinned memory without blocking (on the CPU, where this counts, its copy is plain);
+    a value read does unless it reads a host tensor (the data package's: batches are built on
+    the host and moved afterwards)."""
+    if op == BLOCKING_COPY:
+        return not where.endswith(" to_device")
+    return not where.startswith("translate/data/")
 
 
 def _to_device(args, kwargs) -> bool:

@@ -60,7 +60,10 @@ def test_data_stages_then_syncs_fill_one_json(tmp_path):
     rows = document["stages"]["syncs"]["rows"]
     in_step = [r for r in rows if r["where"].startswith("translate/training/step.py")]
     assert in_step and all(r["sync_on_cuda"] for r in in_step)
-    assert any(r["op"] == "__float__" for r in in_step)  # the loss the loop must read
+    # The loss, NLL and gradient norm the loop must read, in one read.
+    assert [(r["op"], r["per_update"]) for r in in_step] == [("tolist", 1)]
+    copies = [r for r in rows if r["where"].endswith(" to_device")]  # pinned on a GPU
+    assert copies and not any(r["sync_on_cuda"] for r in copies)
     assert not any(r["sync_on_cuda"] for r in rows if r["op"] == "nonzero")  # on the host
     summary = document["summary"]
     assert summary["syncs_per_update"] == sum(r["per_update"] for r in rows if r["sync_on_cuda"])

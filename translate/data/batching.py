@@ -123,17 +123,30 @@ class Batch:
         the positions does not wait for the device."""
         return (self.tgt_out.reshape(-1) != pad_id).nonzero().squeeze(1)  # (N,)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        move = {"device": device, "non_blocking": non_blocking}
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch's tensors on ``device``, each by :func:`to_device`."""
         return Batch(
-            self.src.to(**move),
-            self.src_padding_mask.to(**move),
-            self.tgt_in.to(**move),
-            self.tgt_out.to(**move),
+            to_device(self.src, device),
+            to_device(self.src_padding_mask, device),
+            to_device(self.tgt_in, device),
+            to_device(self.tgt_out, device),
             self.indices,
             self.num_src_tokens,
             self.num_tgt_tokens,
         )
+
+
+def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``t`` on ``device``; from the host to a GPU through pinned memory, without waiting.
+
+    A copy from pageable host memory first waits for the work already queued on the GPU: one
+    host-device synchronisation per tensor and update (docs/scale.md counts them). A pinned
+    copy is queued like a kernel, and PyTorch keeps its pinned block until the copy is done.
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def collate(

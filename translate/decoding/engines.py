@@ -50,4 +50,3 @@ def describe_decode(decode: DecodeSettings, overridden: dict) -> str:
         f"decode: {decode.search}, at most "
         f"{decode.max_len_a} x source + {decode.max_len_b} tokens ({where})"
     )
-

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor
 
-from translate.data.batching import Batch
+from translate.data.batching import Batch, to_device
 from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime import autocast, eval_mode
@@ -29,7 +29,7 @@ def batch_loss(
 
     ``forward(src, tgt_in, src_padding_mask, target_index=...)``: the model, or what wraps it
     (``torch.compile``, DistributedDataParallel, a baseline of the training benchmark)."""
-    index = batch.target_index(pad_id).to(device)  # (N,), found on the host
+    index = to_device(batch.target_index(pad_id), device)  # (N,), found on the host
     batch = batch.to(device)
     with autocast(device, precision):
         logits = forward(
