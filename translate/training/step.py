@@ -103,8 +103,7 @@ class Trainer:
             grad_norm = torch.linalg.vector_norm(
                 torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None])
             )
-        # The three values the loop reads, in one host-device sync instead of one each (float64:
-        # every float32 value exactly).
+        # The values the loop reads, in one host-device sync (float64 holds float32 exactly).
         values = (loss_sum, nll_sum, grad_norm)
         as64 = [torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]
         loss_total, nll_total, norm = torch.stack(as64).tolist()
