@@ -104,9 +104,8 @@ class Trainer:
                 torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None])
             )
         # The values the loop reads, in one host-device sync (float64 holds float32 exactly).
-        values = (loss_sum, nll_sum, grad_norm)
-        as64 = [torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]
-        loss_total, nll_total, norm = torch.stack(as64).tolist()
+        values = self._stacked([loss_sum, nll_sum, grad_norm], torch.float64)
+        loss_total, nll_total, norm = values.tolist()
         loss_value = loss_total / total_tgt
         finite = math.isfinite(loss_value) and math.isfinite(norm)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -135,8 +134,12 @@ class Trainer:
             self.forward, batch, self.device, self.precision, self.pad_id, self.label_smoothing
         )
 
+    def _stacked(self, values: list, dtype: torch.dtype) -> torch.Tensor:
+        """Numbers and 0-d tensors as one ``(len(values),)`` tensor on the device."""
+        return torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
+
     def _sum_over_ranks(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        t = torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
+        t = self._stacked(values, dtype)
         tdist.all_reduce(t)
         return t
 
