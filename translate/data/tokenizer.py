@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import io
 import itertools
@@ -33,12 +34,15 @@ import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import sentencepiece as spm
 
 from translate.errors import UserError
 from translate.io import atomic_write
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -152,20 +156,17 @@ def train_or_load_tokenizer(
     key = tokenizer_key(key_parts, settings)
     name = str(key_parts.get("source", "data"))
     path = Path(cache_dir) / f"spm-{name}-{model_type}{vocab_size}-{key[:16]}.model"
-    tokenizer = _reuse(path, settings["vocab_size"], warn=False)
-    if tokenizer is not None:
-        return tokenizer, path
-    with _building(path):
-        # Checked again under the lock: another process may have built it while we waited.
-        tokenizer = _reuse(path, settings["vocab_size"], warn=True)
-        if tokenizer is None:
-            log.info(
-                "tokenizer: training SentencePiece %s, vocab %d -> %s", model_type, vocab_size, path
-            )
-            proto = _train(train_texts(), settings)
-            atomic_write(path, proto)
-            tokenizer = Tokenizer(proto)
-    return tokenizer, path
+
+    def train() -> Tokenizer:
+        log.info(
+            "tokenizer: training SentencePiece %s, vocab %d -> %s", model_type, vocab_size, path
+        )
+        proto = _train(train_texts(), settings)
+        atomic_write(path, proto)
+        return Tokenizer(proto)
+
+    reuse = functools.partial(_reuse, path, settings["vocab_size"])
+    return _built_once(path, reuse, train), path
 
 
 def _reuse(path: Path, vocab_size: int, warn: bool) -> Tokenizer | None:
@@ -179,6 +180,19 @@ def _reuse(path: Path, vocab_size: int, warn: bool) -> Tokenizer | None:
         # Left in place, a damaged file would fail every later run with the same settings.
         log.warning("tokenizer: unusable cache file (%s); training it again", why)
     return tokenizer
+
+
+def _built_once(path: Path, reuse: Callable[[bool], T | None], build: Callable[[], T]) -> T:
+    """What ``reuse(warn)`` finds cached at ``path``, else what ``build()`` writes there, one
+    process at a time (:func:`_building`). The cache is checked again once the lock is held,
+    since another process may have built it while this one waited; only that second look says
+    (``warn``) why a cached file is unusable."""
+    found = reuse(False)
+    if found is not None:
+        return found
+    with _building(path):
+        found = reuse(True)
+        return build() if found is None else found
 
 
 @contextlib.contextmanager
@@ -293,13 +307,11 @@ def encode_cached(
     model_hash = hashlib.sha256(tokenizer.model_proto).hexdigest()
     key = hashlib.sha256(f"{model_hash}:{fingerprint}".encode()).hexdigest()
     path = cache_dir / f"encoded-{key[:24]}.npz"
-    arrays = _reuse_encoded(path, key, columns, warn=False)
-    if arrays is None:
-        with _building(path):
-            # Checked again under the lock: another process may have encoded it meanwhile.
-            arrays = _reuse_encoded(path, key, columns, warn=True)
-            if arrays is None:
-                arrays = _encode_all(tokenizer, columns, key, path)
+    arrays = _built_once(
+        path,
+        functools.partial(_reuse_encoded, path, key, columns),
+        functools.partial(_encode_all, tokenizer, columns, key, path),
+    )
     return {
         lang: np.split(arrays[f"{lang}.ids"], arrays[f"{lang}.offsets"][1:-1]) for lang in columns
     }
