@@ -25,6 +25,8 @@ from pathlib import Path
 from _rehearse_common import ROOT, recipe_overrides
 from _rehearse_host import SHORT_END, TINY
 
+from translate.runtime import peak_rss_mb
+
 FIRST_UPDATE = re.compile(r"rank 0 update: loss")
 MILESTONES = {
     "tokenizer_training_at_s": re.compile(r"tokenizer: training SentencePiece"),
@@ -75,12 +77,7 @@ class Command:
                 return item[0]
 
     def peak_rss_mb(self) -> float | None:
-        try:
-            status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        except OSError:
-            return None
-        found = re.search(r"VmHWM:\s+(\d+) kB", status)
-        return int(found[1]) / 2**10 if found else None
+        return peak_rss_mb(self.proc.pid)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -145,7 +145,6 @@ def rotated(items: list[T], r: int) -> list[T]:
     return items[shift:] + items[:shift]
 
 
-_PROC_STATUS = Path("/proc/self/status")
 _PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
@@ -167,12 +166,21 @@ def peak_memory_mb(device: torch.device) -> float:
     (since the last :func:`reset_peak_memory` where Linux allows it)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    with contextlib.suppress(OSError):
-        for line in _PROC_STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 2**10  # kB -> MiB
+    peak = peak_rss_mb("self")
+    if peak is not None:
+        return peak
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def peak_rss_mb(pid: int | str) -> float | None:
+    """Linux's peak resident set size (``VmHWM``) of process ``pid`` (or ``"self"``) in MiB;
+    None where ``/proc`` cannot tell (another system, a process gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**10  # kB -> MiB
+    return None
 
 
 def device_name(device: torch.device, cpu: str = "cpu") -> str:
