@@ -41,3 +41,19 @@ def test_peak_memory_window_resets_between_jobs():
     )
     with_big, after_reset = map(float, proc.stdout.split())
     assert after_reset < with_big - 200
+
+
+def test_eval_mode_restores_a_training_model_and_leaves_an_eval_model_alone():
+    from translate.runtime import eval_mode
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).train()
+    with eval_mode(model):
+        assert not any(m.training for m in model.modules())
+    assert all(m.training for m in model.modules())
+
+    model.eval()
+    calls = []
+    model.train = lambda mode=True: calls.append(mode)  # a switch would walk every submodule
+    with eval_mode(model):
+        assert not any(m.training for m in model.modules())
+    assert calls == [] and not model.training

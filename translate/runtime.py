@@ -104,13 +104,19 @@ def set_rng_state(state: dict) -> None:
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """``model`` in eval mode for the block, then back in the mode it was in."""
-    was_training = model.training
+    """``model`` in eval mode for the block, then back in the mode it was in.
+
+    A model already in eval mode (its top module's flag) is left alone: switching walks every
+    submodule, twice per call, which costs a batch-1 decode more than a step (docs/benchmarks.md).
+    """
+    if not model.training:
+        yield model
+        return
     model.eval()
     try:
         yield model
     finally:
-        model.train(was_training)
+        model.train()
 
 
 def synchronize(device: torch.device) -> None:

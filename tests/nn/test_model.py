@@ -194,22 +194,37 @@ def test_target_index_returns_the_logits_of_those_positions_only(impl):
     torch.testing.assert_close(selected, full[real], atol=1e-5, rtol=1e-5)
 
 
-def test_decoding_steps_follow_the_output_table_after_it_changes():
-    """Cached steps project through a copy of the tied table; an in-place update (an optimizer
-    step) must be seen by the next decode, not the stale copy."""
-    model = tiny()
+@pytest.mark.parametrize(
+    "name",
+    [
+        "embedding.embed.weight",
+        "decoder_layers.0.self_attn.q_proj.weight",
+        "decoder_layers.1.self_attn.k_proj.weight",
+        "decoder_layers.0.self_attn.v_proj.bias",
+    ],
+)
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_decoding_steps_follow_parameters_after_they_change(name, kv_heads):
+    """Cached steps read derived copies (the tied table transposed, the self-attention
+    projections stacked); they equal the plain path, and an in-place update (an optimizer step)
+    must be seen by the next decode, not a stale copy."""
+    model = tiny(num_kv_heads=kv_heads)
     src, src_pad, tgt = batch()
 
-    def first_step_and_full():
+    def stepwise_and_full():
         with torch.no_grad():
             memory = model.encode(src, src_pad)
-            step = model.decode(tgt[:, :1], memory, src_pad, cache=model.new_cache())
-            return step, model.decode(tgt[:, :1], memory, src_pad)
+            cache = model.new_cache()
+            steps = [
+                model.decode(tgt[:, t : t + 1], memory, src_pad, cache=cache) for t in range(5)
+            ]
+            return torch.cat(steps, dim=1), model.decode(tgt, memory, src_pad)
 
-    before, full = first_step_and_full()
+    before, full = stepwise_and_full()
     torch.testing.assert_close(before, full, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
-        model.embedding.embed.weight.mul_(2.0)
-    after, full = first_step_and_full()
+        parameter = model.get_parameter(name)
+        parameter.add_(torch.randn_like(parameter))
+    after, full = stepwise_and_full()
     torch.testing.assert_close(after, full, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(after, before)

@@ -94,38 +94,39 @@ def greedy_search(
     if B == 0:
         return []
     mask = _padding_only(src_padding_mask)
-    limits = torch.tensor(max_lengths(src, mask, max_len_a, max_len_b))
+    limits = max_lengths(src, mask, max_len_a, max_len_b)
     memory = model.encode(src, mask)  # (B, S, D)
     cache = model.new_cache() if use_cache else None
-    tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (n, t + 1)
-    rows = torch.arange(B)  # original index of each live row (CPU)
+    # The decoder's input: the newest token (n, 1) with the cache, else the prefix (n, t + 1).
+    tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+    # Plain Python bookkeeping: at a few rows, tensor operations would cost more than a step.
+    rows = list(range(B))  # original index of each live row
     out: list[list[int]] = [[] for _ in range(B)]
-    keep = limits > 0
+    keep = [i for i in rows if limits[i] > 0]  # positions in ``rows`` that go on
     t = 0
     while True:
-        if not keep.all():  # drop finished rows from the batch and the cache
-            rows = rows[keep]
-            if rows.numel() == 0:
+        if len(keep) < len(rows):  # drop finished rows from the batch and the cache
+            rows = [rows[i] for i in keep]
+            if not rows:
                 break
-            index = keep.nonzero().squeeze(1).to(src.device)  # (n',)
+            index = torch.tensor(keep, device=src.device)  # (n',)
             tokens = tokens.index_select(0, index)
             if not use_cache:  # with a cache, the encoder output lives on in its K/V only
                 memory = memory.index_select(0, index)
             mask = None if mask is None else mask.index_select(0, index)
             if cache is not None:
                 cache.reorder(index, index)
-        new = tokens[:, -1:] if use_cache else tokens  # (n, 1) or (n, t + 1)
-        logits = model.decode(new, memory, mask, cache=cache)[:, -1]  # (n, V)
-        if cache is not None:
-            memory = None  # projected into the cross-attention caches at the first step
-        next_tokens = _log_probs(logits, pad_id, bos_id).argmax(dim=-1)  # (n,)
-        tokens = torch.cat([tokens, next_tokens.unsqueeze(1)], dim=1)  # (n, t + 2)
-        ended = (next_tokens == eos_id).cpu()
-        for row, token, is_eos in zip(rows.tolist(), next_tokens.tolist(), ended.tolist()):
-            if not is_eos:
-                out[row].append(token)
+        logits = model.decode(tokens, memory, mask, cache=cache)[:, -1]  # (n, V)
+        memory = memory if cache is None else None  # now in the cross-attention caches
+        next_tokens = _log_probs(logits, pad_id, bos_id).argmax(dim=-1, keepdim=True)  # (n, 1)
+        tokens = next_tokens if use_cache else torch.cat([tokens, next_tokens], dim=1)
         t += 1
-        keep = ~ended & (limits[rows] > t)
+        keep = []
+        for i, (row, token) in enumerate(zip(rows, next_tokens.view(-1).tolist())):
+            if token != eos_id:
+                out[row].append(token)
+                if limits[row] > t:
+                    keep.append(i)
     return out
 
 

@@ -34,6 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
+from translate.nn.derived import DerivedWeight, stacked, uses_derived
+from translate.nn.masks import merge_masks
 from translate.nn.sdpa import fused_attention, masked_fused_attention
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,8 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
         self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        # The q/k/v projections stacked, for decoding steps (_project_step).
+        self._qkv_weight, self._qkv_bias = DerivedWeight(stacked), DerivedWeight(stacked)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -179,14 +183,7 @@ class MultiHeadAttention(nn.Module):
             ``(output (B, T, D), weights (B, H, T, S_total) or None)``.
         """
         B, T, _ = query.shape
-        filled = cache is not None and cache.static and cache.k is not None
-        r = _query_group(B, (cache.k if filled else key).size(0), attn_mask, is_causal)
-        # The r query rows that share a key row become r * T queries of that row.
-        query = query.reshape(B // r, r * T, self.embed_dim)  # (B / r, r * T, D)
-        # Queries are projected before keys and values: autograd sums self-attention's input
-        # gradient in that order, and another order would change training in the last bits.
-        q = self._split_heads(self.q_proj(query), self.num_heads)  # (B / r, H, r * T, Dh)
-        k, v, past = self._project_kv(key, value, cache)  # (B / r, Hkv, S_total, Dh) each
+        q, k, v, past, r = self._project(query, key, value, attn_mask, is_causal, cache)
         # A single new query against a full history needs no causal mask: every key is past.
         causal = is_causal and not (past > 0 and T == 1)
         out, weights = self._attend(
@@ -198,6 +195,52 @@ class MultiHeadAttention(nn.Module):
         if weights is not None and r > 1:  # (B / r, H, r * T, S) -> (B, H, T, S)
             weights = weights.unflatten(2, (r, T)).transpose(1, 2).flatten(0, 1)
         return self.out_proj(out), (weights if need_weights else None)
+
+    def _project(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None,
+        is_causal: bool,
+        cache: AttentionCache | None,
+    ) -> tuple[Tensor, Tensor, Tensor, int, int]:
+        """Queries ``(B / r, H, r * T, Dh)``, keys and values ``(B / r, Hkv, S_total, Dh)``,
+        the cached length before this call, and ``r``, the query rows per key row."""
+        B, T, _ = query.shape
+        if (
+            cache is not None
+            and not cache.static
+            and key is query
+            and value is query
+            and uses_derived(self.q_proj.weight)
+        ):
+            return *self._project_step(query, cache), 1
+        filled = cache is not None and cache.static and cache.k is not None
+        r = _query_group(B, (cache.k if filled else key).size(0), attn_mask, is_causal)
+        # The r query rows that share a key row become r * T queries of that row.
+        query = query.reshape(B // r, r * T, self.embed_dim)  # (B / r, r * T, D)
+        # Queries are projected before keys and values: autograd sums self-attention's input
+        # gradient in that order, and another order would change training in the last bits.
+        q = self._split_heads(self.q_proj(query), self.num_heads)  # (B / r, H, r * T, Dh)
+        k, v, past = self._project_kv(key, value, cache)  # (B / r, Hkv, S_total, Dh) each
+        return q, k, v, past, r
+
+    def _project_step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor, int]:
+        """A decoding step's self-attention projections of ``x (B, T, D)`` as one GEMM over
+        the three weight matrices stacked (:mod:`translate.nn.derived`; the same numbers as
+        three): a step of a few rows pays per operator, not per multiply. The keys and values
+        are appended to ``cache``; returns ``q``, ``k``, ``v`` and the cached length before."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = self._qkv_weight.get(*(p.weight for p in projections))  # (D + 2*Dkv, D)
+        bias = self._qkv_bias.get(*(p.bias for p in projections))  # (D + 2*Dkv,) or None
+        kv_dim = self.num_kv_heads * self.head_dim
+        q, k, v = F.linear(x, weight, bias).split([self.embed_dim, kv_dim, kv_dim], dim=-1)
+        past = cache.length
+        k, v = cache.append(
+            self._split_heads(k, self.num_kv_heads), self._split_heads(v, self.num_kv_heads)
+        )  # (B, Hkv, past + T, Dh) each
+        return self._split_heads(q, self.num_heads), k, v, past  # q: (B, H, T, Dh)
 
     def _split_heads(self, x: Tensor, heads: int) -> Tensor:
         B, T, _ = x.shape
@@ -250,57 +293,15 @@ class MultiHeadAttention(nn.Module):
             # Mask-free or plain causal: let SDPA pick its fastest kernel (Flash where available).
             return fused_attention(q, k, v, dropout_p=dropout_p, is_causal=causal), None
         B, _, T, _ = q.shape
-        mask = self._build_mask(
-            B, T, k.size(2), key_padding_mask, attn_mask, causal, past, q.device
+        mask = merge_masks(
+            B, self.num_heads, T, k.size(2), key_padding_mask, attn_mask, causal, past, q.device
         )
         if use_manual:
             return scaled_dot_product_attention(q, k, v, mask, dropout_p, self.training)
         return masked_fused_attention(q, k, v, mask, dropout_p), None
 
-    # ---------------- drop-in compatibility with torch.nn.MultiheadAttention: float and 3-D
-    # masks merged with padding and causality, and its weight layouts (from_torch)
-
-    def _build_mask(
-        self,
-        B: int,
-        T: int,
-        S: int,
-        key_padding_mask: Tensor | None,
-        attn_mask: Tensor | None,
-        is_causal: bool,
-        past: int,
-        device: torch.device,
-    ) -> Tensor | None:
-        """Merge the masks into one broadcastable to ``(B, H, T, S)``: bool, or float if any is."""
-        masks = []
-        if key_padding_mask is not None:
-            masks.append(key_padding_mask.view(B, 1, 1, S))  # (B, 1, 1, S)
-        if attn_mask is not None:
-            if attn_mask.dim() == 3:
-                attn_mask = attn_mask.view(B, self.num_heads, T, S)  # (B, H, T, S) from (B*H, T, S)
-            masks.append(attn_mask)
-        if is_causal:
-            # Query t (absolute position past + t) may see keys 0..past + t.
-            rows = torch.arange(past, past + T, device=device).unsqueeze(1)  # (T, 1)
-            masks.append(torch.arange(S, device=device).unsqueeze(0) > rows)  # (T, S)
-        if not masks:
-            return None
-        if any(m.dtype != torch.bool for m in masks):
-            dtype = next(m.dtype for m in masks if m.dtype != torch.bool)
-            as_float = [
-                torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
-                if m.dtype == torch.bool
-                else m
-                for m in masks
-            ]
-            merged = as_float[0]
-            for m in as_float[1:]:
-                merged = merged + m
-            return merged
-        merged = masks[0]
-        for m in masks[1:]:
-            merged = merged | m
-        return merged
+    # ---------------- drop-in compatibility with torch.nn.MultiheadAttention: its weight
+    # layouts (its float and 3-D masks are merged by translate.nn.masks)
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention, impl: str = "manual") -> MultiHeadAttention:

@@ -70,6 +70,9 @@ class AttentionCache:
         if self._k is None:
             self._k, self._v = k, v
             return k, v
+        if self._pending is None:  # nothing to reorder (greedy search): one concatenation
+            self._k, self._v = torch.cat([self._k, k], dim=2), torch.cat([self._v, v], dim=2)
+            return self._k, self._v
         past, T = self.length, k.size(2)
         B, Hkv, _, Dh = k.shape
         new_k = k.new_empty(B, Hkv, past + T, Dh)  # (B, Hkv, past + T, Dh)
@@ -99,11 +102,8 @@ class AttentionCache:
             self._k, self._v, self._pending = new_k, new_v, None
 
     def _gather_into(self, out_k: Tensor, out_v: Tensor) -> None:
-        """Write the history's rows (the pending selection, or all) into ``out_*``."""
-        if self._pending is None:
-            out_k.copy_(self._k)
-            out_v.copy_(self._v)
-        elif self._k.requires_grad:  # out= has no gradient: gather, then copy
+        """Write the history's rows of the pending selection into ``out_*``."""
+        if self._k.requires_grad:  # out= has no gradient: gather, then copy
             out_k.copy_(self._k.index_select(0, self._pending))
             out_v.copy_(self._v.index_select(0, self._pending))
         else:  # gathered straight into the new tensor's view: one pass, no temporary

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
+from translate.nn.derived import DerivedWeight, transposed, uses_derived
 from translate.nn.layers import (
     DecoderLayer,
     EncoderLayer,
@@ -45,8 +46,7 @@ class TokenEmbedding(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.positions = SinusoidalPositionalEncoding(d_model)
         self.dropout = nn.Dropout(dropout)
-        self._table: Tensor | None = None  # project()'s (D, V) copy, not a parameter or buffer
-        self._table_key: tuple | None = None
+        self._table = DerivedWeight(transposed)  # (D, V)
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.embed.weight, mean=0.0, std=self.d_model**-0.5)
@@ -57,23 +57,19 @@ class TokenEmbedding(nn.Module):
         """Token ids ``(B, T)`` at positions ``offset..offset+T-1`` -> ``(B, T, D)``."""
         x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, T, D)
         x = x + self.positions(tokens.size(1), offset).to(x.dtype)
-        return self.dropout(x)
+        return self.dropout(x) if self.training else x
 
     def project(self, x: Tensor, step: bool = False) -> Tensor:
         """Hidden states ``(..., D)`` -> logits ``(..., V)`` through the tied table.
 
         ``step``: a cached decoding step, which (without autograd) reads a contiguous ``(D, V)``
-        copy of the table: a GEMM of a few rows (a batch-1 beam step) reads it about twice as
-        fast as the ``(V, D)`` table through a transposed view (docs/benchmarks.md). The copy
-        is made again only when the table has changed (an optimizer step bumps its version).
+        copy of the table (:mod:`translate.nn.derived`): a GEMM of a few rows (a batch-1 beam
+        step) reads it about twice as fast as the ``(V, D)`` table through a transposed view.
         """
         weight = self.embed.weight
-        if not step or (torch.is_grad_enabled() and weight.requires_grad):
-            return x @ weight.t()
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-        if self._table_key != key:
-            self._table, self._table_key = weight.detach().t().contiguous(), key  # (D, V)
-        return x @ self._table
+        if step and uses_derived(weight):
+            return x @ self._table.get(weight)
+        return x @ weight.t()
 
 
 def init_weights(module: nn.Module) -> None:
