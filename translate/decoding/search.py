@@ -146,8 +146,10 @@ class _Beams:
     cache: DecoderCache
     tokens: Tensor  # (n*K, t + 1): BOS, then each beam's prefix
     scores: Tensor  # (n, K) summed float32 log-probs; -inf for a beam that is not live
-    sents: Tensor  # (n,) original index of each live sentence (CPU)
-    done: Tensor  # (n,) bool, finished and not yet dropped (CPU)
+    # Host bookkeeping, plain Python (as greedy search's): per live sentence its original
+    # index, and whether it is finished and not yet dropped.
+    sents: list[int]
+    done: list[bool]
 
 
 def _start_beams(
@@ -164,20 +166,20 @@ def _start_beams(
         cache=model.new_cache(),
         tokens=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),  # (B*K, 1)
         scores=scores,
-        sents=torch.arange(B),
-        done=torch.zeros(B, dtype=torch.bool),
+        sents=list(range(B)),
+        done=[False] * B,
     )
 
 
 def _finish_at_limit(
-    beams: _Beams, limits: Tensor, t: int, length_penalty: float, finished: _Finished
+    beams: _Beams, limits: list[int], t: int, length_penalty: float, finished: _Finished
 ) -> None:
     """Finish the live beams of sentences at their length limit ``t``, without EOS.
 
     Appends ``(normalised score, prefix)`` to ``finished[original index]`` and marks the
     sentences done. The length is ``max(t, 1)`` so that a limit of 0 does not divide by zero.
     """
-    at_limit = ((limits[beams.sents] <= t) & ~beams.done).nonzero().squeeze(1).tolist()
+    at_limit = [i for i, s in enumerate(beams.sents) if limits[s] <= t and not beams.done[i]]
     if not at_limit:
         return
     K = beams.scores.size(1)
@@ -186,20 +188,20 @@ def _finish_at_limit(
         for k, score in enumerate(live_scores[i]):
             if score > float("-inf"):
                 norm = score / max(t, 1) ** length_penalty
-                finished[beams.sents[i].item()].append((norm, prefixes[i * K + k]))
+                finished[beams.sents[i]].append((norm, prefixes[i * K + k]))
         beams.done[i] = True
 
 
 def _drop_done(beams: _Beams) -> bool:
     """Drop done sentences from the batch and the cache; False when none is left live."""
-    if not beams.done.any():
+    if not any(beams.done):
         return True
-    keep = (~beams.done).nonzero().squeeze(1)  # (n',)
-    beams.sents = beams.sents[keep]
-    if beams.sents.numel() == 0:
+    kept = [i for i, done in enumerate(beams.done) if not done]
+    beams.sents = [beams.sents[i] for i in kept]
+    if not kept:
         return False
     K = beams.scores.size(1)
-    keep = keep.to(beams.tokens.device)
+    keep = torch.tensor(kept, device=beams.tokens.device)  # (n',)
     rows = (keep.unsqueeze(1) * K + torch.arange(K, device=keep.device)).view(-1)  # (n'*K,)
     if beams.memory is not None:
         beams.memory = beams.memory.index_select(0, keep)
@@ -207,7 +209,7 @@ def _drop_done(beams: _Beams) -> bool:
     beams.mask = None if beams.mask is None else beams.mask.index_select(0, keep)
     beams.scores = beams.scores.index_select(0, keep)
     beams.cache.reorder(rows, keep)
-    beams.done = torch.zeros(beams.sents.numel(), dtype=torch.bool)
+    beams.done = [False] * len(kept)
     return True
 
 
@@ -247,6 +249,8 @@ def _finish_eos(
     have been advanced yet. Candidates ``(n, 2K)`` as from :func:`_top_candidates`.
     """
     K = beams.scores.size(1)
+    if not is_eos[:, :K].any():  # most steps: one check instead of the search below
+        return
     finishing = (is_eos[:, :K] & top_scores[:, :K].isfinite()).nonzero().tolist()
     if not finishing:
         return
@@ -254,7 +258,7 @@ def _finish_eos(
     eos_scores, eos_beams = top_scores[:, :K].tolist(), top_beams[:, :K].tolist()
     for i, j in finishing:
         norm = eos_scores[i][j] / (t + 1) ** length_penalty
-        finished[beams.sents[i].item()].append((norm, prefixes[i * K + eos_beams[i][j]]))
+        finished[beams.sents[i]].append((norm, prefixes[i * K + eos_beams[i][j]]))
 
 
 def _advance(
@@ -306,11 +310,13 @@ def _mark_stopped(beams: _Beams, t: int, length_penalty: float, finished: _Finis
     :func:`beam_search`).
     """
     K = beams.scores.size(1)
+    full = [i for i, sent in enumerate(beams.sents) if len(finished[sent]) >= K]
+    if not full:
+        return
     best_live = (beams.scores[:, 0] / t**length_penalty).tolist()  # (n,)
-    for i, sent in enumerate(beams.sents.tolist()):
-        if len(finished[sent]) >= K:
-            worst_kept = sorted((s for s, _ in finished[sent]), reverse=True)[K - 1]
-            beams.done[i] = best_live[i] <= worst_kept
+    for i in full:
+        worst_kept = sorted((s for s, _ in finished[beams.sents[i]]), reverse=True)[K - 1]
+        beams.done[i] = best_live[i] <= worst_kept
 
 
 @torch.no_grad()
@@ -353,7 +359,7 @@ def beam_search(
     if B == 0:
         return []
     mask = _padding_only(src_padding_mask)
-    limits = torch.tensor(max_lengths(src, mask, max_len_a, max_len_b))
+    limits = max_lengths(src, mask, max_len_a, max_len_b)
     beams = _start_beams(model, src, mask, beam_size, bos_id)
     finished: _Finished = [[] for _ in range(B)]
     t = 0
