@@ -22,7 +22,14 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-from translate.runtime import device_name, machine, rotated, synchronize, timed
+from translate.runtime import (
+    device_name,
+    keep_freed_memory,
+    machine,
+    rotated,
+    synchronize,
+    timed,
+)
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
 
@@ -50,6 +57,18 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a reduced grid that finishes in under a minute"
     )
+    add_malloc_arg(parser)
+
+
+def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
+    """``--system-malloc``: measure with glibc's default malloc instead of as the commands run
+    (:func:`~translate.runtime.keep_freed_memory`)."""
+    parser.add_argument(
+        "--system-malloc",
+        action="store_true",
+        help="glibc's default malloc; without it freed memory is kept for reuse, as the "
+        "commands keep it (keep_freed_memory in conf/)",
+    )
 
 
 class Session:
@@ -61,10 +80,13 @@ class Session:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise SystemExit(f"--device {args.device}: no CUDA GPU is visible")
         self.threads = args.threads
+        self.keep_freed_memory = not args.system_malloc
         self._saved_threads = torch.get_num_threads()
 
     def __enter__(self) -> Session:
         torch.set_num_threads(self.threads)
+        if self.keep_freed_memory:  # for the process: nothing to restore on exit
+            keep_freed_memory()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -39,7 +39,7 @@ from translate.decoding.ct2 import import_ctranslate2, load_exported, output_lim
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
-from translate.runtime import rotated, timed
+from translate.runtime import keep_freed_memory, rotated, timed
 from translate.schema import DecodeSettings
 
 EXPORTS = ("float32", "int8")  # CTranslate2 quantizations compared with ours
@@ -91,6 +91,8 @@ def worker(job: dict) -> dict[str, tuple[float, list]]:
     """In its own process: one engine at one thread count, each (batch, mode) decoded once
     after a short warm-up; ``"batch|mode" -> (seconds, hypotheses)``."""
     torch.set_num_threads(job["threads"])  # before CTranslate2 loads: its intra_threads
+    if job["keep_freed_memory"]:  # as the parent process, and the commands, run
+        keep_freed_memory()
     decode = DecodeSettings(**job["decode"])
     if job["engine"] == "ours":
         translator = load_translator(job["checkpoint"], "cpu", job["precision"]).translator
@@ -187,7 +189,7 @@ def section(args, sources: list[np.ndarray], device) -> dict:
     spec = {
         "checkpoint": str(args.checkpoint), "precision": args.precision, "ids": ids,
         "decode": dataclasses.asdict(decode), "latency_sentences": n_latency,
-        "beam": f"beam{args.beam_size}",
+        "beam": f"beam{args.beam_size}", "keep_freed_memory": not args.system_malloc,
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench_decode_ct2_") as folder:
         exports = {

@@ -17,12 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+import _bench
 import torch
 
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
 from translate.analysis.speed_file import ratio_key, shown_metrics
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.runtime import keep_freed_memory
 from translate.training.step import Trainer
 
 DEFAULTS = SpeedSettings()
@@ -91,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-ct2", action="store_true", help="leave out CTranslate2's batch-1 latency"
     )
+    _bench.add_malloc_arg(parser)
     args = parser.parse_args(argv)
     if args.threads:  # recorded in the file's machine section
         torch.set_num_threads(args.threads)
+    if not args.system_malloc:  # recorded there too
+        keep_freed_memory()
     settings = SpeedSettings(
         args.rounds, args.sentences, args.batch_sentences, args.train_steps, args.device,
         args.precision, not args.no_ct2,

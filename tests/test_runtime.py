@@ -57,3 +57,58 @@ def test_eval_mode_restores_a_training_model_and_leaves_an_eval_model_alone():
     with eval_mode(model):
         assert not any(m.training for m in model.modules())
     assert calls == [] and not model.training
+
+
+_FAULTS = """
+import resource, sys, torch
+from translate.runtime import keep_freed_memory
+applied = keep_freed_memory() if sys.argv[1] == "keep" else False
+def step():  # two 64 MiB tensors made, written and freed, as a large decoding step makes them
+    logits = torch.ones(4096, 4096)
+    scores = logits * 2
+    return scores.sum()
+for _ in range(5):
+    step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    step()
+print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or "glibc" not in " ".join(__import__("platform").libc_ver()),
+    reason="keep_freed_memory tunes glibc's malloc",
+)
+def test_kept_freed_memory_is_reused_not_faulted_in_again():
+    """Steps that each make two 64 MiB tensors: with glibc's defaults every tensor maps fresh
+    pages (16k page faults each); with freed memory kept, they reuse earlier steps' (the heap
+    may still grow once or twice as it settles)."""
+    runs = {}
+    for mode in ("keep", "system"):
+        out = subprocess.run(
+            [sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, check=True
+        ).stdout.split()
+        runs[mode] = (out[0] == "True", int(out[1]))
+    assert runs["keep"][0] and not runs["system"][0]
+    assert runs["system"][1] > 20 * 2 * 10_000  # fresh pages every time
+    assert runs["keep"][1] < runs["system"][1] / 10  # the same memory again
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_commands_keep_freed_memory_as_configured(monkeypatch, keep):
+    """``keep_freed_memory`` reaches the engine loader of translate and evaluate, which tunes
+    the allocator before it loads anything (and only when asked)."""
+    from conftest import compose_config
+
+    from translate.decoding import engines
+    from translate.settings import engine_command
+
+    calls = []
+    monkeypatch.setattr(engines, "keep_freed_memory", lambda: calls.append("kept"))
+    monkeypatch.setitem(engines.ENGINES, "torch", lambda *args: calls.append("loaded"))
+    for command in ("translate", "evaluate"):
+        cfg = compose_config(command, ["checkpoint=c.pt", f"keep_freed_memory={keep}"])
+        engines.load_engine(engine_command(cfg), {})
+    assert calls == (["kept", "loaded"] if keep else ["loaded"]) * 2

@@ -33,7 +33,7 @@ from translate.schema import (
     TrainerSettings,
 )
 from translate.schema.checks import choice, doc
-from translate.schema.training import device_doc, precision_doc
+from translate.schema.training import device_doc, keep_freed_memory_doc, precision_doc
 
 # ------------------------------------------------------------------------ reading and typing
 
@@ -213,13 +213,15 @@ class CheckpointCommand:
     )
     device: str = device_doc()
     precision: str = precision_doc()
+    keep_freed_memory: bool = keep_freed_memory_doc()
 
 
 def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
     if cfg.get("checkpoint") is None:
         raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
-    values = {k: plain(cfg[k], k) for k in ("checkpoint", "device", "precision")}
-    return build(CheckpointCommand, {k: str(v) for k, v in values.items()}, "command")
+    values = {k: str(plain(cfg[k], k)) for k in ("checkpoint", "device", "precision")}
+    values["keep_freed_memory"] = plain(cfg.get("keep_freed_memory"), "keep_freed_memory")
+    return build(CheckpointCommand, values, "command")
 
 
 # What each engine of translate and evaluate decodes from (translate.decoding.engines).
@@ -248,6 +250,7 @@ class EngineCommand:
     )
     device: str = device_doc()
     precision: str = precision_doc()  # engine=ctranslate2 takes auto only
+    keep_freed_memory: bool = keep_freed_memory_doc()
 
     @property
     def source(self) -> str:
@@ -278,9 +281,9 @@ class EngineCommand:
 def engine_command(cfg: DictConfig) -> EngineCommand:
     keys = ("engine", "checkpoint", "model_dir", "device", "precision")
     values = {k: plain(cfg.get(k), k) for k in keys}
-    return build(
-        EngineCommand, {k: None if v is None else str(v) for k, v in values.items()}, "command"
-    )
+    values = {k: None if v is None else str(v) for k, v in values.items()}
+    values["keep_freed_memory"] = plain(cfg.get("keep_freed_memory"), "keep_freed_memory")
+    return build(EngineCommand, values, "command")
 
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")

@@ -35,6 +35,7 @@ from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
+from translate.runtime import keep_freed_memory
 from translate.schema import AnalysisSettings
 from translate.settings import CheckpointCommand
 
@@ -69,6 +70,8 @@ def analyze_heads(
     """Run every diagnostic on ``split`` (``valid`` or ``test``), write the outputs into
     ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source>
     data.dir=...`` on the command line) are merged over the checkpoint's data config."""
+    if command.keep_freed_memory:
+        keep_freed_memory()
     loaded = load_translator(
         command.checkpoint, command.device, command.precision, data_overrides=data_overrides
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from translate.decoding.ct2 import load_exported
 from translate.decoding.translator import Loaded, load_translator
+from translate.runtime import keep_freed_memory
 from translate.schema import DecodeSettings
 from translate.settings import EngineCommand
 
@@ -37,6 +38,8 @@ def load_engine(
     """The command's engine, loaded: ``decode`` (whole settings, or the keys a command set)
     replaces the stored decode settings and ``data_overrides`` are merged over the stored
     data config."""
+    if command.keep_freed_memory:
+        keep_freed_memory()
     return ENGINES[command.engine](command, decode, data_overrides)
 
 

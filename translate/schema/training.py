@@ -26,6 +26,18 @@ def precision_doc():
     )
 
 
+def keep_freed_memory_doc(**kwargs):
+    """The ``keep_freed_memory`` field of training and of every command that loads a model."""
+    return doc(
+        "glibc's malloc keeps freed memory for reuse rather than mapping large tensors afresh "
+        "at every step (decoding and CPU training 10-15% faster; the process keeps its peak "
+        "memory until it exits; runtime.keep_freed_memory)",
+        "flag",
+        "true | false",
+        **kwargs,
+    )
+
+
 @dataclass(frozen=True)
 class OptimSettings:
     lr: float = doc(
@@ -123,6 +135,7 @@ class TrainerSettings:
         "test sentences the batch-1 latency is measured on", "sentences", "> 0"
     )
     progress_bar: bool = doc("show a progress bar", "flag", "true | false")
+    keep_freed_memory: bool = keep_freed_memory_doc(default=True)  # older runs lack the key
 
     def validate(self) -> None:
         check_precision(self.precision)

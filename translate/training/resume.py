@@ -51,6 +51,7 @@ MECHANICS = (
     "trainer.progress_bar",
     "trainer.device",
     "trainer.num_threads",
+    "trainer.keep_freed_memory",
     "data.cache_dir",
 )
 

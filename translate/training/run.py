@@ -21,7 +21,13 @@ from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
-from translate.runtime import device_name, resolve_device, resolve_precision, seed_everything
+from translate.runtime import (
+    device_name,
+    keep_freed_memory,
+    resolve_device,
+    resolve_precision,
+    seed_everything,
+)
 from translate.settings import TrainSettings
 from translate.training import distributed
 from translate.training.checkpoints import CheckpointManager
@@ -111,6 +117,8 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     t = settings.trainer
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
+    if t.keep_freed_memory:
+        keep_freed_memory()
     seed_everything(settings.seed)
     with distributed.main_first(dist):  # rank 0 builds the caches, the others then read them
         corpus = load_corpus(settings.data)
