@@ -201,12 +201,15 @@ def test_target_index_returns_the_logits_of_those_positions_only(impl):
         "decoder_layers.0.self_attn.q_proj.weight",
         "decoder_layers.1.self_attn.k_proj.weight",
         "decoder_layers.0.self_attn.v_proj.bias",
+        "decoder_layers.1.cross_attn.out_proj.weight",
+        "decoder_layers.0.ffn.fc1.weight",
+        "encoder_layers.1.ffn.fc2.bias",
     ],
 )
 @pytest.mark.parametrize("kv_heads", [None, 2])
 def test_decoding_steps_follow_parameters_after_they_change(name, kv_heads):
-    """Cached steps read derived copies (the tied table transposed, the self-attention
-    projections stacked); they equal the plain path, and an in-place update (an optimizer step)
+    """Decoding without autograd reads derived copies (weights transposed, the self-attention
+    projections stacked); it equals the plain path, and an in-place update (an optimizer step)
     must be seen by the next decode, not a stale copy."""
     model = tiny(num_kv_heads=kv_heads)
     src, src_pad, tgt = batch()

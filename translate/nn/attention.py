@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
-from translate.nn.derived import DerivedWeight, stacked, uses_derived
+from translate.nn.derived import DerivedWeight, Linear, linear_t, stacked, transposed, uses_derived
 from translate.nn.masks import merge_masks
 from translate.nn.sdpa import fused_attention, masked_fused_attention
 
@@ -134,12 +134,12 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.impl = impl
         kv_dim = num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, kv_dim, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.q_proj = Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = Linear(self.kdim, kv_dim, bias=bias)
+        self.v_proj = Linear(self.vdim, kv_dim, bias=bias)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
         # The q/k/v projections stacked, for decoding steps (_project_step).
-        self._qkv_weight, self._qkv_bias = DerivedWeight(stacked), DerivedWeight(stacked)
+        self._qkv_weight, self._qkv_bias = DerivedWeight(transposed), DerivedWeight(stacked)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -228,14 +228,14 @@ class MultiHeadAttention(nn.Module):
 
     def _project_step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor, int]:
         """A decoding step's self-attention projections of ``x (B, T, D)`` as one GEMM over
-        the three weight matrices stacked (:mod:`translate.nn.derived`; the same numbers as
-        three): a step of a few rows pays per operator, not per multiply. The keys and values
-        are appended to ``cache``; returns ``q``, ``k``, ``v`` and the cached length before."""
+        the three weight matrices stacked (:mod:`translate.nn.derived`): a step of a few rows
+        pays per operator, not per multiply. The keys and values are appended to ``cache``;
+        returns ``q``, ``k``, ``v`` and the cached length before."""
         projections = (self.q_proj, self.k_proj, self.v_proj)
-        weight = self._qkv_weight.get(*(p.weight for p in projections))  # (D + 2*Dkv, D)
+        weight_t = self._qkv_weight.get(*(p.weight for p in projections))  # (D, D + 2*Dkv)
         bias = self._qkv_bias.get(*(p.bias for p in projections))  # (D + 2*Dkv,) or None
         kv_dim = self.num_kv_heads * self.head_dim
-        q, k, v = F.linear(x, weight, bias).split([self.embed_dim, kv_dim, kv_dim], dim=-1)
+        q, k, v = linear_t(x, weight_t, bias).split([self.embed_dim, kv_dim, kv_dim], dim=-1)
         past = cache.length
         k, v = cache.append(
             self._split_heads(k, self.num_kv_heads), self._split_heads(v, self.num_kv_heads)

@@ -1,11 +1,19 @@
 """Inference copies of parameters in the layout a decoding step reads fastest.
 
 A cached decoding step multiplies a few rows by each weight matrix, so it is bound by reading
-the weights and by the number of operators, not by arithmetic. Two layouts help there: the tied
-output table as a contiguous ``(D, V)`` matrix (:class:`~translate.nn.model.TokenEmbedding`)
-and self-attention's three projections as one ``(3D, D)`` matrix, one GEMM where there were
-three (:class:`~translate.nn.attention.MultiHeadAttention`). Both give the same numbers as the
-parameters they copy (docs/benchmarks.md); only decoding steps without autograd use them.
+the weights and by the number of operators, not by arithmetic. Two things help there:
+
+* Weights stored ``(in, out)``, contiguous: a GEMM of a few rows by a ``(out, in)`` weight read
+  through a transposed view (``F.linear``'s layout) takes 1.3-1.9 times as long on the CPU
+  (docs/benchmarks.md). :class:`Linear` and the tied output table
+  (:class:`~translate.nn.model.TokenEmbedding`) keep such a copy.
+* Self-attention's three projections as one matrix, one GEMM where there were three
+  (:class:`~translate.nn.attention.MultiHeadAttention`).
+
+Only computations without autograd read the copies, and they are rebuilt when a parameter
+changes. A product through a copy may differ from ``F.linear``'s in the last bits at a few rows
+(the BLAS sums in another order; from a few dozen rows on they agree exactly): the decoding
+tests compare within a tolerance, and the study models' test hypotheses stayed byte-identical.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 
 class DerivedWeight:
@@ -47,12 +56,35 @@ def uses_derived(weight: Tensor) -> bool:
     return not (torch.is_grad_enabled() and weight.requires_grad)
 
 
-def transposed(weight: Tensor) -> Tensor:
-    """A contiguous copy of ``weight (N, K)`` transposed: ``(K, N)``."""
-    return weight.t().contiguous()
+def transposed(*weights: Tensor) -> Tensor:
+    """Weights ``(N_i, K)`` stacked along their first dimension and transposed, contiguous:
+    ``(K, sum N_i)``, the layout :func:`linear_t` reads."""
+    return torch.cat(weights, dim=0).t().contiguous()
 
 
 def stacked(*tensors: Tensor | None) -> Tensor | None:
-    """Tensors stacked along their first dimension (projections' weights or biases, into one
-    projection's); None if they are None (projections without bias)."""
+    """Tensors stacked along their first dimension (projections' biases, into one projection's);
+    None if they are None (projections without bias)."""
     return None if tensors[0] is None else torch.cat(tensors, dim=0)
+
+
+def linear_t(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)`` for ``x (..., K)`` from ``weight_t = weight.t()`` stored
+    contiguous ``(K, N)``; returns ``(..., N)``."""
+    rows = x.reshape(-1, x.size(-1))  # (M, K)
+    out = rows @ weight_t if bias is None else torch.addmm(bias, rows, weight_t)  # (M, N)
+    return out.view(*x.shape[:-1], weight_t.size(1))
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (the same parameters and state dict) that, without autograd, multiplies by
+    a contiguous transposed copy of its weight (module docstring)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._weight_t = DerivedWeight(transposed)  # (in, out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if uses_derived(self.weight):
+            return linear_t(x, self._weight_t.get(self.weight), self.bias)
+        return F.linear(x, self.weight, self.bias)

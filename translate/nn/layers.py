@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from translate.nn.attention import MultiHeadAttention
 from translate.nn.cache import AttentionCache
+from translate.nn.derived import Linear
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
@@ -60,8 +61,8 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.fc1 = nn.Linear(d_model, d_ff)
-        self.fc2 = nn.Linear(d_ff, d_model)
+        self.fc1 = Linear(d_model, d_ff)
+        self.fc2 = Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(activation_dropout)
 
