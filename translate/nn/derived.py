@@ -70,10 +70,10 @@ def stacked(*tensors: Tensor | None) -> Tensor | None:
 
 def linear_t(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)`` for ``x (..., K)`` from ``weight_t = weight.t()`` stored
-    contiguous ``(K, N)``; returns ``(..., N)``."""
-    rows = x.reshape(-1, x.size(-1))  # (M, K)
-    out = rows @ weight_t if bias is None else torch.addmm(bias, rows, weight_t)  # (M, N)
-    return out.view(*x.shape[:-1], weight_t.size(1))
+    contiguous ``(K, N)``; returns ``(..., N)``. ``F.linear`` multiplies by its weight's
+    transpose, which for ``weight_t.t()`` is ``weight_t`` itself: the GEMM reads the
+    contiguous copy, and one call does the reshapes and the bias."""
+    return F.linear(x, weight_t.t(), bias)
 
 
 class Linear(nn.Linear):
