@@ -214,7 +214,7 @@ class MultiHeadAttention(nn.Module):
             and key is query
             and value is query
             and uses_derived(self.q_proj.weight)
-        ):
+        ):  # a decoding step's self-attention, without autograd
             return *self._project_step(query, cache), 1
         filled = cache is not None and cache.static and cache.k is not None
         r = _query_group(B, (cache.k if filled else key).size(0), attn_mask, is_causal)
