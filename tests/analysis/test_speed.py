@@ -4,7 +4,6 @@ speed columns taken from it."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -26,12 +25,12 @@ TINY_SPEED = ["--rounds", "2", "--sentences", "2", "--batch-sentences", "4", "--
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "ablation_speed", ROOT / "scripts/ablation_speed.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    """scripts/ablation_speed.py as a module, after its sibling ``_bench`` (which it imports;
+    registered under its name, as running the script from scripts/ would find it)."""
+    from scale_fixture import load_script
+
+    load_script("_bench")
+    return load_script("ablation_speed")
 
 
 def _speed_job(sweep: Path, ckpt: dict, heads: int, seed: int) -> None:
