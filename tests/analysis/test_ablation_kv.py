@@ -5,11 +5,10 @@ row per (heads, kv_heads), parameter counts that rightly depend on kv_heads, the
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 
 import pytest
-from conftest import ROOT
+from scale_fixture import load_script
 from test_ablation import make_job
 from test_speed import SPEED
 
@@ -142,11 +141,8 @@ def _payload(entries: list[dict]) -> dict:
 
 
 def test_the_speed_table_and_report_columns_follow_kv_heads(kv_sweep):
-    spec = importlib.util.spec_from_file_location(
-        "ablation_speed", ROOT / "scripts/ablation_speed.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    load_script("_bench")  # which ablation_speed imports, as scripts/ on the path finds it
+    script = load_script("ablation_speed")
     scale = {1: 0.5, 2: 0.6, 4: 0.8, 8: 1.0}
     entries = [_entry(f"heads=8,kv_heads={kv},seed={s}", 8, kv, x) for kv, x in scale.items()
                for s in (1, 2)]  # fmt: skip
