@@ -46,11 +46,15 @@ from translate.data.iwslt import TEST_SETS
 from translate.data.iwslt_write import write_release
 from translate.data.sources import check_aligned, find_file, read_jsonl, read_lines
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.io import check_output_folder, make_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 IWSLT_TRAIN_PAIRS = 206_112
 IWSLT_TEST_PAIRS = 8_079
+# Bound on --pairs/--test-pairs, checked before anything is allocated: about 24x IWSLT2017's
+# training split, a few GB of text in memory (1e9 asked numpy for 7.45 GiB at once).
+MAX_PAIRS = 5_000_000
 LANGS = ("de", "en")
 # About one TED talk per 110 training lines in the release (a <talkid> line heads each).
 TALK_LINES = 110
@@ -140,6 +144,11 @@ def read_captions(folder: Path) -> dict[str, list[str]]:
 
 def read_dev(path: Path) -> dict[str, list[str]]:
     """The IWSLT2017 dev set: ``{"translation": {"de": ..., "en": ...}}`` JSON lines."""
+    # Checked here, in the user's words: read_jsonl looks for <name>.jsonl[.gz] beside it.
+    if not path.name.endswith((".jsonl", ".jsonl.gz")):
+        raise UserError(f"--dev {path}: not JSON lines; pass a .jsonl or .jsonl.gz file")
+    if not path.is_file():
+        raise UserError(f"--dev {path} does not exist; pass the IWSLT2017 dev set (.jsonl)")
     name = path.name.removesuffix(".gz").removesuffix(".jsonl")
     records = read_jsonl(path.parent, name, LANGS)["translation"]
     return {lang: [r[lang] for r in records] for lang in LANGS}
@@ -178,17 +187,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the real IWSLT2017 dev set, JSON lines (the length target and the dev split)",
     )
     args = parser.parse_args(argv)
-    if args.pairs < 1 or args.test_pairs < len(TEST_SETS):
-        parser.error(f"--pairs must be >= 1 and --test-pairs >= {len(TEST_SETS)} (test sets)")
+    if not 1 <= args.pairs <= MAX_PAIRS or not len(TEST_SETS) <= args.test_pairs <= MAX_PAIRS:
+        parser.error(
+            f"--pairs must be in 1..{MAX_PAIRS:,} and --test-pairs in "
+            f"{len(TEST_SETS)}..{MAX_PAIRS:,} ({len(TEST_SETS)} test sets)"
+        )
     return args
 
 
 def make(args: argparse.Namespace) -> list[dict]:
-    """Read, build and write; the length table's rows."""
+    """Read, build and write; the length table's rows. ``--out`` must be new or empty: a
+    non-empty folder may be a real release, whose files have these names."""
+    check_output_folder(args.out, "--out")
     splits = build_splits(
         read_captions(args.multi30k), read_dev(args.dev), args.pairs, args.test_pairs, args.seed
     )
-    folder = write_release(args.out, splits, talk_lines=TALK_LINES)
+    folder = write_release(make_folder(args.out, "--out"), splits, talk_lines=TALK_LINES)
     sizes = ", ".join(f"{name} {len(cols['de']):,}" for name, cols in splits.items())
     print(f"wrote {folder} ({sizes} pairs)")
     return stats_rows(splits)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +63,18 @@ def run_cli(module: str, *args: str, stdin: str | bytes | None = None, timeout: 
     proc.stdout = proc.stdout.decode("utf-8", errors="replace")
     proc.stderr = proc.stderr.decode("utf-8", errors="replace")
     return proc
+
+
+def file_size_limit(limit: int):
+    """``preexec_fn`` for a child whose files cannot grow past ``limit`` bytes (RLIMIT_FSIZE):
+    its writes past that fail with EFBIG, a real refused write as a full quota gives (the
+    SIGXFSZ the kernel sends first is ignored, as a process that handles it sees)."""
+
+    def setup() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return setup
 
 
 def assert_one_line_error(proc, *fragments: str) -> None:

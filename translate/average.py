@@ -16,7 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, refuse_dangling_dirs
+from translate.cli import exit_on_user_error, refuse_unusable_dirs
 from translate.errors import UserError
 from translate.settings import optional_path, plain
 from translate.training.averaging import average_into, check_output, last_step_checkpoints
@@ -58,7 +58,7 @@ def average(cfg: DictConfig) -> dict:
     if (cfg.get("checkpoints") is None) == (cfg.get("run_dir") is None):
         raise UserError(USAGE)
     paths, output = _listed(cfg) if cfg.get("checkpoints") is not None else _of_run(cfg)
-    output = check_output(output)
+    output = check_output(output, paths)
     averaged = average_into(paths, output)
     print(f"averaged {len(paths)} checkpoints: {', '.join(str(p) for p in paths)}")
     print(
@@ -80,5 +80,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    refuse_dangling_dirs()
+    refuse_unusable_dirs()
     main()

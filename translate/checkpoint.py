@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from translate.errors import UserError
-from translate.io import atomic_write_with
+from translate.io import WriteFailed, atomic_write_with
 
 FORMAT_VERSION = 3
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
@@ -48,13 +48,13 @@ def save_checkpoint(state: dict, path: Path) -> None:
     full disk is one line that names the folder, the space needed and what is still intact."""
     try:
         atomic_write_with(path, lambda f: torch.save(state, f))
-    except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+    except WriteFailed as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         free = shutil.disk_usage(path.parent).free / 2**20
         raise UserError(
-            f"no space left in {path.parent} while saving {path.name} ({free:,.0f} MiB free, a "
-            f"checkpoint needs about {_tensor_bytes(state) / 2**20:,.0f} MiB): the checkpoints "
+            f"no space left in {path.parent} while saving {path.name} ({free:,.1f} MiB free, a "
+            f"checkpoint needs about {_tensor_bytes(state) / 2**20:,.1f} MiB): the checkpoints "
             "already there are intact; free some space, then resume with trainer.resume=true"
         ) from None
 

@@ -110,10 +110,10 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
-def refuse_dangling_dirs() -> None:
+def refuse_unusable_dirs() -> None:
     """Stop before Hydra starts when ``hydra.run.dir=`` or ``hydra.sweep.dir=`` on the command
-    line is (or lies inside) a symbolic link to a missing folder: Hydra's own mkdir would fail
-    with a traceback. The entry points call it before ``main()``."""
+    line cannot be a folder: a file is in the way, or it is (or lies inside) a symbolic link to
+    a missing folder. Hydra's own mkdir would fail with a traceback."""
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
         if arg.lstrip("+~").split("=", 1)[0] not in _DIR_KEYS:
@@ -125,6 +125,14 @@ def refuse_dangling_dirs() -> None:
         value = override.value()
         if isinstance(value, str):
             _refuse_dangling(override.key_or_group, Path(value))
+            _refuse_file_in_the_way(override.key_or_group, Path(value))
+
+
+def _refuse_file_in_the_way(key: str, path: Path) -> None:
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            what = "is a file" if part == path else f"is inside {part}, a file"
+            fail(f"{key}={path} {what}, not a folder; pass a folder with {key}=<folder>")
 
 
 def _refuse_dangling(key: str, path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, own_output_dir, refuse_dangling_dirs
+from translate.cli import exit_on_user_error, own_output_dir, refuse_unusable_dirs
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
 from translate.decoding.engines import describe_decode, load_engine
@@ -87,5 +87,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    refuse_dangling_dirs()
+    refuse_unusable_dirs()
     main()

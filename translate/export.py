@@ -12,7 +12,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, refuse_dangling_dirs
+from translate.cli import exit_on_user_error, refuse_unusable_dirs
 from translate.decoding.ct2_export import export_checkpoint
 from translate.settings import export_command
 
@@ -29,5 +29,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    refuse_dangling_dirs()
+    refuse_unusable_dirs()
     main()

@@ -15,7 +15,7 @@ import signal
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from translate.cli import exit_on_user_error, refuse_dangling_dirs, sweep_job, task_overrides
+from translate.cli import exit_on_user_error, refuse_unusable_dirs, sweep_job, task_overrides
 from translate.errors import UserError
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
@@ -179,5 +179,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    refuse_dangling_dirs()
+    refuse_unusable_dirs()
     main()

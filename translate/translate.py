@@ -2,7 +2,8 @@
 an exported model: ``engine=ctranslate2 model_dir=<dir>`` (:mod:`translate.decoding.engines`).
 
 Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation per input line
-to stdout (or ``output=<file>``), so output stays aligned with input: lines end at ``\n`` (or
+to stdout (or ``output=<file>``, which is never the input or a file of a run: the rule of
+:mod:`translate.io`), so output stays aligned with input: lines end at ``\n`` (or
 ``\r\n``) alone, the same for stdin and files, and empty and whitespace-only lines give empty
 lines. Lines longer than the model's maximum source length are translated
 after truncation, with a warning on stderr. Batching by length happens internally.
@@ -16,10 +17,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, refuse_dangling_dirs
+from translate.cli import exit_on_user_error, refuse_unusable_dirs
 from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.engines import describe_decode, load_engine
-from translate.io import atomic_write, check_output_file
+from translate.io import STDOUT, check_output_file
 from translate.settings import decode_overrides, engine_command, optional_path
 
 
@@ -34,19 +35,15 @@ def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="translate")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
-    target = optional_path(cfg, "output")
-    if target:  # a bad output location fails now, not after all the decoding
-        check_output_file(target, "output")
     source = optional_path(cfg, "input")
+    # A bad output fails now, not after all the decoding; it never replaces what is read.
+    inputs = [p for p in (source, cfg.get("checkpoint")) if p]
+    output = check_output_file(optional_path(cfg, "output") or STDOUT, "output", inputs)
     # One output line per input line: both split on \n (and \r\n) only.
     lines = read_input_lines(Path(source)) if source else decode_input(sys.stdin.buffer.read())
-    text = "".join(line + "\n" for line in translate_lines(cfg, lines))
-    if target:
-        atomic_write(target, text)
-    else:
-        sys.stdout.write(text)
+    output.write("".join(line + "\n" for line in translate_lines(cfg, lines)))
 
 
 if __name__ == "__main__":
-    refuse_dangling_dirs()
+    refuse_unusable_dirs()
     main()

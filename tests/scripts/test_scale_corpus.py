@@ -119,17 +119,35 @@ def test_the_recipe_data_stages_run_on_a_few_thousand_pairs(tmp_path):
 def test_the_command_prints_the_length_table_and_errors_in_one_line(tmp_path):
     dev = synthetic_dev(tmp_path / "dev.jsonl")
     cmd = [sys.executable, str(ROOT / "scripts" / "make_scale_corpus.py"), "--pairs", "200"]
-    cmd += ["--test-pairs", "12", "--dev", str(dev), "--out", str(tmp_path / "out")]
-    ok = subprocess.run(cmd + ["--multi30k", str(sample_dir())], capture_output=True, text=True)
+    cmd += ["--test-pairs", "12", "--dev", str(dev)]
+    ok = subprocess.run(
+        cmd + ["--out", str(tmp_path / "out"), "--multi30k", str(sample_dir())],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
     for stat in ("mean", "median", "p95", "p99", "max"):
         assert any(line.split()[:1] == [stat] for line in ok.stdout.splitlines()), stat
     missing = subprocess.run(
-        cmd + ["--multi30k", str(tmp_path / "nowhere")], capture_output=True, text=True
+        cmd + ["--out", str(tmp_path / "out2"), "--multi30k", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
     )
     assert missing.returncode == 2
     assert missing.stderr.startswith("error: ") and "nowhere" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1 and "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("name", ["t3.de", "t3.jsonl"])
+def test_a_bad_dev_file_is_named_as_given(script, tmp_path, capsys, name):
+    """Before: --dev t3.de said "t3.de.jsonl not found", a file the user never named."""
+    (tmp_path / "t3.de").write_text("Ein Hund.\n", encoding="utf-8")  # there, but not JSON lines
+    dev = tmp_path / name
+    argv = ["--out", str(tmp_path / "out"), "--multi30k", str(sample_dir()), "--dev", str(dev)]
+    assert script.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --dev {dev}") and len(err.splitlines()) == 1
+    assert f"{name}.jsonl" not in err and not (tmp_path / "out").exists()
 
 
 @pytest.mark.integration

@@ -13,11 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import ROOT, SHORT, TINY, run_cli, snapshot
+from conftest import ROOT, SHORT, TINY, file_size_limit, run_cli, snapshot
 from conftest import short_config as config
 
-from translate import checkpoint as checkpoint_module
 from translate.errors import UserError
 from translate.train import train
 from translate.training import rundir
@@ -145,28 +143,29 @@ def test_a_failed_cli_resume_keeps_the_runs_hydra_record(tmp_path, cache_dir):
     assert "d_model: 64" in (retry / "config.yaml").read_text()
 
 
-def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_to_do(
-    tmp_path, cache_dir, monkeypatch
-):
+def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_to_do(tmp_path, cache_dir):
+    """A real refused write inside torch's zip writer: the run resumes under a file-size limit
+    (RLIMIT_FSIZE) that its logs fit in and a checkpoint (1.1 MB) does not."""
     run = tmp_path / "run"
-    real_save, calls = torch.save, []
-
-    def save(obj, f):
-        calls.append(1)
-        if len(calls) > 1:  # the second checkpoint finds the disk full half-way
-            f.write(b"partial")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_save(obj, f)
-
-    monkeypatch.setattr(checkpoint_module.torch, "save", save)
-    with pytest.raises(UserError) as err:
-        train(config(run, cache_dir))
-    message = str(err.value)
-    assert "no space left in" in message and "MiB free" in message and "\n" not in message
-    assert "trainer.resume=true" in message
+    train(config(run, cache_dir))
     ckpts = run / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "last.pt", "step_00000002.pt"]
-    assert (ckpts / "last.pt").read_bytes() == (ckpts / "step_00000002.pt").read_bytes()
+    before = snapshot(ckpts)
+    args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
+    args += ["trainer.resume=true", "trainer.max_steps=6"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "translate.train", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=file_size_limit(800_000),
+    )
+    assert proc.returncode == 2, proc.stderr
+    (message,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert "no space left in" in message and "while saving step_00000006.pt" in message
+    assert "MiB free" in message and "trainer.resume=true" in message
+    assert "Traceback" not in proc.stderr
+    assert snapshot(ckpts) == before  # no partial file; last.pt still the step-4 checkpoint
     assert not (run / rundir.LOCK_NAME).exists()
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from translate.data.tokenizer import (
     train_or_load_tokenizer,
 )
 from translate.errors import UserError
+from translate.io import make_folder
 from translate.schema import DataSettings, FilterSettings
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,11 @@ def load_corpus(data: DataSettings) -> Corpus:
     """Read, tokenize (training or reusing the cached SentencePiece model), encode (cached) and
     filter every split named in ``data.splits``; logs kept/dropped counts per split."""
     names, langs = data.split_names, (data.src_lang, data.tgt_lang)
+    cache_dir = make_folder(data.cache_dir, "data.cache_dir")  # a bad one fails before reading
     texts = _read_texts(data, names, langs)
     if not texts["train"][data.src_lang]:
         raise UserError(f"the training split {names['train']!r} of data={data.source} has no pairs")
     prints = {role: text_fingerprint(cols) for role, cols in texts.items()}
-    cache_dir = Path(data.cache_dir)
     tok = data.tokenizer
     tokenizer, tok_path = train_or_load_tokenizer(
         lambda: (s for lang in sorted(texts["train"]) for s in texts["train"][lang]),

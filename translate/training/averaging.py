@@ -19,6 +19,7 @@ import torch
 
 from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
 from translate.errors import UserError
+from translate.io import check_output_file
 from translate.training.checkpoints import non_finite
 from translate.training.resume import differences
 
@@ -52,27 +53,25 @@ def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     return found[len(found) - n :]
 
 
-def check_output(output: str | Path) -> Path:
-    """Where an average may be written: in an existing folder, under a name training does
-    not own (``step_*.pt``, ``last.pt``, ``best.pt``), over nothing but an earlier average."""
+def check_output(output: str | Path, inputs: list[Path]) -> Path:
+    """Where an average may be written: under a name training does not own (``step_*.pt``,
+    ``last.pt``, ``best.pt``), over nothing but an earlier average, and by the rule of
+    :func:`translate.io.check_output_file` (never an input, a device or a pipe)."""
     output = Path(output)
-    if not output.parent.is_dir():
-        raise UserError(
-            f"the folder of output={output} does not exist; create {output.parent} first"
-        )
     if output.name in _RESERVED or _STEP_FILE.fullmatch(output.name):
         raise UserError(
             f"output={output}: {output.name} is a name training's checkpoints use; "
             "choose another, e.g. averaged.pt"
         )
-    if output.is_dir():
-        raise UserError(f"output={output} is a folder; pass a file name, e.g. averaged.pt")
-    if output.exists() and not _is_average(output):
+    if output.is_file() and not _is_average(output):
         raise UserError(
             f"output={output} already exists and is not an averaged checkpoint; "
             "pass another output=<file> (only an earlier average is replaced)"
         )
-    return output
+    target = check_output_file(output, "output", inputs, may_replace=_is_average)
+    if target.path is None or target.through:
+        raise UserError(f"output={output}: an average is written to a file; name one")
+    return target.path
 
 
 def _is_average(path: Path) -> bool:

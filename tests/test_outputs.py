@@ -1,0 +1,275 @@
+"""The one rule for every file a command writes (translate.io): never its own input, never a
+file a run keeps, devices and pipes written through, links followed, and a write the system
+refuses (a full disk, a file-size limit) one line with nothing earlier lost. The failures are
+real ones: a real device node, a real symbolic link, a real file-size limit (RLIMIT_FSIZE, the
+same EFBIG a full quota gives) on a real writer, torch's zip writer included."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, SHORT_DECODE, assert_one_line_error, file_size_limit, run_cli
+from scale_fixture import SCRIPTS, synthetic_dev
+
+from translate.checkpoint import save_checkpoint
+from translate.data.sources import sample_dir
+from translate.errors import UserError
+from translate.io import Output, check_output_file, check_output_folder, make_folder
+
+
+def _translate(ckpt: Path, *args: str, **kwargs):
+    return run_cli("translate.translate", f"checkpoint={ckpt}", *SHORT_DECODE, *args, **kwargs)
+
+
+def _run_limited(limit: int, *argv: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=ROOT,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=file_size_limit(limit),
+        timeout=300,
+        text=True,
+    )
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    path = tmp_path / "in.de"
+    path.write_text("Ein Hund läuft.\nZwei Männer.\n", encoding="utf-8")
+    return path
+
+
+# -- never the command's own input, never a run's record --------------------------------------
+
+
+def test_translate_refuses_to_write_over_its_own_input(trained_run, source):
+    before = source.read_bytes()
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={source}")
+    assert_one_line_error(proc, f"output={source} is also this command's input")
+    assert source.read_bytes() == before
+
+
+def test_translate_refuses_a_link_to_its_own_input(trained_run, source, tmp_path):
+    link = tmp_path / "link.txt"
+    link.symlink_to(source)
+    before = source.read_bytes()
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={link}")
+    assert_one_line_error(proc, "is also this command's input")
+    assert source.read_bytes() == before and link.is_symlink()
+
+
+def _other_checkpoint(run: Path, ckpt: str) -> Path:
+    """A step checkpoint of ``run`` that is not ``ckpt`` (which is the command's input)."""
+    steps = sorted((run / "checkpoints").glob("step_*.pt"))
+    return next(p for p in steps if not os.path.samefile(p, ckpt))
+
+
+@pytest.mark.parametrize("name", ["checkpoint", "results.json", ".hydra/config.yaml"])
+def test_translate_never_replaces_a_file_of_a_run(trained_run, source, name):
+    run, results = trained_run
+    target = _other_checkpoint(run, results["checkpoint"]) if name == "checkpoint" else run / name
+    if not target.exists():  # the in-process fixture has no Hydra record of its own
+        target.parent.mkdir(exist_ok=True)
+        target.write_text("model: {}\n")
+    before = target.read_bytes()
+    proc = _translate(results["checkpoint"], f"input={source}", f"output={target}")
+    assert_one_line_error(proc, f"output={target} would replace", "pass another output=")
+    assert target.read_bytes() == before
+
+
+def test_a_checkpoint_outside_any_run_is_not_replaced_either(trained_run, tmp_path):
+    copy = tmp_path / "model.bin.bak"  # a checkpoint under a name that does not say so
+    copy.write_bytes(Path(trained_run[1]["checkpoint"]).read_bytes())
+    with pytest.raises(UserError, match="a checkpoint"):
+        check_output_file(copy, "output")
+
+
+def test_an_ordinary_earlier_output_is_replaced(trained_run, source, tmp_path):
+    out = tmp_path / "out.en"
+    out.write_text("old\n")
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert len(out.read_text().splitlines()) == 2
+
+
+# -- devices, pipes, links --------------------------------------------------------------------
+
+
+def test_a_symbolic_link_is_followed_and_kept(trained_run, source, tmp_path):
+    target, link = tmp_path / "real.en", tmp_path / "link.en"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={link}")
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert len(target.read_text().splitlines()) == 2
+
+
+def test_dev_null_is_written_through_not_replaced(trained_run, source):
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", "output=/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_a_full_device_is_one_line_and_stays_a_device(trained_run, source):
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", "output=/dev/full")
+    assert_one_line_error(proc, "could not write /dev/full: no space left on the device")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_stdout_on_a_full_device_is_one_line(trained_run, source):
+    ckpt = trained_run[1]["checkpoint"]
+    command = [sys.executable, "-m", "translate.translate", f"checkpoint={ckpt}", *SHORT_DECODE]
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [*command, f"input={source}"],
+            cwd=ROOT,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("error: ") == 1 and "Traceback" not in proc.stderr
+    assert "could not write to standard output: no space left" in proc.stderr
+
+
+def test_a_fifo_is_written_through(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    output = check_output_file(fifo, "output")
+    assert output == Output(fifo, through=True)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    output.write("through\n")
+    assert reader.communicate(timeout=60)[0] == b"through\n"
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_folder_or_a_missing_folder_is_refused_before_any_work(tmp_path):
+    with pytest.raises(UserError, match="is a folder"):
+        check_output_file(tmp_path, "output")
+    with pytest.raises(UserError, match="does not exist; create it first"):
+        check_output_file(tmp_path / "no" / "out.txt", "output")
+
+
+# -- a write the system refuses ---------------------------------------------------------------
+
+
+def test_a_translation_larger_than_the_file_limit_is_one_line(trained_run, source, tmp_path):
+    out = tmp_path / "out.en"
+    out.write_text("earlier\n")
+    code = "from translate.io import check_output_file as c; c({!r}, 'output').write('x' * 4096)"
+    proc = _run_limited(1024, "-c", code.format(str(out)))
+    assert proc.returncode != 0
+    assert "could not write" in proc.stderr and "ulimit -f" in proc.stderr
+    assert out.read_text() == "earlier\n"  # the earlier output is still whole
+    assert [p.name for p in tmp_path.iterdir()] == ["in.de", "out.en"]  # no temporary left
+
+
+def test_a_checkpoint_save_that_the_disk_refuses_keeps_the_earlier_one(tmp_path):
+    """torch's zip writer turns the write error into a RuntimeError; the line still comes."""
+    path = tmp_path / "last.pt"
+    save_checkpoint({"w": torch.zeros(10)}, path)
+    before = path.read_bytes()
+    code = (
+        "import sys, torch; from pathlib import Path; "
+        "from translate.checkpoint import save_checkpoint; from translate.errors import UserError\n"
+        "try:\n"
+        f"    save_checkpoint({{'w': torch.zeros(200_000)}}, Path({str(path)!r}))\n"
+        "except UserError as err:\n"
+        "    print(err, file=sys.stderr); sys.exit(2)\n"
+    )
+    proc = _run_limited(64 * 1024, "-c", code)
+    assert proc.returncode == 2, proc.stderr
+    assert f"no space left in {tmp_path} while saving last.pt" in proc.stderr
+    assert "the checkpoints already there are intact" in proc.stderr
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+# -- folders: caches, run dirs, the corpus script ---------------------------------------------
+
+
+def test_a_cache_dir_that_cannot_be_a_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match=f"{blocker} is a file, not a folder"):
+        make_folder(blocker / "cache", "data.cache_dir")
+    with pytest.raises(UserError, match="cannot create the folder"):
+        make_folder("/proc/translate-cache", "data.cache_dir")
+
+
+def test_train_with_a_file_as_cache_dir_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    run = tmp_path / "run"
+    proc = run_cli(
+        "translate.train",
+        "experiment=quickstart",
+        f"data.cache_dir={blocker}",
+        f"hydra.run.dir={run}",
+    )
+    assert_one_line_error(proc, f"data.cache_dir={blocker}", "is a file, not a folder")
+
+
+def test_a_run_dir_that_is_a_file_is_one_line_before_hydra_starts(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = run_cli("translate.train", "experiment=quickstart", f"hydra.run.dir={blocker}")
+    assert_one_line_error(proc, f"hydra.run.dir={blocker} is a file, not a folder")
+    assert blocker.read_text() == "x"
+
+
+def test_an_output_folder_with_files_is_refused_an_empty_one_used(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "train.tags.de-en.de").write_text("real release\n")
+    with pytest.raises(UserError, match="is not empty"):
+        check_output_folder(tmp_path / "full", "--out")
+    assert not check_output_folder(tmp_path / "new" / "deeper", "--out").exists()  # not yet
+    (tmp_path / "empty").mkdir()
+    assert check_output_folder(tmp_path / "empty", "--out") == tmp_path / "empty"
+
+
+def _corpus(*args: str) -> subprocess.CompletedProcess:
+    script = str(SCRIPTS / "make_scale_corpus.py")
+    return subprocess.run(
+        [sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_corpus_script_never_writes_into_a_release_folder(tmp_path):
+    release = tmp_path / "release" / "de-en"
+    release.mkdir(parents=True)
+    (release / "train.tags.de-en.de").write_text("real\n")
+    proc = _corpus("--out", str(tmp_path / "release"), "--pairs", "10")
+    assert_one_line_error(proc, f"--out={tmp_path / 'release'} is not empty")
+    assert (release / "train.tags.de-en.de").read_text() == "real\n"
+
+
+@pytest.mark.parametrize("where", ["file", "under_file", "/proc/x"])
+def test_the_corpus_script_names_an_impossible_out_in_one_line(tmp_path, where):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = {"file": blocker, "under_file": blocker / "sub", "/proc/x": Path("/proc/x")}[where]
+    dev = synthetic_dev(tmp_path / "dev.jsonl", sentences=40)  # /proc/x fails once it writes
+    inputs = ["--multi30k", str(sample_dir()), "--dev", str(dev), "--test-pairs", "12"]
+    proc = _corpus("--out", str(out), "--pairs", "10", *inputs)
+    assert_one_line_error(proc, f"--out={out}")
+    assert blocker.read_text() == "x"
+
+
+def test_the_corpus_script_bounds_pairs_before_allocating(tmp_path):
+    proc = _corpus("--out", str(tmp_path / "out"), "--pairs", "1000000000")
+    assert proc.returncode == 2 and "--pairs must be in 1..5,000,000" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
