@@ -74,3 +74,12 @@ def test_evaluate_with_bad_src_or_ref_is_one_line(ckpt, tmp_path, case):
     proc = run_cli("translate.evaluate", f"checkpoint={ckpt}", f"src={src}", f"ref={ref}",
                    f"hydra.run.dir={tmp_path / 'eval'}")  # fmt: skip
     assert_one_line_error(proc, "does not exist" if case == "missing_ref" else "has no lines")
+
+
+@pytest.mark.parametrize("command", ["translate.evaluate", "translate.analyze"])
+def test_a_bad_value_names_the_key_as_typed(tmp_path, command):
+    """Before: `command.keep_freed_memory='maybe' ...`, a key no command line has."""
+    proc = run_cli(command, "checkpoint=x.pt", "keep_freed_memory=maybe",
+                   f"hydra.run.dir={tmp_path / 'out'}")  # fmt: skip
+    assert_one_line_error(proc, "keep_freed_memory='maybe' must be true or false")
+    assert "command." not in proc.stderr

@@ -84,8 +84,15 @@ def _typed(value: Any, hint: Any, key: str) -> Any:
     return float(value) if hint is float else value
 
 
+def _key(group: str, key: str) -> str:
+    """A key as the command line spells it: ``group.key``, or ``key`` for a command's own
+    top-level keys (``group`` empty)."""
+    return f"{group}.{key}" if group else key
+
+
 def build(cls, node: Any, name: str):
-    """``cls`` (a settings dataclass) from a config node or dict, every field type-checked."""
+    """``cls`` (a settings dataclass) from a config node or dict, every field type-checked;
+    ``name`` is the config group (``""``: the command's own top-level keys)."""
     values = plain(node, name)
     if not isinstance(values, dict):
         raise UserError(f"config {name} must be a group of keys, not {values!r}")
@@ -93,7 +100,8 @@ def build(cls, node: Any, name: str):
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise UserError(f"unknown key {name}.{unknown[0]}; known keys: {', '.join(sorted(known))}")
+        known_keys = ", ".join(sorted(known))
+        raise UserError(f"unknown key {_key(name, unknown[0])}; known keys: {known_keys}")
     required = [
         f.name
         for f in dataclasses.fields(cls)
@@ -101,8 +109,8 @@ def build(cls, node: Any, name: str):
     ]
     missing = [k for k in required if k not in values]
     if missing:
-        raise UserError(f"config {name} lacks the key {name}.{missing[0]}")
-    settings = cls(**{k: _typed(v, hints[k], f"{name}.{k}") for k, v in values.items()})
+        raise UserError(f"config {name} lacks the key {_key(name, missing[0])}")
+    settings = cls(**{k: _typed(v, hints[k], _key(name, k)) for k, v in values.items()})
     if hasattr(settings, "validate"):
         settings.validate()
     return settings
@@ -221,7 +229,7 @@ def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
         raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
     values = {k: str(plain(cfg[k], k)) for k in ("checkpoint", "device", "precision")}
     values["keep_freed_memory"] = plain(cfg.get("keep_freed_memory"), "keep_freed_memory")
-    return build(CheckpointCommand, values, "command")
+    return build(CheckpointCommand, values, "")
 
 
 # What each engine of translate and evaluate decodes from (translate.decoding.engines).
@@ -283,7 +291,7 @@ def engine_command(cfg: DictConfig) -> EngineCommand:
     values = {k: plain(cfg.get(k), k) for k in keys}
     values = {k: None if v is None else str(v) for k, v in values.items()}
     values["keep_freed_memory"] = plain(cfg.get("keep_freed_memory"), "keep_freed_memory")
-    return build(EngineCommand, values, "command")
+    return build(EngineCommand, values, "")
 
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
@@ -323,7 +331,7 @@ def export_command(cfg: DictConfig) -> ExportCommand:
     }
     for key in ("checkpoint", "output", "quantization"):
         values[key] = str(values[key])
-    return build(ExportCommand, values, "command")
+    return build(ExportCommand, values, "")
 
 
 def optional_path(cfg: DictConfig, key: str) -> str | None:
