@@ -167,6 +167,12 @@ def test_run_stops_after_consecutive_nan_losses(tiny_train_cfg, monkeypatch):
     assert "trainer.precision=bf16" in str(err.value)
 
 
+def test_greedy_on_a_beam_run_names_the_key_to_set(tiny_train_cfg):
+    """Before, the hint said "(or beam_size=1)", a key no command line has."""
+    with pytest.raises(UserError, match="add decode.beam_size=1 for greedy search"):
+        train(tiny_train_cfg("decode=beam", "decode.strategy=greedy"))
+
+
 def _diverge_after(monkeypatch, good_steps: int) -> None:
     """Every update after the first ``good_steps`` leaves NaN weights, as a learning rate far
     too high does (optim.lr=1e3); the updates before train normally."""

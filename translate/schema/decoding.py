@@ -49,7 +49,8 @@ class DecodeSettings:
         if self.strategy == "greedy" and self.beam_size != 1:
             raise UserError(
                 f"decode.strategy=greedy keeps one hypothesis, but decode.beam_size="
-                f"{self.beam_size}; set decode.strategy=beam for a beam (or beam_size=1)"
+                f"{self.beam_size}; add decode.beam_size=1 for greedy search, or set "
+                f"decode.strategy=beam for a beam of {self.beam_size}"
             )
         positive("decode.max_len_a", self.max_len_a, allow_zero=True)
         positive("decode.max_len_b", self.max_len_b, allow_zero=True)
