@@ -19,7 +19,7 @@ from translate.cli import exit_on_user_error, refuse_unusable_dirs, sweep_job, t
 from translate.errors import UserError
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
-from translate.training.loop import fit
+from translate.training.loop import fit, nonfinite_causes
 from translate.training.progress import Stopped, StopRequest
 from translate.training.report import finish_run
 from translate.training.resume import finished_results
@@ -79,6 +79,7 @@ def train(cfg: DictConfig) -> dict:
             }
         results = _score(run)
         _say_if_cut_short(run, stop_reason)
+        _say_if_updates_skipped(run)
         return results
     except Stopped as stop:  # a second signal during training
         if run is None:
@@ -109,6 +110,22 @@ def _say_if_cut_short(run: Run, stop_reason: str) -> None:
             f"{p.step:,}",
             f"{t.max_steps:,}",
             100 * p.step / t.max_steps,
+        )
+
+
+def _say_if_updates_skipped(run: Run) -> None:
+    """A run that skipped updates for a NaN/Inf loss or gradient says how many, last: fewer
+    than trainer.max_bad_steps in a row never stops it, so they could pass unnoticed."""
+    skipped, p = run.progress.skipped_updates, run.progress
+    if skipped:
+        log.warning(
+            "%s of %s updates were skipped as non-finite (a NaN/Inf loss or gradient; "
+            "results.json: skipped_nonfinite_updates): the scores above are of a model trained "
+            "%s updates; %s",
+            f"{skipped:,}",
+            f"{skipped + p.step:,}",
+            f"{p.step:,}",
+            nonfinite_causes(run),
         )
 
 

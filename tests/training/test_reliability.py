@@ -167,6 +167,29 @@ def test_run_stops_after_consecutive_nan_losses(tiny_train_cfg, monkeypatch):
     assert "trainer.precision=bf16" in str(err.value)
 
 
+def test_skipped_updates_are_counted_in_the_results_and_the_closing_line(
+    tiny_train_cfg, monkeypatch, caplog
+):
+    """Before, a run that skipped updates (fewer than trainer.max_bad_steps in a row) ended
+    `status: completed` with no word of them."""
+    import translate.training.step as trainer_module
+
+    real_loss, calls = trainer_module.batch_loss, []
+
+    def nan_at_first(*args, **kwargs):  # the first 3 training updates come out NaN
+        loss, nll = real_loss(*args, **kwargs)
+        calls.append(torch.is_grad_enabled())
+        bad = torch.is_grad_enabled() and sum(calls) <= 3
+        return (loss * float("nan"), nll) if bad else (loss, nll)
+
+    monkeypatch.setattr(trainer_module, "batch_loss", nan_at_first)
+    with caplog.at_level("WARNING"):
+        results = train(tiny_train_cfg("trainer.max_bad_steps=5", "trainer.max_steps=4"))
+    assert results["steps"] == 4 and results["skipped_nonfinite_updates"] == 3
+    last = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"][-1]
+    assert last.startswith("3 of 7 updates were skipped as non-finite") and "optim.lr=" in last
+
+
 def test_greedy_on_a_beam_run_names_the_key_to_set(tiny_train_cfg):
     """Before, the hint said "(or beam_size=1)", a key no command line has."""
     with pytest.raises(UserError, match="add decode.beam_size=1 for greedy search"):

@@ -120,12 +120,12 @@ def _count_step(run: Run, result: StepResult) -> bool:
     p, t = run.progress, run.settings.trainer
     if result.skipped:
         p.bad_steps += 1
+        p.skipped_updates += 1
         log.warning("step %d: loss or gradient is NaN/Inf, update skipped", p.step + 1)
         if p.bad_steps >= t.max_bad_steps:
             raise UserError(
-                f"{p.bad_steps} consecutive steps had a NaN/Inf loss; likely causes: learning "
-                f"rate too high (optim.lr={run.settings.optim.lr}) or fp16 overflow (try "
-                f"trainer.precision=bf16). {_checkpoints_as_they_are(run)}"
+                f"{p.bad_steps} consecutive steps had a NaN/Inf loss; {nonfinite_causes(run)}. "
+                f"{_checkpoints_as_they_are(run)}"
             )
         return False
     p.bad_steps = 0
@@ -133,6 +133,14 @@ def _count_step(run: Run, result: StepResult) -> bool:
     p.tokens += result.tokens
     run.window = run.window._replace(tokens=run.window.tokens + result.tokens)
     return True
+
+
+def nonfinite_causes(run: Run) -> str:
+    """Why updates come out NaN/Inf, for every message that reports skipped ones."""
+    return (
+        f"likely causes: learning rate too high (optim.lr={run.settings.optim.lr}) or fp16 "
+        "overflow (try trainer.precision=bf16)"
+    )
 
 
 def _checkpoints_as_they_are(run: Run) -> str:

@@ -33,7 +33,8 @@ class Progress:
     best_dev_bleu: float = -1.0
     best_step: int = 0
     stale_validations: int = 0
-    bad_steps: int = 0
+    bad_steps: int = 0  # skipped updates in a row (trainer.max_bad_steps stops the run)
+    skipped_updates: int = 0  # skipped updates in all, reported at the end of the run
     last_val_step: int = 0  # the newest validation's step and dev loss (None: not validated)
     last_dev_loss: float | None = None
 

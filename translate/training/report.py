@@ -202,6 +202,7 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "device": device_name(device),
         "seed": run.settings.seed,
         "steps": p.step,
+        "skipped_nonfinite_updates": p.skipped_updates,  # not in steps: nothing was learnt
         "epochs_completed": p.epoch,
         "train_minutes": p.train_seconds / 60,
         "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
