@@ -83,3 +83,20 @@ def test_a_bad_value_names_the_key_as_typed(tmp_path, command):
                    f"hydra.run.dir={tmp_path / 'out'}")  # fmt: skip
     assert_one_line_error(proc, "keep_freed_memory='maybe' must be true or false")
     assert "command." not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "command,keys",
+    [
+        ("translate.evaluate", ["+model=transformer", "model.d_model=64"]),
+        ("translate.translate", ["+data=sample"]),
+        ("translate.analyze", ["+beam=5"]),
+    ],
+)
+def test_keys_a_command_does_not_use_are_refused(ckpt, tmp_path, command, keys):
+    """Before, they were accepted with exit 0 and ignored (Hydra's help suggests +key=)."""
+    proc = run_cli(command, f"checkpoint={ckpt}", *keys, f"hydra.run.dir={tmp_path / 'out'}",
+                   stdin="Hallo\n")  # fmt: skip
+    name = command.split(".")[1]
+    assert_one_line_error(proc, f"{name} does not use {' '.join(keys)}", "checkpoint")
+    assert not (tmp_path / "out" / "hyp.txt").exists()

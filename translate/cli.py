@@ -12,6 +12,7 @@ import datetime as dt
 import functools
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,6 +65,7 @@ def task_overrides(drop_prefix: str = "trainer.resume") -> list[str]:
 
 def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
     """Wrap a command's body: a :class:`UserError` prints ``error: <message>`` and exits 2.
+    Keys the command does not use (:func:`refuse_unused_keys`) are such an error.
 
     In a Hydra multirun the error is logged and re-raised instead, so Hydra marks only that
     job as failed and the sweep's other jobs still run.
@@ -72,6 +74,7 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            refuse_unused_keys()
             return fn(*args, **kwargs)
         except UserError as err:
             if debug_enabled():
@@ -82,6 +85,46 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
             fail(str(err))
 
     return wrapper
+
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def refuse_unused_keys() -> None:
+    """Refuse command-line overrides of keys the command's config does not define: Hydra
+    adds any ``+key=`` (``evaluate +model=transformer model.d_model=64``), and the command
+    would run as if it were not there. Keys within a group it reads (``+decode.x=1``) are
+    refused by the settings it builds from the group."""
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    accepted = _config_keys(str(hydra_cfg.job.config_name))
+    if not accepted:  # a config from elsewhere (--config-dir): nothing to compare with
+        return
+    unused = [o for o in hydra_cfg.overrides.task if _top_key(o) not in accepted]
+    if unused:
+        raise UserError(
+            f"{hydra_cfg.job.config_name} does not use {' '.join(unused)}; it takes "
+            f"{', '.join(sorted(accepted - {'hydra'}))} (conf/{hydra_cfg.job.config_name}.yaml): "
+            "leave them out"
+        )
+
+
+@functools.cache
+def _config_keys(config_name: str) -> frozenset[str]:
+    """The top-level keys and config groups ``conf/<config_name>.yaml`` defines (empty when
+    there is no such file), and ``hydra``."""
+    path = CONF / f"{config_name}.yaml"
+    if not path.is_file():
+        return frozenset()
+    conf = OmegaConf.to_container(OmegaConf.load(path))
+    groups = [next(iter(entry)) for entry in conf.pop("defaults", []) if isinstance(entry, dict)]
+    return frozenset([*conf, *(g for g in groups if not g.startswith("override ")), "hydra"])
+
+
+def _top_key(override: str) -> str:
+    """The top-level key or config group an override sets: ``model`` of ``+model.d_model=64``."""
+    return re.split(r"[.@=/]", override.lstrip("+~"), maxsplit=1)[0]
 
 
 def fail(message: str) -> NoReturn:
