@@ -68,7 +68,8 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
     Keys the command does not use (:func:`refuse_unused_keys`) are such an error.
 
     In a Hydra multirun the error is logged and re-raised instead, so Hydra marks only that
-    job as failed and the sweep's other jobs still run.
+    job as failed and the sweep's other jobs still run; a training sweep then ends with one
+    line naming its failed jobs (:class:`translate.sweeps.AblationReportCallback`).
     """
 
     @functools.wraps(fn)

@@ -3,11 +3,14 @@
 :class:`AblationReportCallback` (registered in ``conf/hydra/default.yaml``) writes the report
 after every job and when the multirun ends: Hydra's basic sweeper raises after the sweep if any
 job failed, which skips ``on_multirun_end``, so the per-job report is the one that survives.
-``python scripts/ablation_report.py <sweep_dir>`` writes it on demand; both call
-:func:`write_report`. The rows come from :mod:`translate.analysis.ablation`, the files from
-:mod:`translate.analysis.render`. The callback also holds the sweep dir's lock from the start of
-the multirun to its end, so a second sweep into the same dir stops before it writes anything,
-and it writes a job's ``error.txt`` only while holding that job dir's lock.
+A job that failed on a :class:`~translate.errors.UserError` is recorded (``error.txt``) and
+counted as done, so the sweep reaches its end, which names every failed job in one line and
+exits 2 instead of Hydra's traceback of the first. ``python scripts/ablation_report.py
+<sweep_dir>`` writes the report on demand; both call :func:`write_report`. The rows come from
+:mod:`translate.analysis.ablation`, the files from :mod:`translate.analysis.render`. The
+callback also holds the sweep dir's lock from the start of the multirun to its end, so a second
+sweep into the same dir stops before it writes anything, and it writes a job's ``error.txt``
+only while holding that job dir's lock.
 
 Entry-point layer: like ``cli.py`` it may import Hydra; the library packages never do. Hydra
 imports this module when it starts (for the callback): keep heavy imports (matplotlib,
@@ -27,7 +30,7 @@ from hydra.experimental.callback import Callback
 from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
 from translate.analysis.render import write_files
 from translate.cli import fail
-from translate.errors import UserError
+from translate.errors import UserError, debug_enabled
 from translate.io import atomic_write
 from translate.training.rundir import RunLock
 
@@ -125,7 +128,7 @@ class AblationReportCallback(Callback):
         mode = getattr(hydra_cfg.mode, "name", hydra_cfg.mode)  # RunMode.MULTIRUN or its name
         return mode == "MULTIRUN" and hydra_cfg.job.config_name in self.config_names
 
-    def _write(self, config, in_job: bool) -> None:
+    def _write(self, config, in_job: bool) -> Report | None:
         hydra_cfg = config.hydra
         if in_job:
             # The job's own dir minus its subdir: a launcher that runs jobs in other processes
@@ -136,9 +139,10 @@ class AblationReportCallback(Callback):
         else:
             sweep_dir = self._sweep_dir(config)
         try:
-            write_report(sweep_dir, self.baseline_heads, self.bootstrap_samples)
+            return write_report(sweep_dir, self.baseline_heads, self.bootstrap_samples)
         except Exception:  # the report must never take a job or the sweep down with it
             log.exception("could not write the ablation report for %s", sweep_dir)
+            return None
 
     @staticmethod
     def _sweep_dir(config) -> Path:
@@ -173,10 +177,27 @@ class AblationReportCallback(Callback):
             refused = _in_own_job_dir(job_dir, lambda d: _write_error(d, error))
             if refused:
                 log.warning("no error.txt written into %s: %s", job_dir, refused)
+            if isinstance(error, UserError) and not debug_enabled():
+                # Recorded (error.txt, the job's log): the sweep's end names it in one line.
+                job_return.status = JobStatus.COMPLETED
         self._write(config, in_job=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if self._applies(config):
-            self._write(config, in_job=False)
+            report = self._write(config, in_job=False)
             if self._lock is not None:
                 self._lock.release()
+            if report is not None and report.failed:
+                fail(failed_jobs(report))
+
+
+def failed_jobs(report: Report) -> str:
+    """The sweep's last line when jobs failed: each by name, with its reason."""
+    reasons = " | ".join(
+        f"{job.name}: {(job.error or 'failed').removeprefix('UserError: ')}"
+        for job in report.failed
+    )
+    return (
+        f"{len(report.failed)} of {len(report.jobs)} sweep jobs failed ({reasons}); the "
+        f"others are in {report.sweep_dir / 'ablation.md'}"
+    )

@@ -212,6 +212,7 @@ def test_callback_records_a_failed_job_and_writes_the_report(tmp_path):
     callback = AblationReportCallback(bootstrap_samples=100)
     ret = JobReturn(status=JobStatus.FAILED, _return_value=ValueError("heads=3 is bad"))
     callback.on_job_end(_hydra_config(tmp_path), ret)
+    assert ret.status == JobStatus.FAILED  # not a user error: Hydra's traceback stays
     assert "ValueError: heads=3 is bad" in (failed / "error.txt").read_text()
     md = (tmp_path / "sweep" / "ablation.md").read_text()
     assert "heads=4,seed=1`: failed: ValueError: heads=3 is bad" in md
@@ -220,7 +221,9 @@ def test_callback_records_a_failed_job_and_writes_the_report(tmp_path):
     callback.on_multirun_end(_hydra_config(tmp_path, "RUN"))
     callback.on_multirun_end(_hydra_config(tmp_path, config_name="evaluate"))
     assert not (tmp_path / "sweep" / "ablation.md").exists()
-    callback.on_multirun_end(_hydra_config(tmp_path))
+    with pytest.raises(SystemExit) as stopped:  # the failed job: the sweep's one closing line
+        callback.on_multirun_end(_hydra_config(tmp_path))
+    assert stopped.value.code == 2
     assert (tmp_path / "sweep" / "ablation.md").exists()
 
 
@@ -240,7 +243,8 @@ def test_heads_ablation_preset_declares_the_sweep_on_the_iwslt_recipe():
 @pytest.mark.slow
 def test_a_tiny_real_sweep_writes_the_report_despite_a_failed_job(tmp_path, cache_dir):
     """heads=1,3,4 through Hydra's multirun: heads=3 does not divide d_model=32 and fails;
-    Hydra then raises and skips on_multirun_end, and the per-job report still has 2 rows."""
+    heads=4 still runs, the report has 2 rows, and the sweep ends with one line naming the
+    failed job and why, exit 2 (before: Hydra's 25-line traceback of the UserError, exit 1)."""
     # An untrained model decodes to the length limit: keep that short (4 tokens).
     shrink = [o for o in TINY if not o.startswith("heads=")]
     shrink += ["trainer.max_steps=4", "decode.max_len_a=0", "decode.max_len_b=4"]
@@ -258,7 +262,12 @@ def test_a_tiny_real_sweep_writes_the_report_despite_a_failed_job(tmp_path, cach
         f"hydra.job.config.override_dirname.exclude_keys=[{','.join(hidden)}]",
     ]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0, done.stderr[-2000:]  # the failed job fails the sweep
+    assert done.returncode == 2, done.stderr[-2000:]  # the failed job fails the sweep
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [line for line in done.stderr.splitlines() if line.strip()][-1:]
+    assert errors[0].startswith("error: 1 of 3 sweep jobs failed (heads=3: model.d_model=32 is")
+    assert str(tmp_path / "sweep" / "ablation.md") in errors[0]
     sweep = tmp_path / "sweep"
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == [
         "heads=1",
