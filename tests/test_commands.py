@@ -100,3 +100,18 @@ def test_keys_a_command_does_not_use_are_refused(ckpt, tmp_path, command, keys):
     name = command.split(".")[1]
     assert_one_line_error(proc, f"{name} does not use {' '.join(keys)}", "checkpoint")
     assert not (tmp_path / "out" / "hyp.txt").exists()
+
+
+def test_evaluate_with_another_data_config_names_the_cap_it_cuts_at(ckpt, tmp_path):
+    """data=jsonl caps sources at its own data.eval_max_len (256), not the run's (64): the
+    warning says so, where it called 255 "the model's maximum source length"."""
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    src.write_text(" ".join(["Hund"] * 400) + "\n", encoding="utf-8")
+    ref.write_text("Dog.\n", encoding="utf-8")
+    proc = run_cli("translate.evaluate", f"checkpoint={ckpt}", f"src={src}", f"ref={ref}",
+                   "data=jsonl", "data.dir=tests/fixtures/jsonl", *SHORT_DECODE,
+                   f"hydra.run.dir={tmp_path / 'eval'}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    warning = next(line for line in proc.stderr.splitlines() if "truncated" in line)
+    assert "truncated to the first 255 (data.eval_max_len=256 of this command's data" in warning
+    assert "evaluated with 64" in warning and "maximum source length" not in warning

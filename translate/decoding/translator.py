@@ -43,6 +43,8 @@ class Translator:
         max_src_len: longest source in tokens, EOS included (``data.eval_max_len``); longer
             inputs are truncated to ``max_src_len - 1`` subwords (:meth:`translate` warns and
             counts them); None = no limit.
+        cap_note: where ``max_src_len`` comes from, for that warning (default: the data
+            config's ``data.eval_max_len``).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class Translator:
         decode: DecodeSettings,
         max_tokens: int,
         max_src_len: int | None,
+        cap_note: str | None = None,
     ) -> None:
         if decode.strategy not in engine.strategies:
             raise UserError(
@@ -64,6 +67,7 @@ class Translator:
         self.max_tokens = max_tokens
         self.max_src_len = max_src_len
         self._max_src = None if max_src_len is None else max_src_len - 1  # room for the EOS
+        self.cap_note = cap_note or f"data.eval_max_len={max_src_len}, counting the EOS"
 
     @property
     def model(self) -> Seq2SeqTransformer:
@@ -128,7 +132,7 @@ class Translator:
         for n, length in cut[:WARN_LINES]:
             print(
                 f"warning: line {n} has {length} subword tokens; truncated to the first "
-                f"{self._max_src} (the model's maximum source length, data.eval_max_len)",
+                f"{self._max_src} ({self.cap_note})",
                 file=sys.stderr,
             )
         if len(cut) > WARN_LINES:
@@ -182,6 +186,17 @@ def model_from_checkpoint(ckpt: dict) -> tuple[Seq2SeqTransformer, Tokenizer]:
     return model.eval(), tokenizer
 
 
+def _cap_note(cap: int | None, run_cap: int | None) -> str | None:
+    """Where the source cap comes from when the command's ``data=`` set another one than the
+    checkpoint's run evaluated with (a cap of the data config, not of the model)."""
+    if cap == run_cap:
+        return None
+    return (
+        f"data.eval_max_len={cap} of this command's data config, counting the EOS; the "
+        f"checkpoint's run evaluated with {run_cap}"
+    )
+
+
 def load_translator(
     checkpoint: str | Path,
     device: str = "auto",
@@ -209,5 +224,6 @@ def load_translator(
         decode,
         data.eval_max_tokens,
         data.eval_cap,
+        _cap_note(data.eval_cap, data_settings(config["data"]).eval_cap),
     )
     return Loaded(translator, data, config, int(ckpt["step"]))
