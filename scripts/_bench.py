@@ -49,10 +49,57 @@ def multi30k_lengths(n: int, rng) -> tuple:
     return src, tgt
 
 
+def number(kind: type = int, low: float = 1, high: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type``: a ``kind`` number in ``low..high``, so that a value no benchmark
+    can run with (``--threads 0``, ``--rounds -1``, ``--dropout nan``) is refused in argparse's
+    one line before any work, not by a traceback from deep inside."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (math.isfinite(value) and low <= value and (high is None or value <= high)):
+            raise argparse.ArgumentTypeError(
+                f"{text} must be >= {low}" if high is None else f"{text} must be in {low}..{high}"
+            )
+        return value
+
+    return parse
+
+
+def device_arg(text: str) -> str:
+    """An argparse ``type``: a name ``torch.device`` reads."""
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: cpu, cuda or cuda:N") from None
+    return text
+
+
+def existing_file(text: str) -> Path:
+    """An argparse ``type``: a file that is there."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file")
+    return Path(text)
+
+
+def check_heads(parser: argparse.ArgumentParser, d_model: int, heads: Sequence[int]) -> None:
+    """Stop in one line on a head count the model cannot split ``--d-model`` into."""
+    for h in heads:
+        if d_model % h:
+            parser.error(
+                f"--heads {h} does not divide --d-model {d_model}; pick a divisor of {d_model}"
+            )
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (CPU)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)"
+    )
+    parser.add_argument("--threads", type=number(), default=2, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--seed", type=number(low=0), default=0)
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
     parser.add_argument(
         "--quick", action="store_true", help="a reduced grid that finishes in under a minute"
@@ -158,7 +205,7 @@ def add_profile_args(parser: argparse.ArgumentParser, what: str) -> None:
         action="store_true",
         help=f"after timing, print a torch.profiler operator breakdown of {what}",
     )
-    parser.add_argument("--profile-rows", type=int, default=15, help="operators per table")
+    parser.add_argument("--profile-rows", type=number(), default=15, help="operators per table")
 
 
 def profile_ops(
@@ -206,7 +253,7 @@ GEMM_WARMUP = 3  # untimed calls before the first timed one
 def add_gemm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gemm-size",
-        type=int,
+        type=number(),
         default=None,
         help="side n of the n x n GEMM reference (default: 2048 on the CPU, 8192 on CUDA)",
     )

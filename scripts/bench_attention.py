@@ -59,6 +59,7 @@ BACKENDS = {
     "math": SDPBackend.MATH,
 }
 REFERENCE_HEADS = 8
+GRID_HEADS = (1, 4, 8, 16)  # the default grid's head counts
 TARGETS = {
     "mha_fwd_bwd_time_sdpa_vs_torch": ("<=", 1.05),
     "peak_mem_2048_sdpa_vs_manual": ("<=", 0.5),
@@ -80,7 +81,7 @@ def default_grid(device: torch.device, quick: bool) -> list[tuple[int, int, str]
     L=256, 8 heads (without native bf16 matmuls a bf16 forward+backward at L=2048 takes tens of
     seconds per call on an AVX2 CPU)."""
     lengths = [64, 128, 256, 512, 1024, 2048]
-    heads = [1, 4, 8, 16]
+    heads = GRID_HEADS
     if quick:
         return [(256, 8, "fp32"), (2048, 8, "fp32")]
     if device.type == "cuda":
@@ -218,24 +219,43 @@ def memory_cpu(impl: str, case: Case, args) -> dict:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _bench.add_common_args(parser)
-    parser.add_argument("--d-model", type=int, default=512)
-    parser.add_argument("--lengths", type=int, nargs="+", help="with --heads/--dtypes: a grid")
-    parser.add_argument("--heads", type=int, nargs="+", help="default: see default_grid")
-    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES))
-    parser.add_argument("--tokens", type=int, default=2048, help="batch = max(1, tokens // L)")
+    parser.add_argument("--d-model", type=_bench.number(), default=512)
     parser.add_argument(
-        "--bf16-tokens", type=int, default=None, help="--tokens for bf16 (CPU default: 512)"
+        "--lengths", type=_bench.number(), nargs="+", help="with --heads/--dtypes: a grid"
     )
     parser.add_argument(
-        "--mem-lengths", type=int, nargs="+", default=[2048], help="L with peak memory (CUDA: all)"
+        "--heads", type=_bench.number(), nargs="+", help="default: see default_grid"
+    )
+    parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES))
+    parser.add_argument(
+        "--tokens", type=_bench.number(), default=2048, help="batch = max(1, tokens // L)"
+    )
+    parser.add_argument(
+        "--bf16-tokens",
+        type=_bench.number(),
+        default=None,
+        help="--tokens for bf16 (CPU default: 512)",
+    )
+    parser.add_argument(
+        "--mem-lengths",
+        type=_bench.number(),
+        nargs="+",
+        default=[2048],
+        help="L with peak memory (CUDA: all)",
     )
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
     parser.add_argument("--no-backends", action="store_true", help="skip sdpa:<backend> rows")
-    parser.add_argument("--warmup", type=int, default=None, help="rounds after the first call")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per case")
+    parser.add_argument(
+        "--warmup", type=_bench.number(low=0), default=None, help="rounds after the first call"
+    )
+    parser.add_argument(
+        "--repeats", type=_bench.number(), default=None, help="timed rounds per case"
+    )
     _bench.add_profile_args(parser, "forward+backward per case and module")
     parser.add_argument("--_memory-child", dest="memory_child", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    _bench.check_heads(parser, args.d_model, args.heads or GRID_HEADS)
+    return args
 
 
 def grid(args, device: torch.device) -> list[Case]:

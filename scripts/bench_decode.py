@@ -302,28 +302,37 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--ct2", action="store_true",
         help="with --checkpoint: also time its CTranslate2 exports (float32, int8) beside ours",
     )  # fmt: skip
-    parser.add_argument("--ct2-threads", type=int, nargs="+", default=[1, 2], metavar="N")
     parser.add_argument(
-        "--latency-sentences", type=int, default=None,
+        "--ct2-threads", type=_bench.number(), nargs="+", default=[1, 2], metavar="N"
+    )
+    parser.add_argument(
+        "--latency-sentences", type=_bench.number(), default=None,
         help="--ct2: the first N sentences are also decoded one at a time (default 100, --quick 8)",
     )  # fmt: skip
     parser.add_argument("--src-file", type=Path, default=sample_dir() / "test.de")
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
-    parser.add_argument("--sentences", type=int, default=None)
-    parser.add_argument("--max-tokens", type=int, default=2048, help="source tokens per batch")
-    parser.add_argument("--batch-size", type=int, default=None, help="fixed batches instead")
-    parser.add_argument("--beam-size", type=int, default=5)
-    parser.add_argument("--max-len-a", type=float, default=None)
-    parser.add_argument("--max-len-b", type=float, default=None)
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--vocab", type=int, default=5000)
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
-    parser.add_argument("--d-ff", type=int, default=512)
+    parser.add_argument("--sentences", type=_bench.number(), default=None)
     parser.add_argument(
-        "--kv-heads", type=int, nargs="*", default=None,
+        "--max-tokens", type=_bench.number(), default=2048, help="source tokens per batch"
+    )
+    parser.add_argument(
+        "--batch-size", type=_bench.number(), default=None, help="fixed batches instead"
+    )
+    parser.add_argument("--beam-size", type=_bench.number(), default=5)
+    parser.add_argument("--max-len-a", type=_bench.number(float, 0), default=None)
+    parser.add_argument("--max-len-b", type=_bench.number(float, 0), default=None)
+    parser.add_argument("--rounds", type=_bench.number(), default=None)
+    parser.add_argument("--warmup", type=_bench.number(low=0), default=1)
+    # Synthetic sources draw ids from 4 (after the special ones) to --vocab.
+    parser.add_argument("--vocab", type=_bench.number(low=5), default=5000)
+    parser.add_argument("--d-model", type=_bench.number(), default=256)
+    parser.add_argument("--heads", type=_bench.number(), default=8)
+    parser.add_argument(
+        "--layers", type=_bench.number(), default=2, help="encoder and decoder layers each"
+    )
+    parser.add_argument("--d-ff", type=_bench.number(), default=512)
+    parser.add_argument(
+        "--kv-heads", type=_bench.number(), nargs="*", default=None,
         help="key/value head counts to compare (default: every divisor of --heads, which is "
         "always added as the multi-head baseline); given with no value: skip the comparison",
     )  # fmt: skip
@@ -333,12 +342,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.latency_sentences = args.latency_sentences or (8 if args.quick else 100)
     if args.ct2 and args.checkpoint is None:
         parser.error("--ct2 compares a checkpoint with its CTranslate2 exports: give --checkpoint")
-    if min(args.ct2_threads) < 1:
-        parser.error(f"--ct2-threads {args.ct2_threads}: each must be >= 1")
+    _bench.check_heads(parser, args.d_model, [args.heads])
     if args.kv_heads is None:
         args.kv_heads = [k for k in range(1, args.heads + 1) if args.heads % k == 0]
     elif args.kv_heads:
-        if any(k < 1 or args.heads % k for k in args.kv_heads):
+        if any(args.heads % k for k in args.kv_heads):
             parser.error(f"--kv-heads {args.kv_heads}: each must divide --heads {args.heads}")
         args.kv_heads = sorted({*args.kv_heads, args.heads})
     return args

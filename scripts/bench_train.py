@@ -62,6 +62,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
@@ -442,30 +443,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
     parser.add_argument("--compile", action="store_true", help="torch.compile every model")
-    parser.add_argument("--optim", type=Path, default=OPTIM_CONF, help="a conf/optim file")
+    parser.add_argument(
+        "--optim", type=_bench.existing_file, default=OPTIM_CONF, help="a conf/optim file"
+    )
     parser.add_argument("--data", choices=["synthetic", "sample"], default="synthetic")
     parser.add_argument("--cache-dir", type=Path, default=_bench.ROOT / "outputs" / "cache")
-    parser.add_argument("--vocab", type=int, default=5000, help="synthetic data only")
-    parser.add_argument("--max-tokens", type=int, default=2048, help="padded tokens per side")
-    parser.add_argument("--batches", type=int, default=None, help="batches per round")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model")
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
-    parser.add_argument("--d-ff", type=int, default=512)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--attention-dropout", type=float, default=0.0)
-    parser.add_argument("--activation-dropout", type=float, default=0.0)
+    # Synthetic batches draw ids from 4 (after the special ones) to --vocab.
+    parser.add_argument(
+        "--vocab", type=_bench.number(low=5), default=5000, help="synthetic data only"
+    )
+    parser.add_argument(
+        "--max-tokens", type=_bench.number(), default=2048, help="padded tokens per side"
+    )
+    parser.add_argument("--batches", type=_bench.number(), default=None, help="batches per round")
+    parser.add_argument("--rounds", type=_bench.number(), default=None)
+    parser.add_argument(
+        "--warmup", type=_bench.number(low=0), default=2, help="untimed steps per model"
+    )
+    parser.add_argument("--d-model", type=_bench.number(), default=256)
+    parser.add_argument("--heads", type=_bench.number(), default=8)
+    parser.add_argument(
+        "--layers", type=_bench.number(), default=2, help="encoder and decoder layers each"
+    )
+    parser.add_argument("--d-ff", type=_bench.number(), default=512)
+    parser.add_argument("--dropout", type=_bench.number(float, 0, 0.99), default=0.1)
+    parser.add_argument("--attention-dropout", type=_bench.number(float, 0, 0.99), default=0.0)
+    parser.add_argument("--activation-dropout", type=_bench.number(float, 0, 0.99), default=0.0)
     parser.add_argument("--activation", choices=["relu", "gelu"], default="relu")
     parser.add_argument("--post-norm", action="store_true")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="for the MFU estimate")
+    parser.add_argument(
+        "--peak-tflops", type=_bench.number(float, 1e-3), default=None, help="for the MFU estimate"
+    )
     _bench.add_gemm_args(parser)
     parser.add_argument(
         "--cpu-time", action="store_true", help="also report tokens per process CPU second"
     )
     _bench.add_profile_args(parser, "one training round per model")
     args = parser.parse_args(argv)
+    _bench.check_heads(parser, args.d_model, [args.heads])
     args.batches = args.batches or (2 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
     return args
@@ -522,4 +537,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_user_error(main)()  # a bad --optim file: one line

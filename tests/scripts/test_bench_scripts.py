@@ -347,3 +347,40 @@ def test_bench_decode_ct2_needs_a_checkpoint(scripts, capsys):
     with pytest.raises(SystemExit):
         scripts["bench_decode"].parse_args(["--ct2"])
     assert "give --checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "script,argv,says",
+    [
+        ("bench_decode", ["--quick", "--heads", "3"], "--heads 3 does not divide --d-model 256"),
+        ("bench_decode", ["--threads", "0"], "argument --threads: 0 must be >= 1"),
+        ("bench_decode", ["--max-len-a", "nan"], "argument --max-len-a: nan must be >= 0"),
+        ("bench_decode", ["--device", "gpu"], "'gpu' is not a device"),
+        ("bench_decode", ["--vocab", "4"], "argument --vocab: 4 must be >= 5"),
+        ("bench_train", ["--heads", "3"], "--heads 3 does not divide --d-model 256"),
+        ("bench_train", ["--dropout", "1.5"], "argument --dropout: 1.5 must be in 0..0.99"),
+        ("bench_train", ["--optim", "nowhere.yaml"], "argument --optim: nowhere.yaml is not a"),
+        ("bench_train", ["--rounds", "two"], "argument --rounds: 'two' is not an integer"),
+        ("bench_attention", ["--d-model", "100"], "--heads 8 does not divide --d-model 100"),
+        ("bench_attention", ["--lengths", "0"], "argument --lengths: 0 must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_work(scripts, capsys, script, argv, says):
+    """Before, --heads 3 (and --threads 0, --device gpu, ...) ended in a traceback from inside
+    the model or torch; now argparse's one error line, exit 2."""
+    with pytest.raises(SystemExit) as stopped:
+        scripts[script].parse_args(argv)
+    assert stopped.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and says in errors[0], errors
+
+
+def test_bench_train_with_a_bad_optim_file_is_one_line(tmp_path):
+    optim = tmp_path / "optim.yaml"
+    optim.write_text("lr: abc\n")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_train.py"), "--optim", str(optim)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1
