@@ -24,6 +24,7 @@ from translate.decoding.engines import describe_decode, load_engine
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
+from translate.runtime import provenance
 from translate.settings import ENGINE_SOURCES, decode_overrides, engine_command, optional_path
 
 # What an evaluation writes into its dir: a second one there would replace them.
@@ -69,6 +70,7 @@ def evaluate(cfg: DictConfig) -> dict:
             "beam_size": decode.beam_size,
             "decode": dataclasses.asdict(decode),
             **scores,
+            "provenance": provenance(loaded.translator.device),  # what made these scores
         }
         atomic_write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n")
     print(

@@ -6,9 +6,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime as dt
+import functools
+import importlib.metadata
 import os
 import platform
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -151,6 +154,27 @@ def keep_freed_memory() -> bool:
     return _keeping_freed_memory
 
 
+def use_deterministic_algorithms(on: bool) -> None:
+    """``trainer.deterministic``: torch's deterministic kernels where an operation has both
+    (``torch.use_deterministic_algorithms``), else torch's default. Set either way: the flag is
+    global, and the jobs of a multirun share one process."""
+    if on:
+        # cuBLAS is deterministic only with a fixed workspace, read when it starts (a GPU's
+        # first GEMM, after this).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on)
+
+
+def refuse_nondeterministic(err: RuntimeError, key: str = "trainer.deterministic") -> None:
+    """Raise a one-line UserError naming ``key`` for torch's error about an operation that has
+    no deterministic kernel (under :func:`use_deterministic_algorithms`); return for others."""
+    message = str(err)
+    if not (torch.are_deterministic_algorithms_enabled() and "deterministic" in message):
+        return
+    what = message.split(", but you set", 1)[0].splitlines()[0]
+    raise UserError(f"{key}=true, but {what}; set {key}=false to run it") from err
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (CUDA kernels run asynchronously); no-op on the CPU."""
     if device.type == "cuda":
@@ -235,37 +259,105 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-_CHECKOUT = Path(__file__).resolve().parents[1]  # the git checkout, in an editable install
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def git_commit() -> str | None:
-    """The short commit of the checkout the package runs from; None outside a git checkout."""
+def _git(folder: Path, *args: str) -> str | None:
+    """``git args`` run in ``folder`` (never the cwd: a command may run from anywhere); its
+    output, or None where git fails or is absent."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=_CHECKOUT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.cache
+def git_state(folder: Path = _PACKAGE_DIR) -> tuple[str | None, bool | None]:
+    """``(commit, dirty)`` of the code in ``folder`` (default: this package's own folder, the
+    code that runs): the full commit, and whether tracked files differ from it (untracked
+    files do not count, as in ``git describe --dirty``).
+
+    ``(None, None)`` unless git tracks this very file there: an installed copy has no checkout,
+    even when its site-packages lies inside one (a virtual environment in a repository).
+    Read once per process: it runs the modules it imported at its start, whatever the checkout
+    does later (the jobs of a multirun share one process).
+    """
+    if _git(folder, "ls-files", "--error-unmatch", "--", Path(__file__).name) is None:
+        return None, None
+    commit = _git(folder, "rev-parse", "HEAD")
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    return commit, (None if status is None else status != "")
+
+
+def package_version() -> str | None:
+    """This package's installed version (its metadata, also in an editable install)."""
+    try:
+        return importlib.metadata.version("translate")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def code_version() -> str:
+    """The code that runs, in words: ``translate 0.1.0, commit 1a2b3c4d5 with uncommitted
+    changes`` (or ``..., no git checkout`` for an installed copy)."""
+    commit, dirty = git_state()
+    where = "no git checkout" if commit is None else f"commit {commit[:9]}"
+    return f"translate {package_version()}, {where}" + (" with uncommitted changes" * bool(dirty))
+
+
+# torch.__config__.show()'s lines naming the libraries that compute a CPU result.
+_MATH_LIBRARIES = re.compile(r"Math Kernel Library|MKL-DNN|oneDNN|OpenBLAS|OpenMP|LAPACK")
+
+
+def torch_build() -> dict:
+    """The CPU kernels torch runs: the instruction set it dispatches to (``AVX2``,
+    ``AVX512``, ...), its BLAS, and the math libraries it was built with (MKL, oneDNN,
+    OpenMP): other kernels sum in another order, so they give other last bits."""
+    shown = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", shown)
+    return {
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "blas": blas[1] if blas else None,
+        "math_libraries": [  # not the build settings' line, which names them all
+            line.strip(" -")
+            for line in shown.splitlines()
+            if _MATH_LIBRARIES.search(line) and "Build settings" not in line
+        ],
+    }
+
+
+def provenance(device: torch.device) -> dict:
+    """What produced a result, recorded beside it (``results.json``, ``scores.json``, the
+    benchmarks' and speed files' ``machine``): the code (commit, uncommitted changes, package
+    version), torch and its CPU kernels, the CPU, the threads, the device and the command line.
+    Floating-point results depend on all of them: the same run on another CPU family or
+    thread count trains other weights (README, "Reproducibility")."""
+    commit, dirty = git_state()
+    cpu = cpu_model()
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "package_version": package_version(),
+        "torch": torch.__version__,
+        **torch_build(),
+        "cpu_model": cpu,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "device_name": device_name(device, f"{cpu} ({os.cpu_count()} logical CPUs)"),
+        "argv": list(sys.argv),
+    }
 
 
 def machine(device: torch.device) -> dict:
-    """Where a measurement ran, for the files that report one: the date, the device and its
-    name, the software, the threads torch uses, whether freed memory is kept for reuse
-    (:func:`keep_freed_memory`) and the commit."""
+    """Where a measurement ran, for the files that report one: the date, :func:`provenance`,
+    the Python and platform, and whether freed memory is kept for reuse
+    (:func:`keep_freed_memory`)."""
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": str(device),
-        "device_name": device_name(device, f"{cpu_model()} ({os.cpu_count()} logical CPUs)"),
-        "torch": torch.__version__,
+        **provenance(device),
         "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
         "keeps_freed_memory": _keeping_freed_memory,
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
-        "git_commit": git_commit(),
     }

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from translate.cli import exit_on_user_error, refuse_unusable_dirs, sweep_job, task_overrides
 from translate.errors import UserError
+from translate.runtime import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
 from translate.training.loop import fit, nonfinite_causes
@@ -89,6 +90,9 @@ def train(cfg: DictConfig) -> dict:
             f"second {stop}: stopped at once, without saving; the last checkpoint is",
             stop.signum,
         )
+    except RuntimeError as err:  # trainer.deterministic=true meets an op without such a kernel
+        refuse_nondeterministic(err)
+        raise
     finally:
         if run is not None and run.lock is not None:
             run.lock.release()
@@ -104,8 +108,9 @@ def _say_if_cut_short(run: Run, stop_reason: str) -> None:
         log.warning(
             "training ended on its clock (trainer.max_minutes=%g) after %s of "
             "trainer.max_steps=%s updates (%.0f%%): the scores above are of a model trained "
-            "that far, and a faster or less busy machine trains further; for the same result "
-            "on any machine, set trainer.max_minutes=null and budget trainer.max_steps",
+            "that far, and a faster or less busy machine trains further; for a result that does "
+            "not depend on speed or load, set trainer.max_minutes=null and budget "
+            "trainer.max_steps",
             t.max_minutes,
             f"{p.step:,}",
             f"{t.max_steps:,}",

@@ -87,6 +87,7 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     assert "cannot be attributed" in data["peak_mem_mb"]
     assert [j["heads"] for j in data["jobs"]] == [1, 2, 8, 8]
     assert {"device", "device_name", "torch", "threads", "date"} <= set(data["machine"])
+    assert {"git_commit", "cpu_capability", "argv"} <= set(data["machine"])  # provenance
     assert data["settings"]["rounds"] == 2 and data["settings"]["sentences"] == 2
 
     # Each round visits every job once per metric, in an order rotated by one per round.

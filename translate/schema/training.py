@@ -136,6 +136,14 @@ class TrainerSettings:
     )
     progress_bar: bool = doc("show a progress bar", "flag", "true | false")
     keep_freed_memory: bool = keep_freed_memory_doc(default=True)  # older runs lack the key
+    deterministic: bool = doc(
+        "torch's deterministic kernels (torch.use_deterministic_algorithms); an operation "
+        "without one stops the run. The same weights again need the same code, CPU family, "
+        "thread count and a step budget with or without it (README, Reproducibility)",
+        "flag",
+        "true | false",
+        default=False,  # older runs lack the key
+    )
 
     def validate(self) -> None:
         check_precision(self.precision)

@@ -21,7 +21,7 @@ from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
 from translate.nn.model import count_parameters
-from translate.runtime import device_name, peak_memory_mb
+from translate.runtime import device_name, peak_memory_mb, provenance
 from translate.training.averaging import average_into, step_checkpoints
 from translate.training.loop import dev_scores
 from translate.training.run import Run
@@ -222,6 +222,7 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "head_summary": heads,
         "checkpoint": str(scored.path),
         "hypotheses": str(run.run_dir / "test.hyp.txt"),
+        "provenance": provenance(device),  # the code, torch, CPU and command that made these
     }
 
 

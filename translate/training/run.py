@@ -22,11 +22,13 @@ from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
 from translate.runtime import (
+    code_version,
     device_name,
     keep_freed_memory,
     resolve_device,
     resolve_precision,
     seed_everything,
+    use_deterministic_algorithms,
 )
 from translate.settings import TrainSettings
 from translate.training import distributed
@@ -117,6 +119,7 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     t = settings.trainer
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
+    use_deterministic_algorithms(t.deterministic)
     if t.keep_freed_memory:
         keep_freed_memory()
     seed_everything(settings.seed)
@@ -166,6 +169,8 @@ def _log_start(run: Run) -> None:
     name = device_name(device, "CPU")
     threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
     log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
+    # Read now, as the run starts: results.json records the code this process imported.
+    log.info("code: %s", code_version())
     if m.attention_impl == "sdpa":
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.trainer.precision)
         args = (device, dtype or torch.float32, m.num_heads, m.d_model // m.num_heads)
