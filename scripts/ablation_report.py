@@ -3,8 +3,11 @@
 
 The same code the Hydra callback runs after every job of ``python -m translate.train -m ...``
 (``translate.sweeps.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
-in the sweep dir. Exits 1 (after writing the report) when the runs' parameter counts differ,
-2 with a one-line error when the sweep dir does not exist (or another user error).
+in the sweep dir, from the jobs' ``results.json`` and test hypotheses alone: run again, it
+re-creates them (how docs/ablation-multi30k.{csv,md,png} are made from the study's sweep dir).
+Exits 1 (after writing the report) when the runs' parameter counts differ, 2 with a one-line
+error, writing nothing, when the sweep dir does not exist or holds no sweep job (a single
+run's dir, an empty folder), or on another user error.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from translate.analysis.ablation import BASELINE_HEADS
+from translate.analysis.ablation import BASELINE_HEADS, check_sweep_dir
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.sweeps import write_report
 
@@ -36,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
+        check_sweep_dir(args.sweep_dir)
         report = write_report(args.sweep_dir, args.baseline_heads, args.bootstrap_samples)
     except UserError as err:
         if debug_enabled():

@@ -7,10 +7,13 @@ a ``results.json`` without ``kv_heads`` predates GQA and was multi-head). Failed
 dir without ``results.json``) and jobs the sweep defines but never started (the caller's
 ``expected_jobs``, e.g. :func:`translate.sweeps.expected_jobs` from ``multirun.yaml``) are
 listed, never dropped silently. BLEU differences are tested against the 8-head multi-head row
-(kv_heads = 8) with sacreBLEU's paired bootstrap on the test hypotheses each job wrote
-(``test.hyp.txt``). The speed columns come from the sweep dir's ``ablation_speed.json``
-(:mod:`translate.analysis.speed_file`) when it has one. The parameter check and the
-significance test are :mod:`translate.analysis.ablation_stats`.
+(kv_heads = 8) across seeds (:mod:`translate.analysis.seed_stats`: a 95% interval of each mean,
+Welch's and an exact permutation test) and with sacreBLEU's paired bootstrap on the test
+hypotheses each job wrote (``test.hyp.txt``), which measures test-set sampling only. Each row
+records its jobs' commits and machines (:mod:`translate.analysis.provenance`); a results.json
+whose fields training could not have written lists its job as failed. The speed columns
+come from the sweep dir's ``ablation_speed.json`` (:mod:`translate.analysis.speed_file`) when
+it has one. The parameter check and the bootstrap are :mod:`translate.analysis.ablation_stats`.
 
 Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
 writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra nor OmegaConf.
@@ -37,6 +40,8 @@ from translate.analysis.ablation_stats import (
     key_label,
     significance,
 )
+from translate.analysis.provenance import job_provenance, provenance_warning
+from translate.analysis.seed_stats import ci_of_mean, permutation_p, welch_p
 from translate.analysis.speed_file import read_speed, speed_cells
 from translate.errors import UserError
 
@@ -117,6 +122,36 @@ def parse_overrides(lines) -> dict[str, str]:
     return out
 
 
+# results.json fields the report computes with -> the types a training run writes there.
+_NUMBER = (int, float)
+FIELD_TYPES = {
+    "heads": int,
+    "kv_heads": int,
+    "seed": int,
+    "params": int,
+    "averaged_dev_bleu": _NUMBER,
+    **{key: _NUMBER for key in METRICS},
+    "head_summary": dict,
+    "provenance": dict,
+}
+
+
+def field_error(results) -> str | None:
+    """What in a results.json the report cannot compute with (a hand-edited file), naming the
+    field; None when every field it reads is of the type training writes (or null)."""
+    if not isinstance(results, dict):
+        return "not a JSON object"
+    for key, kinds in FIELD_TYPES.items():
+        value = results.get(key)
+        if (value is None and key != "heads") or (
+            isinstance(value, kinds) and not isinstance(value, bool)
+        ):
+            continue
+        kind = "a whole number" if kinds is int else "an object" if kinds is dict else "a number"
+        return f"field {key!r} is {json.dumps(value)}, not {kind} as training writes it"
+    return None
+
+
 def _failure_reason(job_dir: Path) -> str:
     error = job_dir / "error.txt"  # written by translate.sweeps' callback when the job raised
     if error.is_file():
@@ -152,8 +187,11 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
         if results_file.is_file():
             try:
                 results = json.loads(results_file.read_text(encoding="utf-8"))
+                error = field_error(results)
             except json.JSONDecodeError as err:
-                error = f"results.json is not valid JSON ({err})"
+                error = f"not valid JSON ({err})"
+            if error is not None:  # the job is listed as failed, with the reason
+                results, error = None, f"{results_file}: {error}; fix it and report again"
         job = Job(str(job_dir.relative_to(sweep_dir)), job_dir, overrides, results, error)
         if not job.completed and job.error is None:
             job.error = (
@@ -181,6 +219,11 @@ def _std(values: list) -> float | None:
     """Sample standard deviation over seeds; None with fewer than two values."""
     values = [v for v in values if v is not None]
     return statistics.stdev(values) if len(values) >= 2 else None
+
+
+def _bleus(jobs: list[Job]) -> list[float]:
+    """The jobs' test BLEU, one value per seed: the seed-level statistics' observations."""
+    return [j.results["bleu"] for j in jobs if j.results.get("bleu") is not None]
 
 
 def _missing(sweep_dir, jobs, expected_jobs, warnings) -> list[str]:
@@ -226,6 +269,27 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
     return groups
 
 
+def _existing(sweep_dir: str | Path) -> Path:
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise UserError(f"sweep dir {sweep_dir} does not exist")
+    return sweep_dir
+
+
+def check_sweep_dir(sweep_dir: str | Path) -> None:
+    """Refuse in one line a folder that is none or holds no sweep job (a single run's dir, an
+    empty or mistyped folder): its report would be an empty one, written into it."""
+    sweep_dir = _existing(sweep_dir)
+    if find_jobs(sweep_dir):
+        return
+    single = (sweep_dir / "results.json").is_file()
+    raise UserError(
+        f"{sweep_dir} holds no sweep jobs (no job dir with .hydra/overrides.yaml or "
+        f"results.json below it{'; it is a single run' if single else ''}): give the dir a "
+        "multirun made, e.g. outputs/multirun/<date_time>; nothing written"
+    )
+
+
 def build_report(
     sweep_dir: str | Path,
     baseline_heads: int = BASELINE_HEADS,
@@ -238,9 +302,7 @@ def build_report(
     ``expected_jobs(sweep_dir)`` lists the jobs the sweep defines, so that the ones without a
     job dir are reported as missing; without it no job is missing.
     """
-    sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise UserError(f"sweep dir {sweep_dir} does not exist")
+    sweep_dir = _existing(sweep_dir)
     jobs = find_jobs(sweep_dir)
     warnings: list[str] = []
     missing = _missing(sweep_dir, jobs, expected_jobs, warnings)
@@ -249,12 +311,16 @@ def build_report(
     params_equal, params_message = check_equal_params(jobs)
     if not params_equal:
         warnings.insert(0, params_message)
+    mixed = provenance_warning([j.results for j in done])
+    warnings += [mixed] if mixed else []
     # The baseline is plain multi-head attention, also in a kv_heads sweep: its kv=8 row.
     base = (baseline_heads, baseline_heads)
     p_values, signature = significance(groups, base, bootstrap_samples, warnings)
     all_seeds = sorted({j.results.get("seed") for j in done}, key=str)
+    base_bleu = _bleus(groups[base]) if base in groups else None
     rows = [
-        _row(key, groups[key], all_seeds, p_values.get(key), key == base) for key in sorted(groups)
+        _row(key, groups[key], all_seeds, p_values.get(key), base_bleu, key == base)
+        for key in sorted(groups)
     ]
     speed = read_speed(sweep_dir, [j.name for j in done], warnings)
     for row in rows if speed else []:
@@ -275,7 +341,11 @@ def build_report(
     )
 
 
-def _row(key: Key, jobs: list[Job], seeds: list, p_values: dict | None, is_base: bool) -> dict:
+def _row(
+    key: Key, jobs: list[Job], seeds: list, p_values: dict | None, base_bleu, is_base: bool
+) -> dict:
+    """One row: its jobs' means and spreads, per-seed BLEU, heads, p-values and provenance.
+    ``base_bleu``: the baseline row's per-seed BLEU (None without a baseline row)."""
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
     row = {
@@ -291,9 +361,10 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_values: dict | None, is_base:
         row[f"{key}_mean"] = _mean(values)
         if with_std:
             row[f"{key}_std"] = _std(values)
-    by_seed = {r.get("seed"): r.get("bleu") for r in res}
+    by_seed = {r.get("seed"): r for r in res}
     for seed in seeds:
-        row[f"bleu_seed{seed}"] = by_seed.get(seed)
+        row[f"bleu_seed{seed}"] = by_seed.get(seed, {}).get("bleu")
+    row["bleu_ci95_low"], row["bleu_ci95_high"] = ci_of_mean(_bleus(jobs))
     # Imported here, not at the top: translate.nn.model imports torch, and this module is
     # imported when Hydra starts (for the callback), which must stay cheap.
     from translate.nn.model import HEAD_MASK_KEYS
@@ -303,8 +374,14 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_values: dict | None, is_base:
         row[f"entropy_{kind}"] = _mean([s.get("entropy", {}).get(kind) for s in summaries])
     row["degenerate_heads"] = _mean([s.get("degenerate_heads") for s in summaries])
     row["total_heads"] = _mean([s.get("total_heads") for s in summaries])
-    p_values = p_values or {}
+    for name, test in (("welch", welch_p), ("permutation", permutation_p)):
+        seed_level = None if base_bleu is None else test(_bleus(jobs), base_bleu)
+        row[f"p_vs_8_{name}"] = "baseline" if is_base else seed_level
+    p_values = p_values or {}  # the paired bootstrap's: test-set sampling only
     row["p_vs_8"] = "baseline" if is_base else p_values.get("pooled")
     for seed in seeds:
         row[f"p_vs_8_seed{seed}"] = "baseline" if is_base else p_values.get(seed)
+    for seed in seeds:
+        code, where = job_provenance(by_seed[seed]) if seed in by_seed else (None, None)
+        row[f"commit_seed{seed}"], row[f"machine_seed{seed}"] = code, where
     return row

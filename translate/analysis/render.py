@@ -17,6 +17,8 @@ from pathlib import Path
 
 from translate.analysis.ablation import Report, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
+from translate.analysis.provenance import job_provenance
+from translate.analysis.seed_stats import LEVEL, detected, smallest_permutation_p
 from translate.analysis.speed_file import (
     CT2_METRICS,
     SPEED_COMMAND,
@@ -53,10 +55,11 @@ def _fmt(v, digits: int = 2, std=None) -> str:
     return f"{text} ± {std:.{digits}f}" if std is not None else text
 
 
-def _p(v) -> str:
+def _p(v, star: bool = True) -> str:
+    """A p-value in 3 decimals, * below the seed-level :data:`LEVEL` where ``star``."""
     if v is None or isinstance(v, str):
         return v or "-"
-    return f"{v:.3f}" + (" *" if v < 0.05 else "")
+    return f"{v:.3f}" + (" *" if star and v < LEVEL else "")
 
 
 def _summary_lines(report: Report) -> list[str]:
@@ -67,14 +70,51 @@ def _summary_lines(report: Report) -> list[str]:
     for w in report.warnings:
         lines += [f"> **WARNING: {w}**", ""]
     total = len(report.jobs) + len(report.missing)
+    ran = {job_provenance(j.results) for j in done}  # mixed ones: a warning above says so
+    code, where = next(iter(ran)) if len(ran) == 1 else (None, None)
+    ran_on = f" Code {code}, on {where}." if code else ""
     return lines + [
         f"{len(done)} of {total} jobs finished; seeds {', '.join(map(str, report.seeds)) or '-'}; "
         f"{first.get('device', '?')}, precision {first.get('precision', '?')}, "
-        f"test set {first.get('test_split', '?')}, beam {first.get('beam_size', '?')}.",
+        f"test set {first.get('test_split', '?')}, beam {first.get('beam_size', '?')}.{ran_on}",
         "",
         f"**Parameters:** {report.params_message}.",
         "",
+        *_verdict_lines(report),
     ]
+
+
+def _verdict_lines(report: Report) -> list[str]:
+    """The summary: each row against the baseline row as the seed-level tests find it at
+    :data:`LEVEL`, and no further (the paired bootstrap measures test-set sampling only)."""
+    base = next((r for r in report.rows if r["p_vs_8"] == "baseline"), None)
+    if base is None or base["bleu_mean"] is None:
+        return []
+    lines = [f"**Against the {_baseline(report)} row, across seeds (level {LEVEL}):**", ""]
+    for r in report.rows:
+        if r is not base and r["bleu_mean"] is not None:
+            label = f"{r['heads']} head" + "s" * (r["heads"] != 1)
+            label += f", {r['kv_heads']} kv heads" * report.kv_axis
+            lines.append(f"- {label}: {_verdict(r, base)}")
+    return lines + [""]
+
+
+def _verdict(r: dict, base: dict) -> str:
+    """One row's difference in mean test BLEU to the baseline row's, and what the seed-level
+    tests say of it."""
+    diff = r["bleu_mean"] - base["bleu_mean"]
+    welch, perm = r["p_vs_8_welch"], r["p_vs_8_permutation"]
+    text = f"{diff:+.2f} BLEU ({r['n']} against {base['n']} seeds)"
+    found = detected(welch, perm)
+    if found is None:
+        return text + ": no seed-level test (it needs two seeds or more in both rows)"
+    ps = f"Welch p = {_p(welch, False)}, permutation p = {_p(perm, False)}"
+    if found:
+        return text + f", {'higher' if diff > 0 else 'lower'} across seeds ({ps})"
+    floor = smallest_permutation_p(r["n"], base["n"])
+    if floor >= LEVEL:
+        ps += f"; with these seeds the permutation test cannot go below p = {floor:.3f}"
+    return text + f": no detectable difference across seeds ({ps})"
 
 
 def _speed_cells(r: dict, speed: dict | None) -> list[str]:
@@ -87,6 +127,10 @@ def _speed_cells(r: dict, speed: dict | None) -> list[str]:
         ratio = r.get(ratio_key(metric, speed["baseline_heads"]))
         cells.append(_fmt(r.get(metric), digits) + ("" if ratio is None else f" ({ratio:.2f}x)"))
     return cells
+
+
+def _ci(low: float | None, high: float | None) -> str:
+    return "-" if low is None else f"{low:.2f} – {high:.2f}"
 
 
 def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
@@ -104,6 +148,7 @@ def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
         str(r["d_k"]),
         params,
         _fmt(r["bleu_mean"], std=r["bleu_std"]),
+        _ci(r["bleu_ci95_low"], r["bleu_ci95_high"]),
         _fmt(r["bleu_greedy_mean"], std=r["bleu_greedy_std"]),
         _fmt(r["chrf_mean"], std=r["chrf_std"]),
         _fmt(r["dev_bleu_mean"], std=r["dev_bleu_std"]),
@@ -111,16 +156,25 @@ def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
         _fmt(r["steps_mean"], 0),
         " / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS),
         degenerate,
-        _p(r["p_vs_8"]),
+        _seed_p(r),
+        _p(r["p_vs_8"], star=False),
     ]
+
+
+def _seed_p(r: dict) -> str:
+    """The seed-level p-values' cell: ``Welch / permutation``, or ``baseline``."""
+    if r["p_vs_8_welch"] == "baseline":
+        return "baseline"
+    return " / ".join(_p(r[f"p_vs_8_{test}"]) for test in ("welch", "permutation"))
 
 
 def _table_lines(report: Report) -> list[str]:
     speed = [label for label, _ in shown_metrics(report.speed).values()] if report.speed else []
     kv = ["kv heads"] if report.kv_axis else []
     header = [
-        "heads", *kv, "d_k", "params", "BLEU", "greedy BLEU", "chrF", "dev BLEU", *speed,
-        "updates", "entropy enc / dec-self / cross", "degenerate heads", "p vs 8 heads",
+        "heads", *kv, "d_k", "params", "BLEU", "BLEU 95% CI", "greedy BLEU", "chrF", "dev BLEU",
+        *speed, "updates", "entropy enc / dec-self / cross", "degenerate heads",
+        "p vs 8 heads, seeds (Welch / permutation)", "p vs 8 heads, bootstrap (test sentences)",
     ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     cells = (_row_cells(r, report.speed, report.kv_axis) for r in report.rows)
@@ -176,10 +230,16 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
     lines = [
         "",
         "BLEU (the run's beam), greedy BLEU, chrF and dev BLEU: mean ± sample standard "
-        "deviation over the seeds of a row (per-seed BLEU and p-values in `ablation.csv`). "
-        f"p: sacreBLEU's paired bootstrap ({bootstrap_samples} resamples) of the test "
-        f"hypotheses against the {_baseline(report)} run with the same seed, seeds pooled; "
-        "* marks p < 0.05 (the BLEU difference is unlikely to be resampling noise). Entropy: "
+        "deviation over the seeds of a row (per-seed BLEU, p-values, commits and machines in "
+        "`ablation.csv`). BLEU 95% CI: the t interval (n - 1 degrees of freedom) of the mean "
+        "over the row's seeds. p seeds: Welch's t-test and an exact permutation test (every "
+        "split of the pooled seeds) of the per-seed test BLEU against the "
+        f"{_baseline(report)} row's; * marks p < {LEVEL}, and the summary calls a difference "
+        f"detected only where both are below {LEVEL}. p bootstrap: sacreBLEU's paired "
+        f"bootstrap ({bootstrap_samples} resamples) of the test hypotheses against the "
+        f"{_baseline(report)} run with the same seed, seeds pooled: it resamples the test "
+        "sentences of fixed trained models, so it measures test-set sampling only, not how "
+        "far another seed or machine moves a job's BLEU. Entropy: "
         "mean attention entropy in nats per layer type on dev sentences; degenerate heads: "
         "near-uniform or fixed-position heads (`conf/analysis/default.yaml`), mean over seeds, "
         "of all heads. Dev BLEU is that of the checkpoint scored on the test set (the "
@@ -197,7 +257,7 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
 def _job_lines(report: Report) -> list[str]:
     """Every job with its status, then the failed and missing ones spelt out."""
     kv = ["kv heads"] if report.kv_axis else []
-    header = ["job", "heads", *kv, "seed", "status", "test BLEU", "dev BLEU"]
+    header = ["job", "heads", *kv, "seed", "status", "test BLEU", "dev BLEU", "commit", "machine"]
     lines = ["", "## Jobs", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for j in report.jobs:
         r, o = j.results or {}, j.overrides
@@ -207,6 +267,7 @@ def _job_lines(report: Report) -> list[str]:
         kv_cell = [str(r.get("kv_heads") or o.get("kv_heads") or heads)] if kv else []
         cells = [f"`{j.name}`", str(heads), *kv_cell, str(r.get("seed", o.get("seed", "-")))]
         cells += [status, _fmt(r.get("bleu")), _fmt(scored_dev_bleu(r))]
+        cells += [_fmt(value) for value in job_provenance(r)]
         lines.append("| " + " | ".join(cells) + " |")
     if report.failed or report.missing:
         lines += ["", "## Failed or missing jobs", ""]
