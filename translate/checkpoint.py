@@ -138,3 +138,11 @@ def _corrupt(path: Path, err: Exception) -> UserError:
         f"checkpoint {path} is truncated or corrupt ({type(err).__name__}); "
         f"use another one, e.g. an earlier checkpoints/step_*.pt"
     )
+
+
+def non_finite(weights: dict) -> str | None:
+    """The name of the first floating-point tensor in ``weights`` that holds NaN or
+    infinity (and how many do), or None when all are finite. Weights no command may keep
+    training, average, export or decode with: they only ever give garbage."""
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    return None if not bad else bad[0] + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")

@@ -201,7 +201,7 @@ def export_checkpoint(
     checkpoint, output = Path(checkpoint), Path(output)
     _check_output(output)
     ckpt = load_checkpoint(checkpoint)
-    model, tokenizer = model_from_checkpoint(ckpt)
+    model, tokenizer = model_from_checkpoint(ckpt, checkpoint)
     rows = _positions(ckpt, max_positions)
     pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from translate.checkpoint import load_checkpoint
+from translate.checkpoint import load_checkpoint, non_finite
 from translate.data.batching import length_sorted_batches
 from translate.data.tokenizer import Tokenizer
 from translate.decoding.engine import Engine, TorchEngine
@@ -173,17 +173,50 @@ class Loaded:
         return self.translator.tokenizer
 
 
-def model_from_checkpoint(ckpt: dict) -> tuple[Seq2SeqTransformer, Tokenizer]:
-    """A loaded checkpoint's model, in eval mode on the CPU, and its tokenizer."""
-    tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])
-    model = model_settings(ckpt["config"]["model"]).build(tokenizer.vocab_size, tokenizer.PAD)
+def model_from_checkpoint(ckpt: dict, path: Path) -> tuple[Seq2SeqTransformer, Tokenizer]:
+    """A loaded checkpoint's model, in eval mode on the CPU, and its tokenizer; ``path``, the
+    file it was loaded from, is named by every refusal: a broken tokenizer, NaN or infinite
+    weights (which decode to garbage with exit 0), weights that do not fit the model."""
     try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as err:
+        tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])
+    except UserError as err:
+        raise UserError(f"checkpoint {path} holds a broken tokenizer: {err}; {_OTHER}") from None
+    broken = non_finite(ckpt["model"])
+    if broken:
         raise UserError(
-            f"the checkpoint's weights do not fit its own model config ({str(err).splitlines()[0]})"
-        ) from err
+            f"checkpoint {path} has non-finite weights ({broken}), which translate to garbage; "
+            "use a checkpoint from before the run diverged, e.g. an earlier checkpoints/step_*.pt"
+        )
+    model = model_settings(ckpt["config"]["model"]).build(tokenizer.vocab_size, tokenizer.PAD)
+    _load_weights(model, ckpt["model"], path)
     return model.eval(), tokenizer
+
+
+_OTHER = "use another checkpoint, e.g. an earlier checkpoints/step_*.pt of the run"
+_NAMED = 3  # weight names a refusal lists; beyond that, their count
+
+
+def _load_weights(model: Seq2SeqTransformer, weights: dict, path: Path) -> None:
+    """``weights`` into ``model``, or one line naming the first that do not fit (torch's own
+    message runs to a line per weight)."""
+    try:
+        fit = model.load_state_dict(weights, strict=False)
+    except RuntimeError as err:  # a shape differs: torch names it on the line after its header
+        lines = str(err).splitlines()
+        misfits = [lines[1].strip() if len(lines) > 1 else lines[0]]
+    else:
+        keys = {"missing": fit.missing_keys, "unexpected": fit.unexpected_keys}
+        misfits = [f"{which} {_listed(names)}" for which, names in keys.items() if names]
+    if misfits:
+        raise UserError(
+            f"checkpoint {path}: its weights do not fit its own model config "
+            f"({'; '.join(misfits)}); {_OTHER}"
+        )
+
+
+def _listed(names: list[str]) -> str:
+    more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+    return ", ".join(names[:_NAMED]) + more
 
 
 def _cap_note(cap: int | None, run_cap: int | None) -> str | None:
@@ -214,7 +247,7 @@ def load_translator(
     precision = resolve_precision(precision, torch_device, key="precision")
     ckpt = load_checkpoint(checkpoint)
     config = ckpt["config"]
-    model, tokenizer = model_from_checkpoint(ckpt)
+    model, tokenizer = model_from_checkpoint(ckpt, Path(checkpoint))
     model.to(torch_device)
     data = data_settings(config["data"], data_overrides)
     decode = decode_over(config["decode"], decode)

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import torch
 
-from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
+from translate.checkpoint import FORMAT_VERSION, load_checkpoint, non_finite, save_checkpoint
 from translate.errors import UserError
 from translate.io import check_output_file
-from translate.training.checkpoints import non_finite
 from translate.training.resume import differences
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt")

@@ -9,8 +9,6 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
 from translate.checkpoint import FORMAT_VERSION, save_checkpoint
 from translate.data.tokenizer import Tokenizer
 from translate.io import atomic_link
@@ -50,13 +48,6 @@ class CheckpointManager:
             old.unlink()
         log.debug("saved %s%s", path, " (best)" if is_best else "")
         return path
-
-
-def non_finite(weights: dict) -> str | None:
-    """The name of the first floating-point tensor in ``weights`` that holds NaN or
-    infinity (and how many do), or None when all are finite."""
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    return None if not bad else bad[0] + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
 
 
 def checkpoint_state(

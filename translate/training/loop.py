@@ -21,6 +21,7 @@ import numpy as np
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from translate.analysis.plots import log_attention
+from translate.checkpoint import non_finite
 from translate.decoding.scoring import mean_nll
 from translate.errors import UserError
 from translate.metrics import score
@@ -29,7 +30,7 @@ from translate.runtime import (
     rng_state,
 )
 from translate.training import distributed
-from translate.training.checkpoints import checkpoint_state, non_finite
+from translate.training.checkpoints import checkpoint_state
 from translate.training.progress import (
     StopRequest,
     TrainBar,
