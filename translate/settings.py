@@ -295,6 +295,9 @@ def engine_command(cfg: DictConfig) -> EngineCommand:
 
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
+# Most rows of an exported position table, far beyond any sentence; checked before the table is
+# allocated (max_positions=100000000 asked for 102 GB).
+MAX_POSITIONS = 2**16
 
 
 @dataclass(frozen=True)
@@ -312,15 +315,15 @@ class ExportCommand:
     max_positions: int | None = doc(
         "rows of the position table: the longest source and output the exported model takes",
         "tokens",
-        "> 0; null = what the checkpoint's run evaluates with",
+        f"1 to {MAX_POSITIONS}; null = what the checkpoint's run evaluates with",
     )
 
     def validate(self) -> None:
         if self.quantization not in QUANTIZATIONS:
             choices = ", ".join(QUANTIZATIONS)
             raise UserError(f"quantization={self.quantization} is unknown; choose one of {choices}")
-        if self.max_positions is not None and self.max_positions < 1:
-            raise UserError(f"max_positions={self.max_positions} must be > 0")
+        if self.max_positions is not None and not 0 < self.max_positions <= MAX_POSITIONS:
+            raise UserError(f"max_positions={self.max_positions} must be in [1, {MAX_POSITIONS}]")
 
 
 def export_command(cfg: DictConfig) -> ExportCommand:

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import shlex
 import signal
 
@@ -16,7 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from translate.cli import exit_on_user_error, refuse_unusable_dirs, sweep_job, task_overrides
-from translate.errors import UserError
+from translate.errors import UserError, override_word
 from translate.runtime import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
@@ -150,16 +149,6 @@ def _score(run: Run) -> dict:
         ) from None
 
 
-def hydra_quoted(text: str) -> str:
-    """``text`` as a Hydra override value that reads back as exactly ``text``, whatever it
-    holds (job dirs of sweeps hold '=' and ','; a user's folder may hold quotes, spaces,
-    backslashes or ``${``): single-quoted, with quotes, the backslashes before them or at the
-    end, and interpolations escaped."""
-    text = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", text)
-    text = re.sub(r"(\\+)$", lambda m: m[1] * 2, text)
-    return "'" + text.replace("${", "\\${") + "'"
-
-
 def resume_command(run_dir: str, distributed: bool = False) -> str:
     """The command that resumes the run in ``run_dir``: this command's overrides, the run dir
     and ``trainer.resume=true``, ready to paste into a shell."""
@@ -168,8 +157,7 @@ def resume_command(run_dir: str, distributed: bool = False) -> str:
         [
             f"{launcher} translate.train",
             *(shlex.quote(o) for o in task_overrides()),
-            # Quoted for Hydra, then for the shell.
-            shlex.quote(f"hydra.run.dir={hydra_quoted(str(run_dir))}"),
+            override_word("hydra.run.dir", str(run_dir)),
             "trainer.resume=true",
         ]
     )
