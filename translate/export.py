@@ -9,23 +9,37 @@ decodes with it. Needs the optional ``ctranslate2`` package (``pip install -e ".
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, refuse_unusable_dirs
 from translate.decoding.ct2_export import export_checkpoint
+from translate.errors import override_word
 from translate.settings import export_command
+from translate.training.progress import Stopped, StopRequest
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
     command = export_command(cfg)
-    out = export_checkpoint(
-        command.checkpoint, command.output, command.quantization, command.max_positions
-    )
+    try:
+        # SIGINT/SIGTERM raise Stopped, so the export removes its partial folder on the way out.
+        with StopRequest(immediate=True):
+            out = export_checkpoint(
+                command.checkpoint, command.output, command.quantization, command.max_positions
+            )
+    except Stopped as stop:
+        print(
+            f"error: {stop} interrupted the export; nothing was written to {command.output}",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + stop.signum) from None
     print(f"exported {command.checkpoint} ({command.quantization}) to {out}")
-    print(f"translate with: python -m translate.translate engine=ctranslate2 model_dir={out}")
+    model_dir = override_word("model_dir", str(out))
+    print(f"translate with: python -m translate.translate engine=ctranslate2 {model_dir}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Decoding with a model exported for CTranslate2 (``python -m translate.export``).
 
-An exported model is a folder: ``model.bin`` (CTranslate2's weights), ``sentencepiece.model``
-(our tokenizer) and ``translate.json`` (:data:`MANIFEST`: the run's decode and data settings,
-the special ids and the rows of the position table). :func:`load_exported` makes it a
+An exported model is a folder: ``model.bin`` (CTranslate2's weights) with its vocabulary
+(:data:`VOCABULARY`), ``sentencepiece.model`` (our tokenizer) and ``translate.json``
+(:data:`MANIFEST`: the run's decode and data settings, the special ids, the rows of the position
+table and the identity of the tokenizer). A tokenizer that is not the model's own is refused
+(:func:`check_tokenizer`). :func:`load_exported` makes it a
 :class:`~translate.decoding.translator.Translator` like :func:`load_translator` does a
 checkpoint, so batching (``data.eval_max_tokens``), truncation (``data.eval_max_len``) and
 tokenization are ours; :class:`CT2Engine` only decodes each batch. Inference needs
@@ -37,6 +39,7 @@ How CTranslate2 is asked to search as :mod:`translate.decoding.search` does:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -46,13 +49,14 @@ import torch
 from translate.data.tokenizer import Tokenizer
 from translate.decoding.search import max_length
 from translate.decoding.translator import Loaded, Translator
-from translate.errors import UserError
+from translate.errors import UserError, override_word
 from translate.runtime import resolve_device
 from translate.schema import DecodeSettings
 from translate.settings import data_settings, decode_over
 
 MANIFEST = "translate.json"
 SENTENCEPIECE = "sentencepiece.model"
+VOCABULARY = "shared_vocabulary.json"  # the model's pieces, as CTranslate2 saves them
 MANIFEST_FORMAT = 1
 MANIFEST_KEYS = ("format_version", "decode", "data", "special_ids", "max_positions", "step")
 INSTALL = 'pip install -e ".[ct2]"'
@@ -156,6 +160,48 @@ def read_manifest(model_dir: Path) -> dict:
     return manifest
 
 
+def tokenizer_identity(tokenizer: Tokenizer) -> dict:
+    """What the manifest records of the exported tokenizer: enough to tell it from any other."""
+    digest = hashlib.sha256(tokenizer.model_proto).hexdigest()
+    return {"sha256": digest, "vocab_size": tokenizer.vocab_size}
+
+
+def check_tokenizer(
+    model_dir: Path, manifest: dict, tokenizer: Tokenizer, pieces: list[str]
+) -> None:
+    """Refuse a tokenizer (``pieces``: its vocabulary) that is not the exported model's own. One
+    from another model (``sentencepiece.model`` copied between exports) would feed it other
+    subwords: wrong hypotheses without a word, or a piece it cannot look up. An export from
+    before :data:`MANIFEST` recorded :func:`tokenizer_identity` is checked against the model's
+    vocabulary only (the same subwords in the same order)."""
+    path = model_dir / SENTENCEPIECE
+    again = override_word("checkpoint", str(manifest.get("checkpoint", "<ckpt>")))
+    redo = f"export the checkpoint again: python -m translate.export {again} output=<new folder>"
+    recorded = manifest.get("tokenizer")
+    if recorded is not None and recorded != tokenizer_identity(tokenizer):
+        raise UserError(
+            f"{path} is not the tokenizer {model_dir} was exported with (its SHA-256 differs "
+            f"from the one {MANIFEST} records); {redo}"
+        )
+    vocabulary = _vocabulary(model_dir, redo)
+    if vocabulary != pieces:
+        differ = f"{len(pieces)} subwords, the model {len(vocabulary)}"
+        if len(pieces) == len(vocabulary):
+            differ = "other subwords than the model's"
+        raise UserError(
+            f"{path} is not the tokenizer of the model in {model_dir} ({differ}); {redo}"
+        )
+
+
+def _vocabulary(model_dir: Path, redo: str) -> list[str]:
+    """The exported model's pieces (:data:`VOCABULARY`)."""
+    path = model_dir / VOCABULARY
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path} is missing or corrupt ({type(err).__name__}); {redo}") from None
+
+
 def _source_cap(cap: int | None, decode: DecodeSettings, positions: int) -> int:
     """The longest source the exported model takes (``cap`` within its positions); warns when
     sources or outputs the settings allow would not fit its ``positions``."""
@@ -193,10 +239,11 @@ def load_exported(
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
     tokenizer = Tokenizer.from_file(model_dir / SENTENCEPIECE)
+    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
+    check_tokenizer(model_dir, manifest, tokenizer, pieces)
     data = data_settings(manifest["data"], data_overrides)
     decode = decode_over(manifest["decode"], decode)
     positions = int(manifest["max_positions"])
-    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     engine = CT2Engine(model_dir, resolve_device(device, key="device"), pieces, positions)
     max_src_len = _source_cap(data.eval_cap, decode, positions)
     translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, max_src_len)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from translate.decoding.ct2 import (
     SENTENCEPIECE,
     import_ctranslate2,
     output_limit,
+    tokenizer_identity,
 )
 from translate.decoding.translator import model_from_checkpoint
 from translate.errors import UserError
@@ -158,8 +160,11 @@ def _positions(ckpt: dict, max_positions: int | None) -> int:
     return max(cap, output_limit(cap, decode_settings(ckpt["config"]["decode"])))
 
 
-def _manifest(ckpt: dict, checkpoint: Path, quantization: str, rows: int) -> dict:
-    """What our commands need to decode as the run did (:data:`MANIFEST`)."""
+def _manifest(
+    ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer
+) -> dict:
+    """What our commands need to decode as the run did (:data:`MANIFEST`), and what the
+    tokenizer beside the model must be."""
     data = dict(ckpt["config"]["data"])
     data["eval_max_len"] = data_settings(data).eval_cap  # explicit for an older checkpoint
     return {
@@ -176,6 +181,7 @@ def _manifest(ckpt: dict, checkpoint: Path, quantization: str, rows: int) -> dic
         },
         "decode": ckpt["config"]["decode"],
         "data": data,
+        "tokenizer": tokenizer_identity(tokenizer),
     }
 
 
@@ -189,13 +195,41 @@ def _check_output(output: Path) -> None:
         raise UserError(f"output={output}: the folder {output.parent} is not writable")
 
 
+# Where process PID writes its export to NAME until it is complete: .NAME.partial-PID.
+_PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,9})")
+
+
+def _partial(output: Path) -> Path:
+    return output.parent / f".{output.name}.partial-{os.getpid()}"
+
+
+def _remove_stale_partials(output: Path) -> None:
+    """Remove what exports to ``output`` killed mid-write (SIGKILL, a crash) left behind: the
+    partial folders of processes that are gone. A live export's folder is left alone."""
+    for path in output.parent.iterdir():
+        match = _PARTIAL.fullmatch(path.name)
+        if match and match[1] == output.name and not _alive(int(match[2])):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user's process
+    return True
+
+
 def export_checkpoint(
     checkpoint: str | Path, output: str | Path, quantization: str, max_positions: int | None
 ) -> Path:
     """Write ``checkpoint`` as a CTranslate2 model folder ``output``; returns its path.
 
     The folder is written beside ``output`` under a temporary name and renamed when complete,
-    so ``output`` never holds half an export.
+    so ``output`` never holds half an export; the next export to ``output`` removes what a
+    killed one left under such a name.
     """
     import_ctranslate2()  # a missing package is the first thing said
     checkpoint, output = Path(checkpoint), Path(output)
@@ -207,9 +241,10 @@ def export_checkpoint(
     spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)
     spec.validate()
     spec.optimize(quantization=quantization)
-    partial = output.parent / f".{output.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows)
+    _remove_stale_partials(output)
+    partial = _partial(output)
+    shutil.rmtree(partial, ignore_errors=True)  # left by an earlier process with our pid
+    manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows, tokenizer)
     try:
         partial.mkdir()
         spec.save(str(partial))
