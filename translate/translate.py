@@ -5,7 +5,7 @@ Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation p
 to stdout (or ``output=<file>``, which is never the input or a file of a run: the rule of
 :mod:`translate.io`), so output stays aligned with input: lines end at ``\n`` (or
 ``\r\n``) alone, the same for stdin and files, and empty and whitespace-only lines give empty
-lines. Lines longer than the model's maximum source length are translated
+lines. Lines longer than the run's source cap (its ``data.eval_max_len``) are translated
 after truncation, with a warning on stderr. Batching by length happens internally.
 """
 
