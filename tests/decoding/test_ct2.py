@@ -227,13 +227,22 @@ def test_export_refuses_what_it_would_overwrite_or_cut(runs, tmp_path):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
-    with pytest.raises(UserError, match="already exists"):
+    with pytest.raises(UserError, match="is not empty"):
         export_checkpoint(run.checkpoint, taken, "float32", None)
     assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # nothing else written
     assert [p.name for p in taken.iterdir()] == ["notes.txt"]
     cap = run.theirs.data.eval_cap
     with pytest.raises(UserError, match=f"max_positions={cap} or more"):
         export_checkpoint(run.checkpoint, tmp_path / "short", "float32", cap - 1)
+
+
+def test_export_makes_the_folders_above_its_output(runs, tmp_path):
+    """The README's Deploy block exports to deploy/de-en in a fresh checkout, where deploy/
+    does not exist yet (before: 'the folder deploy does not exist; create it')."""
+    checkpoint = runs("pre-norm relu").checkpoint
+    out = export_checkpoint(checkpoint, tmp_path / "deploy" / "de-en", "float32", None)
+    assert out == tmp_path / "deploy" / "de-en" and (out / "model.bin").is_file()
+    assert [p.name for p in (tmp_path / "deploy").iterdir()] == ["de-en"]
 
 
 def test_commands_with_ctranslate2_give_our_hypotheses(runs, tmp_path):

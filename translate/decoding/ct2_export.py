@@ -43,6 +43,7 @@ from translate.decoding.ct2 import (
 )
 from translate.decoding.translator import model_from_checkpoint
 from translate.errors import UserError
+from translate.io import check_output_folder, make_folder
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import ModelSettings
 from translate.settings import data_settings, decode_settings, model_settings
@@ -185,16 +186,6 @@ def _manifest(
     }
 
 
-def _check_output(output: Path) -> None:
-    """``output`` can become the model folder: new (or empty) in a writable folder."""
-    if output.exists() and not (output.is_dir() and not any(output.iterdir())):
-        raise UserError(f"output={output} already exists; pass a new folder (or remove it)")
-    if not output.parent.is_dir():
-        raise UserError(f"output={output}: the folder {output.parent} does not exist; create it")
-    if not os.access(output.parent, os.W_OK):
-        raise UserError(f"output={output}: the folder {output.parent} is not writable")
-
-
 # Where process PID writes its export to NAME until it is complete: .NAME.partial-PID.
 _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,9})")
 
@@ -233,7 +224,7 @@ def export_checkpoint(
     """
     import_ctranslate2()  # a missing package is the first thing said
     checkpoint, output = Path(checkpoint), Path(output)
-    _check_output(output)
+    check_output_folder(output, "output")  # new or empty; its parents are made below
     ckpt = load_checkpoint(checkpoint)
     model, tokenizer = model_from_checkpoint(ckpt, checkpoint)
     rows = _positions(ckpt, max_positions)
@@ -241,6 +232,7 @@ def export_checkpoint(
     spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)
     spec.validate()
     spec.optimize(quantization=quantization)
+    make_folder(output.parent, "output")
     _remove_stale_partials(output)
     partial = _partial(output)
     shutil.rmtree(partial, ignore_errors=True)  # left by an earlier process with our pid
