@@ -1,9 +1,11 @@
-"""The package's layout rules, checked on its source: layers, import cycles, sizes.
+"""The package's layout rules, checked on its source: layers and import cycles.
 
 - ``translate/nn/`` imports nothing from the rest of the package (torch only).
 - Only ``settings.py`` and the entry-point layer import omegaconf or hydra.
 - Lower layers never import higher ones, so the module graph has no cycle.
-- No function is longer than 60 lines, no module longer than 400.
+
+A function's size is ruff's business (C901, PLR0912, PLR0915 in pyproject.toml), judged by its
+branches, paths and statements rather than by lines.
 """
 
 from __future__ import annotations
@@ -110,17 +112,3 @@ def test_no_import_cycle():
     for name in graph:
         if name not in state:
             visit(name, [name])
-
-
-def test_functions_fit_on_a_screen_and_modules_in_a_sitting():
-    too_long = []
-    for name, path in modules().items():
-        source = path.read_text()
-        if len(source.splitlines()) > 400:
-            too_long.append(f"module {name}: {len(source.splitlines())} lines")
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
-                if length > 60:
-                    too_long.append(f"{name}.{node.name}: {length} lines")
-    assert not too_long, too_long

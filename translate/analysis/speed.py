@@ -54,8 +54,12 @@ from translate.settings import build
 MakeTrainer = Callable[..., object]
 # In the order each round measures them; CTranslate2's only when a job has an export.
 TIMED = (
-    "latency_greedy_ms", "latency_beam_ms", *CT2_METRICS, "sentences_per_s", "train_tokens_per_s",
-)  # fmt: skip
+    "latency_greedy_ms",
+    "latency_beam_ms",
+    *CT2_METRICS,
+    "sentences_per_s",
+    "train_tokens_per_s",
+)
 CUDA_MEMORY_NOTE = (
     "the CUDA allocator's peak in the job's turns above what was allocated before each (the "
     "other jobs' resident weights), plus the job's own weights"

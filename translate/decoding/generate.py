@@ -21,19 +21,28 @@ SPECIAL_IDS = {"bos_id": Tokenizer.BOS, "eos_id": Tokenizer.EOS, "pad_id": Token
 
 def _greedy(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
     return greedy_search(
-        model, batch.src, batch.src_padding_mask, max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b, **SPECIAL_IDS,
-    )  # fmt: skip
+        model,
+        batch.src,
+        batch.src_padding_mask,
+        max_len_a=settings.max_len_a,
+        max_len_b=settings.max_len_b,
+        **SPECIAL_IDS,
+    )
 
 
 def _beam(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
     if settings.beam_size == 1:  # the same output (tested) without the beams' bookkeeping
         return _greedy(model, batch, settings)
     return beam_search(
-        model, batch.src, batch.src_padding_mask, beam_size=settings.beam_size,
-        length_penalty=settings.length_penalty, max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b, **SPECIAL_IDS,
-    )  # fmt: skip
+        model,
+        batch.src,
+        batch.src_padding_mask,
+        beam_size=settings.beam_size,
+        length_penalty=settings.length_penalty,
+        max_len_a=settings.max_len_a,
+        max_len_b=settings.max_len_b,
+        **SPECIAL_IDS,
+    )
 
 
 # decode.strategy -> the search that runs it: hypothesis ids per row of the batch, in order.

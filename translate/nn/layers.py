@@ -179,14 +179,24 @@ class DecoderLayer(nn.Module):
         and cross ``(B, H, T, S)`` weights (``None`` unless ``need_weights``)."""
         h = self.self_block.pre(x)
         out, self_w = self.self_attn(
-            h, h, h, is_causal=True, need_weights=need_weights, cache=self_cache,
+            h,
+            h,
+            h,
+            is_causal=True,
+            need_weights=need_weights,
+            cache=self_cache,
             head_mask=self_head_mask,
-        )  # fmt: skip
+        )
         x = self.self_block.post(x, out)
         out, cross_w = self.cross_attn(
-            self.cross_block.pre(x), memory, memory, key_padding_mask=memory_padding_mask,
-            need_weights=need_weights, cache=cross_cache, head_mask=cross_head_mask,
-        )  # fmt: skip
+            self.cross_block.pre(x),
+            memory,
+            memory,
+            key_padding_mask=memory_padding_mask,
+            need_weights=need_weights,
+            cache=cross_cache,
+            head_mask=cross_head_mask,
+        )
         x = self.cross_block.post(x, out)
         x = self.ffn_block.post(x, self.ffn(self.ffn_block.pre(x)))
         return x, self_w, cross_w

@@ -172,9 +172,17 @@ class Seq2SeqTransformer(nn.Module):
         self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         self.pad_id = pad_id
         layer = LayerSettings(
-            d_model, num_heads, d_ff, dropout, attention_dropout, activation_dropout,
-            activation, norm_first, attention_impl, num_kv_heads,
-        )  # fmt: skip
+            d_model,
+            num_heads,
+            d_ff,
+            dropout,
+            attention_dropout,
+            activation_dropout,
+            activation,
+            norm_first,
+            attention_impl,
+            num_kv_heads,
+        )
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(layer) for _ in range(num_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(layer) for _ in range(num_decoder_layers))
