@@ -18,11 +18,18 @@ from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
 from translate.runtime import eval_mode  # noqa: E402
 
 
+def head_grid(heads: int) -> tuple[int, int]:
+    """``(rows, cols)`` of a near-square grid of ``heads`` panels (1x1, 1x2, 2x2 at 4, 3x3 at 8,
+    4x4 at 16): TensorBoard scales an image down to its card's width, so a wide strip (1x4)
+    shrinks its tokens until they cannot be read, where a square keeps them twice as large."""
+    cols = math.ceil(math.sqrt(heads))
+    return math.ceil(heads / cols), cols
+
+
 def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title: str):
     """A grid with one heatmap per head. ``weights (H, T, S)`` for ``T`` queries, ``S`` keys."""
     heads = weights.size(0)
-    cols = min(heads, 4)
-    rows = math.ceil(heads / cols)
+    rows, cols = head_grid(heads)
     size = max(2.5, 0.22 * max(len(keys), len(queries)))
     fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
     data = weights.float().cpu().numpy()

@@ -1,0 +1,27 @@
+"""The per-head heatmap figure (TensorBoard's Images tab and analyze's PNGs): a near-square grid
+at every head count, so that TensorBoard, which scales an image to its card's width, keeps the
+tokens large enough to read."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from translate.analysis.plots import attention_figure
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 8, 16])
+def test_heads_fill_a_near_square_grid(heads):
+    tokens = [f"tok{i}" for i in range(7)]
+    scores = torch.randn(heads, 7, 7, generator=torch.Generator().manual_seed(0))
+    weights = torch.softmax(scores, dim=-1)
+    fig = attention_figure(weights, tokens, tokens, "attention/encoder_self/layer0")
+    rows, cols, *_ = fig.axes[0].get_subplotspec().get_geometry()
+    panels = [ax for ax in fig.axes if ax.axison]
+    width, height = fig.get_size_inches()
+    plt.close(fig)
+    assert len(panels) == heads
+    assert (rows - 1) * cols < heads <= rows * cols  # room for every head, no empty row
+    assert cols - rows in (0, 1)  # as square as the count allows: 1x4 and 2x4 are strips
+    assert 1 / 1.5 <= width / height <= (2.0 if heads == 2 else 1.5)
