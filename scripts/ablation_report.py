@@ -3,7 +3,8 @@
 
 The same code the Hydra callback runs after every job of ``python -m translate.train -m ...``
 (``translate.sweeps.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
-in the sweep dir, from the jobs' ``results.json`` and test hypotheses alone: run again, it
+in the sweep dir (the figure where it has something to plot, and never at the cost of the
+tables), from the jobs' ``results.json`` and test hypotheses alone: run again, it
 re-creates them (how docs/ablation-multi30k.{csv,md,png} are made from the study's sweep dir).
 Exits 1 (after writing the report) when the runs' parameter counts differ, 2 with a one-line
 error, writing nothing, when the sweep dir does not exist or holds no sweep job (a single
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline-heads",
         type=int,
         default=BASELINE_HEADS,
-        help="head count the p-values compare against (default %(default)s)",
+        help="head count the p-values and the summary compare against (default %(default)s); "
+        "a sweep without that row compares with its largest head count, and the report says so",
     )
     parser.add_argument(
         "--bootstrap-samples",
@@ -47,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     print((report.sweep_dir / "ablation.md").read_text(encoding="utf-8"))
-    for name in ("ablation.csv", "ablation.md", "ablation.png"):
-        print(f"wrote {report.sweep_dir / name}")
+    for path in report.written:
+        print(f"wrote {path}")
     if report.failed or report.missing:
         print(f"{len(report.failed)} failed and {len(report.missing)} missing jobs (listed above)")
     if not report.params_equal:

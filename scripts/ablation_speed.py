@@ -43,18 +43,21 @@ def format_table(payload: dict) -> str:
     for row, (heads, kv) in zip(payload["heads"], keys):
         cells = [str(heads), *([str(kv)] if kv_axis else []), str(len(row["jobs"]))]
         for m, (_, digits) in metrics.items():
-            value, ratio = row.get(m), row.get(ratio_key(m, base))
+            value = row.get(m)
+            ratio = None if base is None else row.get(ratio_key(m, base))
             text = "-" if value is None else f"{value:,.{digits}f}"
             cells.append(text + ("" if ratio is None else f" ({ratio:.2f}x)"))
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     text = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines]
     s = payload["settings"]
+    ratios = "no ratios (no row is multi-head)"
+    if base is not None:  # 8 heads, else the sweep's largest head count
+        ratios = f"(x) = ratio to {base} heads" + (f" with {base} kv heads" if kv_axis else "")
     return "\n".join(
         [
             f"{payload['machine']['device_name']}, {payload['machine']['threads']} threads, "
-            f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; "
-            f"(x) = ratio to {base} heads" + (f" with {base} kv heads" if kv_axis else ""),
+            f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; {ratios}",
             *text,
         ]
     )

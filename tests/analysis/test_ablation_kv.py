@@ -75,9 +75,14 @@ def test_a_kv_sweep_without_the_multi_head_row_has_no_p_values(tmp_path):
     for kv in (1, 2):
         make_job(tmp_path, 8, 1, 25.0 + kv, params=KV_SWEEP[kv][0], kv_heads=kv)
     report = write_report(tmp_path, bootstrap_samples=100)
-    assert [r["p_vs_8"] for r in report.rows] == [None, None]
+    assert report.baseline_heads is None
+    assert "p_vs" not in (tmp_path / "ablation.csv").read_text()  # no columns, empty or not
     md = (tmp_path / "ablation.md").read_text()
-    assert "No finished 8-head multi-head (kv_heads=8) run: no p-values." in md
+    assert (
+        "**Baseline:** no finished 8-head multi-head (kv_heads=8) run and no other multi-head "
+        "row (kv_heads = heads): no p-values." in md
+    )
+    assert "p vs" not in md and "p seeds" not in md
 
 
 def test_a_kv_sweep_still_alarms_when_equal_models_differ_in_size(tmp_path):

@@ -6,14 +6,17 @@ plain heads sweep, one per key/value head count in a grouped-query sweep (``kv_h
 a ``results.json`` without ``kv_heads`` predates GQA and was multi-head). Failed jobs (a job
 dir without ``results.json``) and jobs the sweep defines but never started (the caller's
 ``expected_jobs``, e.g. :func:`translate.sweeps.expected_jobs` from ``multirun.yaml``) are
-listed, never dropped silently. BLEU differences are tested against the 8-head multi-head row
-(kv_heads = 8) across seeds (:mod:`translate.analysis.seed_stats`: a 95% interval of each mean,
-Welch's and an exact permutation test) and with sacreBLEU's paired bootstrap on the test
-hypotheses each job wrote (``test.hyp.txt``), which measures test-set sampling only. Each row
-records its jobs' commits and machines (:mod:`translate.analysis.provenance`); a results.json
-whose fields training could not have written lists its job as failed. The speed columns
-come from the sweep dir's ``ablation_speed.json`` (:mod:`translate.analysis.speed_file`) when
-it has one. The parameter check and the bootstrap are :mod:`translate.analysis.ablation_stats`.
+listed, never dropped silently. BLEU differences are tested against the baseline row, the
+8-head multi-head one (kv_heads = 8) or, in a sweep without it, the largest multi-head head
+count (:func:`translate.analysis.ablation_stats.choose_baseline`; the p-value columns are named
+for it: ``p_vs_8_welch``, ``p_vs_4_welch``) across seeds (:mod:`translate.analysis.seed_stats`:
+a 95% interval of each mean, Welch's and an exact permutation test) and with sacreBLEU's paired
+bootstrap on the test hypotheses each job wrote (``test.hyp.txt``), which measures test-set
+sampling only. Each row records its jobs' commits and machines
+(:mod:`translate.analysis.provenance`); a results.json whose fields training could not have
+written lists its job as failed. The speed columns come from the sweep dir's
+``ablation_speed.json`` (:mod:`translate.analysis.speed_file`) when it has one. The parameter
+check and the bootstrap are :mod:`translate.analysis.ablation_stats`.
 
 Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
 writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra nor OmegaConf.
@@ -36,6 +39,7 @@ import yaml
 from translate.analysis.ablation_stats import (
     Key,
     check_equal_params,
+    choose_baseline,
     heads_key,
     key_label,
     significance,
@@ -101,6 +105,11 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     bootstrap_signature: str | None = None
     speed: dict | None = None  # ablation_speed.json, None when the sweep dir has none
+    # The head count of the row the p-values compare with (None: no multi-head row), and the
+    # one asked for: they differ where the sweep has no row of the asked head count.
+    baseline_heads: int | None = BASELINE_HEADS
+    asked_baseline: int = BASELINE_HEADS
+    written: list[Path] = field(default_factory=list)  # the files write_files wrote
 
     @property
     def kv_axis(self) -> bool:
@@ -201,6 +210,12 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
             )
         jobs.append(job)
     return jobs
+
+
+def p_column(baseline: int, test: str = "") -> str:
+    """A p-value column against the baseline row, named for its head count: ``p_vs_8`` (the
+    paired bootstrap), ``p_vs_8_welch``, ``p_vs_8_seed1``; ``p_vs_4_welch`` against 4 heads."""
+    return f"p_vs_{baseline}" + (f"_{test}" if test else "")
 
 
 def _label(overrides: dict[str, str], keys: list[str]) -> str:
@@ -313,13 +328,13 @@ def build_report(
         warnings.insert(0, params_message)
     mixed = provenance_warning([j.results for j in done])
     warnings += [mixed] if mixed else []
-    # The baseline is plain multi-head attention, also in a kv_heads sweep: its kv=8 row.
-    base = (baseline_heads, baseline_heads)
+    # The baseline is plain multi-head attention, also in a kv_heads sweep: kv_heads = heads.
+    baseline = choose_baseline(groups, baseline_heads)
+    base = (baseline, baseline)
     p_values, signature = significance(groups, base, bootstrap_samples, warnings)
     all_seeds = sorted({j.results.get("seed") for j in done}, key=str)
-    base_bleu = _bleus(groups[base]) if base in groups else None
     rows = [
-        _row(key, groups[key], all_seeds, p_values.get(key), base_bleu, key == base)
+        _row(key, groups[key], all_seeds, _p_cells(key, groups, base, p_values, all_seeds))
         for key in sorted(groups)
     ]
     speed = read_speed(sweep_dir, [j.name for j in done], warnings)
@@ -338,14 +353,14 @@ def build_report(
         warnings,
         signature,
         speed,
+        baseline,
+        baseline_heads,
     )
 
 
-def _row(
-    key: Key, jobs: list[Job], seeds: list, p_values: dict | None, base_bleu, is_base: bool
-) -> dict:
-    """One row: its jobs' means and spreads, per-seed BLEU, heads, p-values and provenance.
-    ``base_bleu``: the baseline row's per-seed BLEU (None without a baseline row)."""
+def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
+    """One row: its jobs' means and spreads, per-seed BLEU, heads, ``p_cells`` (its p-values)
+    and provenance."""
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
     row = {
@@ -374,14 +389,27 @@ def _row(
         row[f"entropy_{kind}"] = _mean([s.get("entropy", {}).get(kind) for s in summaries])
     row["degenerate_heads"] = _mean([s.get("degenerate_heads") for s in summaries])
     row["total_heads"] = _mean([s.get("total_heads") for s in summaries])
-    for name, test in (("welch", welch_p), ("permutation", permutation_p)):
-        seed_level = None if base_bleu is None else test(_bleus(jobs), base_bleu)
-        row[f"p_vs_8_{name}"] = "baseline" if is_base else seed_level
-    p_values = p_values or {}  # the paired bootstrap's: test-set sampling only
-    row["p_vs_8"] = "baseline" if is_base else p_values.get("pooled")
-    for seed in seeds:
-        row[f"p_vs_8_seed{seed}"] = "baseline" if is_base else p_values.get(seed)
+    row.update(p_cells)
     for seed in seeds:
         code, where = job_provenance(by_seed[seed]) if seed in by_seed else (None, None)
         row[f"commit_seed{seed}"], row[f"machine_seed{seed}"] = code, where
     return row
+
+
+def _p_cells(key: Key, groups: dict, base: Key, p_values: dict, seeds: list) -> dict:
+    """A row's p-values against the ``base`` row, in columns named for its head count: the
+    seed-level tests, then the paired bootstrap's (test-set sampling only), pooled and per
+    seed. Empty without a baseline row (no multi-head row in a kv_heads sweep)."""
+    if base not in groups:
+        return {}
+    if key == base:
+        names = ["welch", "permutation", "", *(f"seed{seed}" for seed in seeds)]
+        return {p_column(base[0], name): "baseline" for name in names}
+    bleus, base_bleus = _bleus(groups[key]), _bleus(groups[base])
+    cells = {p_column(base[0], "welch"): welch_p(bleus, base_bleus)}
+    cells[p_column(base[0], "permutation")] = permutation_p(bleus, base_bleus)
+    bootstrap = p_values.get(key, {})
+    cells[p_column(base[0])] = bootstrap.get("pooled")
+    for seed in seeds:
+        cells[p_column(base[0], f"seed{seed}")] = bootstrap.get(seed)
+    return cells

@@ -26,6 +26,16 @@ def heads_key(entry: dict) -> Key:
     return heads, heads if kv is None else int(kv)
 
 
+def choose_baseline(keys, preferred: int) -> int | None:
+    """The head count of the row every other is compared with: ``preferred`` where the sweep
+    has that multi-head row (kv_heads = heads), else its largest multi-head head count (a sweep
+    of 1 and 4 heads compares with 4); None where no row is multi-head."""
+    multi_head = sorted(heads for heads, kv in keys if heads == kv)
+    if preferred in multi_head:
+        return preferred
+    return multi_head[-1] if multi_head else None
+
+
 def key_label(key: Key, kv_axis: bool) -> str:
     """``heads=8`` in a plain heads sweep, ``heads=8,kv_heads=2`` in one that varies kv_heads."""
     heads, kv = key

@@ -5,17 +5,20 @@ module imports it, never the other way round). Matplotlib and torch are imported
 functions that need them: this module is imported when Hydra starts (for the callback).
 
 kv_heads appears (a column, the plot's x-axis) only when the sweep varies it
-(:attr:`Report.kv_axis`): a plain heads sweep's files read as they did before GQA.
+(:attr:`Report.kv_axis`): a plain heads sweep's files read as they did before GQA. The p-values
+are against :attr:`Report.baseline_heads` (8 heads, else the largest head count the sweep has),
+their columns named for it; the figure leaves out the panels with nothing to show.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 from pathlib import Path
 
-from translate.analysis.ablation import Report, scored_dev_bleu
+from translate.analysis.ablation import Report, p_column, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.provenance import job_provenance
 from translate.analysis.seed_stats import LEVEL, detected, smallest_permutation_p
@@ -27,6 +30,9 @@ from translate.analysis.speed_file import (
     shown_metrics,
 )
 from translate.io import atomic_write
+
+log = logging.getLogger(__name__)
+FIGURE = "ablation.png"
 
 
 def _csv_value(v) -> str:
@@ -80,30 +86,53 @@ def _summary_lines(report: Report) -> list[str]:
         "",
         f"**Parameters:** {report.params_message}.",
         "",
+        *_baseline_lines(report),
         *_verdict_lines(report),
+    ]
+
+
+def _baseline_lines(report: Report) -> list[str]:
+    """Why the baseline is another head count than the one asked for (8 by default)."""
+    asked, chosen = report.asked_baseline, report.baseline_heads
+    if chosen == asked or not report.rows:
+        return []
+    said = f"**Baseline:** no finished {_baseline(report, asked)} run"
+    if chosen is None:
+        return [said + " and no other multi-head row (kv_heads = heads): no p-values.", ""]
+    return [
+        f"{said}: the {_baseline(report)} row, the largest head count the sweep has, is the "
+        f"baseline, and the p-value columns are named for it (`{p_column(chosen, 'welch')}`); "
+        "`scripts/ablation_report.py --baseline-heads N` chooses another.",
+        "",
     ]
 
 
 def _verdict_lines(report: Report) -> list[str]:
     """The summary: each row against the baseline row as the seed-level tests find it at
     :data:`LEVEL`, and no further (the paired bootstrap measures test-set sampling only)."""
-    base = next((r for r in report.rows if r["p_vs_8"] == "baseline"), None)
-    if base is None or base["bleu_mean"] is None:
+    base = _base_row(report)
+    others = [r for r in report.rows if r is not base and r["bleu_mean"] is not None]
+    if base is None or base["bleu_mean"] is None or not others:
         return []
     lines = [f"**Against the {_baseline(report)} row, across seeds (level {LEVEL}):**", ""]
-    for r in report.rows:
-        if r is not base and r["bleu_mean"] is not None:
-            label = f"{r['heads']} head" + "s" * (r["heads"] != 1)
-            label += f", {r['kv_heads']} kv heads" * report.kv_axis
-            lines.append(f"- {label}: {_verdict(r, base)}")
+    for r in others:
+        label = f"{r['heads']} head" + "s" * (r["heads"] != 1)
+        label += f", {r['kv_heads']} kv heads" * report.kv_axis
+        lines.append(f"- {label}: {_verdict(r, base, report.baseline_heads)}")
     return lines + [""]
 
 
-def _verdict(r: dict, base: dict) -> str:
+def _base_row(report: Report) -> dict | None:
+    """The baseline row: multi-head (kv_heads = heads) at :attr:`Report.baseline_heads`."""
+    key = (report.baseline_heads, report.baseline_heads)
+    return next((r for r in report.rows if (r["heads"], r["kv_heads"]) == key), None)
+
+
+def _verdict(r: dict, base: dict, baseline: int) -> str:
     """One row's difference in mean test BLEU to the baseline row's, and what the seed-level
     tests say of it."""
     diff = r["bleu_mean"] - base["bleu_mean"]
-    welch, perm = r["p_vs_8_welch"], r["p_vs_8_permutation"]
+    welch, perm = r[p_column(baseline, "welch")], r[p_column(baseline, "permutation")]
     text = f"{diff:+.2f} BLEU ({r['n']} against {base['n']} seeds)"
     found = detected(welch, perm)
     if found is None:
@@ -133,7 +162,7 @@ def _ci(low: float | None, high: float | None) -> str:
     return "-" if low is None else f"{low:.2f} – {high:.2f}"
 
 
-def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
+def _row_cells(r: dict, report: Report) -> list[str]:
     """One row of the main table, in the order of :func:`_table_lines`' header."""
     # translate.nn.model imports torch: imported here, where the rows (built with it) exist.
     from translate.nn.model import HEAD_MASK_KEYS
@@ -144,7 +173,7 @@ def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
         degenerate = f"{r['degenerate_heads']:.1f} of {r['total_heads']:.0f}"
     return [
         str(r["heads"]),
-        *([str(r["kv_heads"])] if kv_axis else []),
+        *([str(r["kv_heads"])] if report.kv_axis else []),
         str(r["d_k"]),
         params,
         _fmt(r["bleu_mean"], std=r["bleu_std"]),
@@ -152,37 +181,45 @@ def _row_cells(r: dict, speed: dict | None, kv_axis: bool) -> list[str]:
         _fmt(r["bleu_greedy_mean"], std=r["bleu_greedy_std"]),
         _fmt(r["chrf_mean"], std=r["chrf_std"]),
         _fmt(r["dev_bleu_mean"], std=r["dev_bleu_std"]),
-        *_speed_cells(r, speed),
+        *_speed_cells(r, report.speed),
         _fmt(r["steps_mean"], 0),
         " / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS),
         degenerate,
-        _seed_p(r),
-        _p(r["p_vs_8"], star=False),
+        *_p_cells(r, report.baseline_heads),
     ]
 
 
-def _seed_p(r: dict) -> str:
-    """The seed-level p-values' cell: ``Welch / permutation``, or ``baseline``."""
-    if r["p_vs_8_welch"] == "baseline":
-        return "baseline"
-    return " / ".join(_p(r[f"p_vs_8_{test}"]) for test in ("welch", "permutation"))
+def _p_cells(r: dict, baseline: int | None) -> list[str]:
+    """The p-value cells: seed-level (``Welch / permutation``, or ``baseline``), then the
+    paired bootstrap's; none without a baseline row."""
+    if baseline is None:
+        return []
+    bootstrap = _p(r[p_column(baseline)], star=False)
+    if r[p_column(baseline, "welch")] == "baseline":
+        return ["baseline", bootstrap]
+    seeds = " / ".join(_p(r[p_column(baseline, test)]) for test in ("welch", "permutation"))
+    return [seeds, bootstrap]
 
 
 def _table_lines(report: Report) -> list[str]:
     speed = [label for label, _ in shown_metrics(report.speed).values()] if report.speed else []
     kv = ["kv heads"] if report.kv_axis else []
+    b = report.baseline_heads
+    p = [f"p vs {b} heads, seeds (Welch / permutation)", f"p vs {b} heads, bootstrap"]
     header = [
         "heads", *kv, "d_k", "params", "BLEU", "BLEU 95% CI", "greedy BLEU", "chrF", "dev BLEU",
         *speed, "updates", "entropy enc / dec-self / cross", "degenerate heads",
-        "p vs 8 heads, seeds (Welch / permutation)", "p vs 8 heads, bootstrap (test sentences)",
+        *(p if b is not None else []),
     ]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    cells = (_row_cells(r, report.speed, report.kv_axis) for r in report.rows)
+    cells = (_row_cells(r, report) for r in report.rows)
     return lines + ["| " + " | ".join(row) + " |" for row in cells]
 
 
-def _baseline(report: Report, heads: int = 8) -> str:
-    """The baseline row in words: with a kv axis, the multi-head row of that head count."""
+def _baseline(report: Report, heads: int | None = None) -> str:
+    """The baseline row in words (default :attr:`Report.baseline_heads`): with a kv axis, the
+    multi-head row of that head count."""
+    heads = report.baseline_heads if heads is None else heads
     return f"{heads}-head multi-head (kv_heads={heads})" if report.kv_axis else f"{heads}-head"
 
 
@@ -204,13 +241,25 @@ def _speed_note(report: Report) -> list[str]:
         f"Speed: from `{SPEED_FILE}`, every job timed side by side in one process on "
         f"{m.get('device_name', '?')} ({m.get('threads', '?')} threads, {m.get('date', '?')}, "
         f"precision {s.get('precision', '?')}): medians of {s.get('rounds', '?')} rounds that "
-        "visit every job in a rotated order, then the median over seeds; (x) = ratio to the "
-        f"{_baseline(report, speed['baseline_heads'])} row. Latency: mean ms per sentence at "
+        f"visit every job in a rotated order, then the median over seeds; {_ratio_note(report)}. "
+        "Latency: mean ms per sentence at "
         f"batch size 1 over {s.get('sentences', '?')} test sentences, greedy and with the "
         "run's beam; sent/s: greedy at the evaluation batch size on "
         f"{s.get('batch_sentences', '?')} sentences; train tok/s: "
         f"{s.get('train_steps', '?')} optimizer steps. Peak memory: {memory}.{_ct2_note(speed)}",
     ]
+
+
+def _ratio_note(report: Report) -> str:
+    """What the speed columns' (x) divide by: the speed file's baseline row, which a file
+    measured by an older version lacks in a sweep without 8 heads."""
+    base = report.speed["baseline_heads"]
+    if base is None:
+        return "no ratios, since no row is multi-head"
+    if any("heads" in r and heads_key(r) == (base, base) for r in report.speed["heads"]):
+        return f"(x) = ratio to the {_baseline(report, base)} row"
+    command = SPEED_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
+    return f"no ratios: the file has no {_baseline(report, base)} row (`{command}` again adds them)"
 
 
 def _ct2_note(speed: dict) -> str:
@@ -232,14 +281,7 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
         "BLEU (the run's beam), greedy BLEU, chrF and dev BLEU: mean ± sample standard "
         "deviation over the seeds of a row (per-seed BLEU, p-values, commits and machines in "
         "`ablation.csv`). BLEU 95% CI: the t interval (n - 1 degrees of freedom) of the mean "
-        "over the row's seeds. p seeds: Welch's t-test and an exact permutation test (every "
-        "split of the pooled seeds) of the per-seed test BLEU against the "
-        f"{_baseline(report)} row's; * marks p < {LEVEL}, and the summary calls a difference "
-        f"detected only where both are below {LEVEL}. p bootstrap: sacreBLEU's paired "
-        f"bootstrap ({bootstrap_samples} resamples) of the test hypotheses against the "
-        f"{_baseline(report)} run with the same seed, seeds pooled: it resamples the test "
-        "sentences of fixed trained models, so it measures test-set sampling only, not how "
-        "far another seed or machine moves a job's BLEU. Entropy: "
+        f"over the row's seeds. {_p_note(report, bootstrap_samples)}Entropy: "
         "mean attention entropy in nats per layer type on dev sentences; degenerate heads: "
         "near-uniform or fixed-position heads (`conf/analysis/default.yaml`), mean over seeds, "
         "of all heads. Dev BLEU is that of the checkpoint scored on the test set (the "
@@ -247,11 +289,25 @@ def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
         "(`trainer.val_beam_size` on the first `trainer.val_bleu_sentences` dev sentences).",
     ]
     lines += _speed_note(report)
-    if not any(r["p_vs_8"] == "baseline" for r in report.rows):
-        lines += ["", f"No finished {_baseline(report)} run: no p-values."]
     if report.bootstrap_signature:
         lines += ["", f"BLEU signature: `{report.bootstrap_signature}`"]
     return lines
+
+
+def _p_note(report: Report, bootstrap_samples: int) -> str:
+    """What the p-value columns are (nothing without a baseline row)."""
+    if report.baseline_heads is None:
+        return ""
+    return (
+        "p seeds: Welch's t-test and an exact permutation test (every "
+        "split of the pooled seeds) of the per-seed test BLEU against the "
+        f"{_baseline(report)} row's; * marks p < {LEVEL}, and the summary calls a difference "
+        f"detected only where both are below {LEVEL}. p bootstrap: sacreBLEU's paired "
+        f"bootstrap ({bootstrap_samples} resamples) of the test hypotheses against the "
+        f"{_baseline(report)} run with the same seed, seeds pooled: it resamples the test "
+        "sentences of fixed trained models, so it measures test-set sampling only, not how "
+        "far another seed or machine moves a job's BLEU. "
+    )
 
 
 def _job_lines(report: Report) -> list[str]:
@@ -304,33 +360,36 @@ def _heads_axis(ax, report: Report, xs: list[int], ylabel: str, title: str) -> N
 
 def _bleu_panel(ax, report: Report) -> None:
     """Mean ± std over seeds per row, every seed's BLEU a grey dot."""
-    rows = report.rows
+    rows = [r for r in report.rows if r["bleu_mean"] is not None]
     xs = [_x(report, r) for r in rows]
-    means = [math.nan if r["bleu_mean"] is None else r["bleu_mean"] for r in rows]
+    means = [r["bleu_mean"] for r in rows]
     ax.errorbar(xs, means, yerr=[r["bleu_std"] or 0.0 for r in rows], fmt="o-", capsize=4)
-    for job in (j for j in report.jobs if j.completed):
+    for job in (j for j in report.jobs if j.completed and j.results.get("bleu") is not None):
         ax.plot(_x(report, job.results), job.results["bleu"], ".", color="gray", alpha=0.6)
-    if not rows:
-        ax.text(0.5, 0.5, "no finished jobs", ha="center", transform=ax.transAxes)
     _heads_axis(ax, report, xs, "test BLEU", "Test BLEU (mean ± std over seeds)")
+
+
+LATENCY = {"latency_greedy_ms": "greedy", "latency_beam_ms": "beam"}  # metric -> legend
+
+
+def _latency_points(report: Report, metric: str) -> tuple[list[int], list[float]]:
+    """A latency metric's ratios to the speed file's baseline row, where it has one: none in a
+    file without that row (one measured before a sweep without 8 heads chose another)."""
+    speed = report.speed or {}
+    base = speed.get("baseline_heads")
+    rows = sorted(speed.get("heads", []), key=heads_key) if base is not None else []
+    points = [(_x(report, r), r.get(ratio_key(metric, base))) for r in rows]
+    points = [(x, ratio) for x, ratio in points if ratio is not None]
+    return [x for x, _ in points], [ratio for _, ratio in points]
 
 
 def _latency_panel(ax, report: Report) -> None:
     """Batch-1 latency over the baseline row's, from the side-by-side measurement."""
-    speed = report.speed
-    if speed is None:
-        ax.text(
-            0.5, 0.5, f"no {SPEED_FILE}:\n{SPEED_COMMAND}", ha="center", va="center",
-            fontsize=8, transform=ax.transAxes,
-        )  # fmt: skip
-        _heads_axis(ax, report, [], "latency ratio", "Decoding latency, batch 1")
-        return
-    base = speed["baseline_heads"]
-    rows = sorted(speed["heads"], key=heads_key)
-    xs = [_x(report, r) for r in rows]
-    for metric, label in (("latency_greedy_ms", "greedy"), ("latency_beam_ms", "beam")):
-        ratios = [r.get(ratio_key(metric, base)) for r in rows]
-        ax.plot(xs, [math.nan if v is None else v for v in ratios], "o-", label=label)
+    base, xs = report.speed["baseline_heads"], []
+    for metric, label in LATENCY.items():
+        x, ratios = _latency_points(report, metric)
+        ax.plot(x, ratios, "o-", label=label)
+        xs += x
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
     ax.legend(fontsize=8)
     ylabel = f"ms / sentence, x {base} heads" + (f" ({base} kv)" if report.kv_axis else "")
@@ -350,44 +409,79 @@ def _params_panel(ax, report: Report) -> None:
     _heads_axis(ax, report, xs, "parameters (millions)", title)
 
 
+def _panels(report: Report) -> list:
+    """The panels with something to show: test BLEU where a row has it, batch-1 latency over
+    the baseline row's where the speed file has ratios, parameters where a row has one count."""
+    shown = {
+        _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),
+        _latency_panel: any(_latency_points(report, m)[0] for m in LATENCY),
+        _params_panel: any(isinstance(r["params"], int) for r in report.rows),
+    }
+    return [panel for panel, has_data in shown.items() if has_data]
+
+
 def ablation_figure(report: Report):
-    """Test BLEU, batch-1 latency over 8 heads', and the parameter count, against heads (or
-    kv_heads, when the sweep varies them)."""
+    """:func:`_panels` side by side, against heads (or kv_heads, when the sweep varies them);
+    None when none has anything to show."""
+    panels = _panels(report)
+    if not panels:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")  # headless: sweeps run on servers without a display
     import matplotlib.pyplot as plt
 
-    fig, (ax_bleu, ax_lat, ax_params) = plt.subplots(1, 3, figsize=(14, 4))
-    _bleu_panel(ax_bleu, report)
-    _latency_panel(ax_lat, report)
-    _params_panel(ax_params, report)
+    fig, axes = plt.subplots(1, len(panels), figsize=(14 * len(panels) / 3, 4), squeeze=False)
+    for panel, ax in zip(panels, axes[0]):
+        panel(ax, report)
     fig.tight_layout()
     return fig
 
 
-def ablation_png(report: Report) -> bytes:
-    """:func:`ablation_figure` as PNG bytes (the caller writes them atomically)."""
+def ablation_png(report: Report) -> bytes | None:
+    """:func:`ablation_figure` as PNG bytes (the caller writes them atomically); None when it
+    has no panel."""
     import matplotlib.pyplot as plt
 
     fig = ablation_figure(report)
+    if fig is None:
+        return None
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
     return png.getvalue()
 
 
+def _figure_or_warning(report: Report) -> bytes | None:
+    """The figure's PNG, or None with a warning in the report saying why there is none: the
+    tables must be written whatever the figure does."""
+    try:
+        png = ablation_png(report)
+    except Exception as err:  # a plotting failure must not cost the .md and .csv
+        log.exception("could not draw %s", report.sweep_dir / FIGURE)
+        reason = f"drawing it failed ({type(err).__name__}: {err})"
+    else:
+        if png is not None:
+            return png
+        reason = "no finished job has anything to plot"
+    report.warnings.append(f"{FIGURE} not written: {reason}; the tables below are complete")
+    return None
+
+
 def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
-    """Write ``ablation.csv``, ``ablation.md`` and ``ablation.png`` into the sweep dir.
+    """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png``
+    into the sweep dir; returns them, also as :attr:`Report.written`.
 
     Each atomically: the jobs of a sweep running in parallel may report at once.
     """
     out = report.sweep_dir
+    png = _figure_or_warning(report)  # first: its warning belongs in the .md
     files = {
         out / "ablation.csv": to_csv(report),
         out / "ablation.md": to_markdown(report, bootstrap_samples),
-        out / "ablation.png": ablation_png(report),
+        **({out / FIGURE: png} if png is not None else {}),
     }
     for path, data in files.items():
         atomic_write(path, data)
-    return list(files)
+    report.written = list(files)
+    return report.written

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
-from translate.analysis.ablation_stats import heads_key
+from translate.analysis.ablation_stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
 from translate.analysis.speed_file import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
 from translate.data.batching import Batch
@@ -292,9 +292,10 @@ def job_entry(sj: SpeedJob) -> dict:
     }
 
 
-def heads_rows(entries: list[dict], baseline_heads: int = BASELINE_HEADS) -> list[dict]:
+def heads_rows(entries: list[dict], baseline_heads: int | None = BASELINE_HEADS) -> list[dict]:
     """Per (heads, kv_heads) pair: the median over its jobs (seeds) of each metric, and its
-    ratio to the baseline row's, multi-head ``baseline_heads`` (1.0 there; None without one)."""
+    ratio to the baseline row's, multi-head ``baseline_heads`` (1.0 there; no ratios without
+    a baseline: :func:`translate.analysis.ablation_stats.choose_baseline` finds none)."""
     rows = []
     for heads, kv in sorted({heads_key(e) for e in entries}):
         group = [e for e in entries if heads_key(e) == (heads, kv)]
@@ -304,7 +305,7 @@ def heads_rows(entries: list[dict], baseline_heads: int = BASELINE_HEADS) -> lis
         rows.append(row)
     # The baseline is plain multi-head attention, also in a kv_heads sweep.
     base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
-    for row in rows:
+    for row in rows if baseline_heads is not None else []:
         for m in ALL_METRICS:
             value, ref = row[m], base.get(m)
             row[ratio_key(m, baseline_heads)] = None if not (value and ref) else value / ref
@@ -333,6 +334,7 @@ def run_speed(
             load_ct2(jobs, Path(folder), warnings)
         order = measure(jobs, settings, make_trainer)
     entries = [job_entry(sj) for sj in jobs]
+    baseline = choose_baseline({heads_key(e) for e in entries}, BASELINE_HEADS)
     device = jobs[0].device
     payload = {
         "machine": {**machine(device), "ctranslate2": _version("ctranslate2")},
@@ -342,12 +344,12 @@ def run_speed(
             "test_split": test_split,
         },
         "peak_mem_mb": CUDA_MEMORY_NOTE if device.type == "cuda" else CPU_MEMORY_NOTE,
-        "baseline_heads": BASELINE_HEADS,
+        "baseline_heads": baseline,
         "order": order,
         "metrics": timed_metrics(jobs),  # each round's, in the order measured
         "warnings": warnings,
         "jobs": entries,
-        "heads": heads_rows(entries),
+        "heads": heads_rows(entries, baseline),
     }
     path = Path(out) if out is not None else sweep_dir / SPEED_FILE
     atomic_write(path, json.dumps(payload, indent=2) + "\n")

@@ -3,7 +3,8 @@ and reading it back into the report's rows.
 
 Its rows (the list ``heads``) are keyed by ``(heads, kv_heads)``, like the report's; a file
 written before grouped-query attention has no ``kv_heads`` in them (multi-head: = heads). The
-ratios are over the baseline row: ``baseline_heads`` heads with as many kv heads.
+ratios are over the baseline row: ``baseline_heads`` heads with as many kv heads (8, else the
+sweep's largest multi-head head count; null, and no ratios, where no row is multi-head).
 
 Written by :mod:`translate.analysis.speed` (``python scripts/ablation_speed.py SWEEP_DIR``), read
 by :mod:`translate.analysis.ablation`. A module apart from the measuring one because it imports
@@ -78,11 +79,13 @@ def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dic
 
 def speed_cells(data: dict, heads: int, kv_heads: int | None = None) -> dict:
     """The row of ``heads`` heads and ``kv_heads`` (default: as many) key/value heads: every
-    metric and its ratio to the baseline's (None where the file has no such row)."""
+    metric and its ratio to the baseline's (None where the file has no such row; no ratio
+    columns where it has no baseline)."""
     baseline, key = data["baseline_heads"], (heads, heads if kv_heads is None else kv_heads)
     row = next((r for r in data["heads"] if "heads" in r and heads_key(r) == key), {})
     out = {}
     for metric in shown_metrics(data):
         out[metric] = row.get(metric)
-        out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
+        if baseline is not None:
+            out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
     return out
