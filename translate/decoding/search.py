@@ -24,6 +24,7 @@ picks the search.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,11 @@ def _log_probs(logits: Tensor, pad_id: int, bos_id: int) -> Tensor:
     return lprobs
 
 
+def most_probable(lprobs: Tensor) -> Tensor:
+    """Greedy search's token choice: the argmax of each row of ``lprobs (n, V)``, as ``(n,)``."""
+    return lprobs.argmax(dim=-1)
+
+
 @torch.no_grad()
 def greedy_search(
     model,
@@ -79,13 +85,16 @@ def greedy_search(
     max_len_a: float = 1.5,
     max_len_b: float = 10,
     use_cache: bool = True,
+    pick: Callable[[Tensor], Tensor] = most_probable,
 ) -> list[list[int]]:
-    """Most probable next token at every step.
+    """One token per step, by ``pick``: the most probable one unless told otherwise.
 
     Args:
         src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
         use_cache: feed one token per step through the cache; ``False`` re-runs the decoder on
             the whole prefix every step (same tokens, for benchmarking the cache).
+        pick: the token choice, float32 log-probs ``(n, V)`` of the live rows (PAD and BOS at
+            ``-inf``) to their next ids ``(n,)``; a sampling strategy passes its own draw.
 
     Returns:
         ``B`` lists of token ids (no BOS/EOS), in input order.
@@ -118,7 +127,7 @@ def greedy_search(
                 cache.reorder(index, index)
         logits = model.decode(tokens, memory, mask, cache=cache)[:, -1]  # (n, V)
         memory = memory if cache is None else None  # now in the cross-attention caches
-        next_tokens = _log_probs(logits, pad_id, bos_id).argmax(dim=-1, keepdim=True)  # (n, 1)
+        next_tokens = pick(_log_probs(logits, pad_id, bos_id)).unsqueeze(1)  # (n, 1)
         tokens = next_tokens if use_cache else torch.cat([tokens, next_tokens], dim=1)
         t += 1
         keep = []
