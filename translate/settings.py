@@ -10,9 +10,8 @@ dataclasses and never read configuration themselves. Defaults live in ``conf/`` 
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import math
-import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from translate.schema import (
     OptimSettings,
     TrainerSettings,
 )
+from translate.schema import help as command_keys
 from translate.schema.checks import choice, doc
 from translate.schema.training import device_doc, keep_freed_memory_doc, precision_doc
 
@@ -345,55 +345,50 @@ def optional_path(cfg: DictConfig, key: str) -> str | None:
 
 # ------------------------------------------------------------------------ help
 
-
-def settings_help(cls, node: Any, prefix: str = "") -> list[str]:
-    """Every config key of ``cls`` (a settings dataclass; its own keys, then its groups):
-    ``key=value`` as ``node`` (the composed config) sets it, what it means, its unit and its
-    range, all read from the fields' :func:`~translate.schema.checks.doc` (so it cannot drift)."""
-    hints, keys, groups = typing.get_type_hints(cls), [], []
-    for field in dataclasses.fields(cls):
-        meta, key = field.metadata, f"{prefix}{field.name}"
-        if not meta["key"]:
-            continue
-        value, origin = _raw(node, field)
-        group = _group(hints[field.name])
-        if group is not None:
-            sub = value if OmegaConf.is_config(value) else None
-            groups += ["", f"{key}: {meta['help']}", *settings_help(group, sub, f"{key}.")]
-            continue
-        keys += [
-            f"{key}={_shown(value)}" + (f"  (from {origin})" if origin else ""),
-            *textwrap.wrap(meta["help"], 96, initial_indent="    ", subsequent_indent="    "),
-            f"    unit: {meta['unit']}; range: {meta['range']}",
-        ]
-    return keys + groups
+# The settings each command's --help lists (conf/hydra/help/command.yaml; train's: train.yaml).
+COMMAND_KEYS = {
+    "translate": (EngineCommand, command_keys.TranslateKeys),
+    "evaluate": (EngineCommand, command_keys.EvaluateKeys),
+    "analyze": (CheckpointCommand, command_keys.AnalyzeKeys),
+    "export": (ExportCommand,),
+    "average": (command_keys.AverageKeys,),
+    "inspect_data": (command_keys.InspectDataKeys,),
+}
 
 
-def _group(hint: Any):
-    """The settings dataclass a field of type ``hint`` holds (also when optional), or None."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    return args[0] if len(args) == 1 and dataclasses.is_dataclass(args[0]) else None
+def settings_help(cls, node: Any) -> list[str]:
+    """Every config key of ``cls`` (a settings dataclass) with its value in ``node`` (the
+    composed config), what it means, its unit and its range
+    (:func:`translate.schema.help.settings_help`)."""
+    return command_keys.settings_help(cls, functools.partial(_config_value, node))
 
 
-def _raw(node: Any, field: dataclasses.Field) -> tuple[Any, str]:
-    """The field's value in ``node`` and, for an interpolation (``${heads}``), how it is
-    written: as written where it cannot be resolved here (``???``), the field's default where
-    ``node`` lacks it."""
-    written = {} if node is None else OmegaConf.to_container(node, resolve=False)
-    if field.name not in written:
-        return (None if field.default is dataclasses.MISSING else field.default), ""
-    raw = written[field.name]
+def command_help(config_name: str, *, _root_: DictConfig) -> str:
+    """The key list of ``python -m translate.<command> --help`` for ``conf/<config_name>.yaml``.
+    "$$": Hydra fills its $NAMES into the template after this, and a value such as
+    ${hydra:runtime.output_dir} would read as one."""
+    lines = [line for cls in COMMAND_KEYS[config_name] for line in settings_help(cls, _root_)]
+    return "\n".join(lines).replace("$", "$$")
+
+
+OmegaConf.register_new_resolver("translate_command_help", command_help, replace=True)
+
+
+def _config_value(root: DictConfig, key: str) -> tuple[Any, str] | None:
+    """The value at the dotted ``key`` of ``root`` as plain values, and for an interpolation
+    (``${heads}``) how it is written: as written where it cannot be resolved here (``???``).
+    None where the config lacks the key."""
+    parent_key, _, name = key.rpartition(".")
+    parent = OmegaConf.select(root, parent_key, default=None) if parent_key else root
+    written = OmegaConf.to_container(parent, resolve=False) if OmegaConf.is_config(parent) else {}
+    if name not in written:
+        return None
+    raw = written[name]
     origin = raw if isinstance(raw, str) and "${" in raw else ""
     try:
-        return node[field.name], origin
+        value = parent[name]
     except OmegaConfBaseException:
         return raw, ""
-
-
-def _shown(value: Any) -> str:
-    """A value as a command-line override writes it."""
     if OmegaConf.is_config(value):
         value = OmegaConf.to_container(value, resolve=True)
-    if isinstance(value, (list, dict)) or value is None or isinstance(value, bool):
-        return json.dumps(value)
-    return str(value)
+    return value, origin

@@ -1,0 +1,59 @@
+"""``--help`` of every command but train (test_settings.py has train's): the command's own keys
+as its conf/<command>.yaml defines them and the groups it reads, each with its value, meaning,
+unit and range, an example line, and nothing of training or of Hydra's generic page (issue 31
+case 4)."""
+
+from __future__ import annotations
+
+import re
+import typing
+
+import pytest
+from conftest import CONF, run_cli
+from omegaconf import OmegaConf
+from test_settings import train_keys
+
+from translate.settings import TrainSettings
+
+# python -m <module> -> its config in conf/
+COMMANDS = {
+    "translate.translate": "translate",
+    "translate.evaluate": "evaluate",
+    "translate.analyze": "analyze",
+    "translate.export": "export",
+    "translate.average": "average",
+    "translate.data": "inspect_data",
+}
+# A config group's name -> its settings dataclass, as training reads the group.
+GROUPS = typing.get_type_hints(TrainSettings)
+
+
+def config_keys(config_name: str) -> set[str]:
+    """Every key a command reads: the top-level keys of conf/<config_name>.yaml, and each key of
+    the groups in its defaults list (their settings dataclass, as training reads them)."""
+    conf = OmegaConf.to_container(OmegaConf.load(CONF / f"{config_name}.yaml"))
+    groups = [next(iter(entry)) for entry in conf.pop("defaults") if isinstance(entry, dict)]
+    groups = [g for g in groups if not g.startswith("override ") and g != "hydra"]
+    keys = {key for key in conf if key != "hydra"}
+    for group in groups:
+        keys |= set(train_keys(GROUPS[group], f"{group}."))
+    return keys
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_help_lists_the_commands_keys_and_nothing_else(module):
+    proc = run_cli(module, "--help")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    listed = {m.group(1) for line in lines if (m := re.match(r"([a-z_.]+)=", line))}
+    expected = config_keys(COMMANDS[module])
+    assert expected and listed == expected, (sorted(expected - listed), sorted(listed - expected))
+    for i, line in enumerate(lines):
+        if re.match(r"[a-z_.]+=", line):  # each key: its meaning, then its unit and range
+            assert lines[i + 1].startswith("    ") and lines[i + 1].strip(), line
+            assert any(
+                s.startswith("    unit: ") and "; range: " in s for s in lines[i + 2 : i + 9]
+            )
+    assert not any(line.startswith(("model.", "optim.", "trainer.", "seed=")) for line in lines)
+    assert "Powered by Hydra" not in proc.stdout and "== Configuration groups ==" not in proc.stdout
+    assert any(line.startswith("Example: ") and f"python -m {module} " in line for line in lines)
