@@ -9,6 +9,7 @@ dataclasses and never read configuration themselves. Defaults live in ``conf/`` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -58,8 +59,12 @@ def _typed(value: Any, hint: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _typed(value, inner, key)
+        inner = [a for a in args if a is not type(None)]
+        # bool | str (trainer.resume=true|auto): the first type that takes the value.
+        for hint in inner[:-1]:
+            with contextlib.suppress(UserError):
+                return _typed(value, hint, key)
+        return _typed(value, inner[-1], key)
     if dataclasses.is_dataclass(hint):
         return build(hint, value, key)
     ok = {
@@ -176,8 +181,8 @@ class TrainSettings:
         "a path; by default Hydra's run dir",
     )
     config: dict = doc("the resolved config, as the checkpoints keep it", key=False)
-    # With trainer.resume a sweep job that has no checkpoint yet starts, where a single run
-    # stops (a mistyped dir).
+    # With trainer.resume=true a sweep job that has no checkpoint yet starts, where a single
+    # run stops (a mistyped dir).
     sweep_job: str | None = doc(
         "a multirun job's name (heads=4,seed=2), None for a single run", key=False, default=None
     )

@@ -111,13 +111,14 @@ def test_default_run_dirs_of_two_launches_differ():
     assert all(d.startswith("outputs/runs/") for d in dirs) and dirs[0] != dirs[1]
 
 
-def test_resuming_a_finished_run_only_reports_it(finished, cache_dir):
+@pytest.mark.parametrize("mode", ["true", "auto"])
+def test_resuming_a_finished_run_only_reports_it(finished, cache_dir, mode):
     run, results = finished
     before = snapshot(run)
-    again = train(config(run, cache_dir, "trainer.resume=true"))
+    again = train(config(run, cache_dir, f"trainer.resume={mode}"))
     assert again == results and snapshot(run) == before
     # More budget is not "finished": the run continues from its checkpoint.
-    longer = train(config(run, cache_dir, "trainer.resume=true", "trainer.max_steps=6"))
+    longer = train(config(run, cache_dir, f"trainer.resume={mode}", "trainer.max_steps=6"))
     assert longer["steps"] == 6
 
 

@@ -192,7 +192,8 @@ def test_inverse_sqrt_schedule_warms_up_then_decays():
     assert f(399) == pytest.approx(0.5) and inverse_sqrt_factor(0)(1000) == 1.0
 
 
-def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path):
+@pytest.mark.parametrize("mode", ["true", "auto"])
+def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode):
     common = ["trainer.val_every_n_steps=3", "model.dropout=0.1", "trainer.keep_last_checkpoints=2"]
     straight = train(tiny_train_cfg(*common, "trainer.max_steps=6", run_dir=tmp_path / "a"))
     train(tiny_train_cfg(*common, "trainer.max_steps=3", run_dir=tmp_path / "b"))
@@ -200,7 +201,7 @@ def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path):
     lr_at_3 = first["optimizer"]["param_groups"][0]["lr"]
     resumed = train(
         tiny_train_cfg(
-            *common, "trainer.max_steps=6", "trainer.resume=true", run_dir=tmp_path / "b"
+            *common, "trainer.max_steps=6", f"trainer.resume={mode}", run_dir=tmp_path / "b"
         )
     )
     assert resumed["steps"] == 6

@@ -124,7 +124,13 @@ class TrainerSettings:
     max_bad_steps: int = doc(
         "NaN or infinite losses in a row before the run stops", "updates", "> 0"
     )
-    resume: bool = doc("continue from <run_dir>/checkpoints/last.pt", "flag", "true | false")
+    resume: bool | str = doc(
+        "continue from <run_dir>/checkpoints/last.pt. true: it must be there (a sweep job "
+        "without one starts); auto: continue a run that is there, start where the dir holds "
+        "none; false: start, refusing a dir that holds a run",
+        "mode",
+        "true | false | auto",
+    )
     overwrite: bool = doc(
         "a fresh run into a dir that holds another run's checkpoints or results removes them "
         "first (else it stops)",
@@ -147,6 +153,10 @@ class TrainerSettings:
 
     def validate(self) -> None:
         check_precision(self.precision)
+        if self.resume not in (True, False, "auto"):
+            raise UserError(
+                f"trainer.resume={self.resume} is unknown; choose one of true, false, auto"
+            )
         for key in (
             "max_steps",
             "max_epochs",

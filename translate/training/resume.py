@@ -174,19 +174,23 @@ def _first_lines(err: Exception) -> str:
 def resume_or_start(
     last: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
 ) -> Progress:
-    """``trainer.resume=true``: :func:`resume` from ``last``, or start from step 0 where the
-    run dir holds no complete checkpoint but shows that a run started there (it was stopped
-    before its first one was written), or where a sweep job never started. A single run whose
-    dir holds nothing of a run is a mistyped dir and stops."""
+    """``trainer.resume=true`` or ``auto``: :func:`resume` from ``last``, or start from step 0
+    where the run dir holds no complete checkpoint but shows that a run started there (it was
+    stopped before its first one was written), or where a sweep job never started. A single run
+    whose dir holds nothing of a run is a mistyped dir and stops under ``true``, and starts
+    under ``auto`` (a study preset's job run alone). Results without a checkpoint are no run to
+    continue under either."""
     if last.is_file():
         return resume(last, trainer, corpus, dist, settings)
-    run_dir = last.parent.parent
+    run_dir, mode = last.parent.parent, settings.trainer.resume
     started = any((run_dir / name).is_dir() for name in ("checkpoints", "tensorboard"))
-    if (run_dir / "results.json").exists() or not (started or settings.sweep_job):
+    fresh = settings.sweep_job or mode == "auto"
+    if (run_dir / "results.json").exists() or not (started or fresh):
+        word = str(mode).lower()
         raise UserError(
-            f"trainer.resume=true but {last} does not exist: {run_dir} holds no run to "
+            f"trainer.resume={word} but {last} does not exist: {run_dir} holds no run to "
             "resume; pass the interrupted run's dir with hydra.run.dir=<run_dir>, or leave "
-            "out trainer.resume=true to start a new run there"
+            f"out trainer.resume={word} to start a new run there"
         )
     if started:
         log.warning(
@@ -195,7 +199,7 @@ def resume_or_start(
             run_dir,
         )
     else:
-        log.info("%s: no checkpoint yet, starting", settings.sweep_job)
+        log.info("%s: no checkpoint yet, starting", settings.sweep_job or run_dir)
     return Progress()
 
 

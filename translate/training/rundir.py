@@ -109,9 +109,10 @@ def run_outputs(run_dir: Path) -> list[str]:
     return found
 
 
-def check_fresh(run_dir: Path, resume: bool, overwrite: bool) -> None:
+def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
     """A run that trains from scratch needs a dir without another run's outputs: stop with
-    one line that offers the three ways on, or clear them when ``overwrite`` says so."""
+    one line that offers the three ways on, or clear them when ``overwrite`` says so. Any
+    ``resume`` but false (true, auto) continues what is there instead."""
     if resume:
         return
     found = run_outputs(run_dir)
