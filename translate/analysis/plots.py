@@ -4,6 +4,7 @@ grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBo
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import matplotlib
 
@@ -87,17 +88,39 @@ def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int)
         writer.add_figure(tag, figure, step)  # closes the figure
 
 
-def log_hparams(writer, hparams: dict, metrics: dict) -> None:
+def log_hparams(writer, hparams: dict, metrics: dict, leading=(), trial: str = "") -> None:
     """Write the HParams-dashboard summaries into this run's own event file, so
-    ``tensorboard --logdir <sweep_dir>`` lists one row per job."""
+    ``tensorboard --logdir <sweep_dir>`` lists one row per job, named ``trial`` (empty: the
+    run's path, which the table cuts to its first characters).
+
+    TensorBoard shows the experiment summary of one run as it is, but sorts its hparams by
+    ``differs`` first, then by name (``_sort_and_reduce_to_hparams_limit`` in its
+    ``backend_context.py``), and ticks the first five. torch never sets ``differs``, so the
+    columns came out alphabetical; the ``leading`` hparams are marked so, every other after."""
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
     experiment, session_start, session_end = hparams_summary(hparams, metrics)
+    with _plugin_data(experiment) as data:
+        for info in data.experiment.hparam_infos:
+            info.differs = info.name in leading
+    with _plugin_data(session_start) as data:
+        data.session_start_info.group_name = trial
     file_writer = writer._get_file_writer()
     for summary in (experiment, session_start, session_end):
         file_writer.add_summary(summary)
     for name, value in metrics.items():
         writer.add_scalar(name, value)
+
+
+@contextmanager
+def _plugin_data(summary):
+    """The ``HParamsPluginData`` of an hparams summary, to edit; written back on exit."""
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    plugin = summary.value[0].metadata.plugin_data
+    data = HParamsPluginData.FromString(plugin.content)
+    yield data
+    plugin.content = data.SerializeToString()
 
 
 def figure_pixels(fig) -> np.ndarray:

@@ -14,6 +14,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from translate.analysis.ablation import parse_overrides
 from translate.analysis.heads import head_summary
 from translate.analysis.plots import log_hparams
 from translate.checkpoint import load_checkpoint
@@ -226,9 +229,17 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
     }
 
 
+# Always among the first columns of the HParams table, swept or not: what the study varies.
+LEADING_HPARAMS = ("heads", "kv_heads", "seed")
+
+
 def _log_hparams(run: Run, results: dict) -> None:
+    """The HParams row of this run: the keys its sweep varies, heads, kv_heads and seed first
+    and shown, the constant columns after them; a sweep job's row is named by its overrides."""
     s, m = run.settings, run.settings.model
+    swept = swept_overrides(run.run_dir)
     hparams = {
+        **swept,
         "heads": m.num_heads,
         "kv_heads": m.num_kv_heads,
         "d_model": m.d_model,
@@ -246,4 +257,21 @@ def _log_hparams(run: Run, results: dict) -> None:
         "hparam/dev_bleu": results["dev_bleu"],
         "hparam/latency_ms": results["latency_ms"],
     }
-    log_hparams(run.writer, hparams, metrics)
+    # The table shows a row's first dozen characters: what was swept, then whose sweep it is.
+    name = ",".join(f"{k}={v}" for k, v in swept.items()) or s.sweep_job
+    trial = f"{name} · {run.run_dir.parent}" if s.sweep_job else ""
+    log_hparams(run.writer, hparams, metrics, {*LEADING_HPARAMS, *swept}, trial)
+
+
+def swept_overrides(run_dir: Path) -> dict[str, str]:
+    """``{key: value}`` of the overrides that set this sweep job apart: the job's own
+    (``.hydra/overrides.yaml``, ``heads=4``) that are not among its sweep's (``multirun.yaml``
+    beside the job dir: ``heads=2,4``, a sweeper param). An override every job shares
+    (``trainer.max_steps=50``) is not one. Empty for a single run."""
+    try:
+        job = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        sweep = yaml.safe_load((run_dir.parent / "multirun.yaml").read_text())
+        shared = set(sweep["hydra"]["overrides"]["task"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):  # not a sweep job Hydra launched
+        return {}
+    return parse_overrides(o for o in job if o not in shared)
