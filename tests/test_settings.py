@@ -65,7 +65,7 @@ def test_from_run_names_every_decode_setting():
         ("optim.lr=abc", "optim.lr='abc' must be a number"),
         ("seed=abc", "seed='abc' must be an integer"),
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),
-        ("trainer.resume=maybe", "trainer.resume='maybe' must be true or false"),
+        ("trainer.resume=maybe", "trainer.resume=maybe is unknown; choose one of true, false"),
         ("data.splits.test=null", "data.splits.test is null"),
         ("data.splits.valid=null", "data.splits.valid is null"),
         ("trainer.max_steps=0", "trainer.max_steps=0 must be > 0"),

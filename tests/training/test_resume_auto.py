@@ -44,7 +44,3 @@ def test_auto_refuses_results_without_a_checkpoint_as_true_does(tiny_train_cfg, 
         assert f"trainer.resume={mode} but" in message and "holds no run to resume" in message
     assert [p.name for p in run.iterdir() if p.name != ".lock"] == ["results.json"]
 
-
-def test_an_unknown_resume_mode_is_one_line(tiny_train_cfg):
-    with pytest.raises(UserError, match="trainer.resume=maybe is unknown; choose one of true, "):
-        train(tiny_train_cfg("trainer.resume=maybe"))
