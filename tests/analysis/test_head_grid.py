@@ -25,3 +25,14 @@ def test_heads_fill_a_near_square_grid(heads):
     assert (rows - 1) * cols < heads <= rows * cols  # room for every head, no empty row
     assert cols - rows in (0, 1)  # as square as the count allows: 1x4 and 2x4 are strips
     assert 1 / 1.5 <= width / height <= (2.0 if heads == 2 else 1.5)
+
+
+def test_token_labels_of_four_heads_stay_legible_in_a_tensorboard_card():
+    card_px = 350  # the Images tab's default card width at 1600 px: the image is scaled to it
+    tokens = [f"▁Wort{i}" for i in range(18)]  # a dev sentence of the sample corpus's length
+    fig = attention_figure(torch.full((4, 18, 18), 1 / 18), tokens, tokens, "attention")
+    fig.canvas.draw()
+    scale = card_px / fig.canvas.get_width_height()[0]
+    label = fig.axes[0].get_yticklabels()[0].get_window_extent()
+    plt.close(fig)
+    assert label.height * scale >= 5  # pixels on screen; the 6 pt labels came out 3.7
