@@ -26,15 +26,18 @@ from torch.utils.tensorboard import SummaryWriter
 from translate.settings import train_settings
 from translate.training.report import _log_hparams
 
-SWEEP = ["heads=2,4", "optim.warmup_steps=10,20", "trainer.max_steps=50"]  # as typed after -m
+# As typed after -m; Hydra writes a job's own false as False (.hydra/overrides.yaml).
+SWEEP = ["heads=2,4", "optim.warmup_steps=10,20", "trainer.max_steps=50",
+         "trainer.progress_bar=false"]  # fmt: skip
 JOBS = [(2, 10), (4, 20)]
 STARTUP_S = 120  # a loaded 2-core machine takes tens of seconds to import and load tensorboard
 
 
 def write_job(sweep_dir: Path, tiny_train_cfg, heads: int, warmup: int) -> None:
     """One finished job's HParams summaries, in a dir named by its overrides as Hydra names it."""
-    overrides = [f"heads={heads}", f"optim.warmup_steps={warmup}", "trainer.max_steps=50"]
-    name = ",".join(overrides)
+    overrides = [f"heads={heads}", f"optim.warmup_steps={warmup}", "trainer.max_steps=50",
+                 "trainer.progress_bar=False"]  # fmt: skip
+    name = ",".join(overrides[:3])  # hydra/default.yaml leaves trainer.progress_bar out
     job = sweep_dir / name
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
@@ -121,7 +124,8 @@ def test_sweep_table_leads_with_swept_keys_heads_and_seed_and_names_rows(tmp_pat
     leading = {"heads", "kv_heads", "seed", "optim.warmup_steps"}
     assert set(columns[: len(leading)]) == leading, columns  # the page ticks the first five
     assert {"d_model", "attention_impl", "lr"} <= set(columns[len(leading) :])
-    assert "trainer.max_steps" not in columns  # every job has it: not what sets them apart
+    shared = {"trainer.max_steps", "trainer.progress_bar"}  # every job's: not what sets it apart
+    assert not shared & set(columns)
     trials = sorted(g["name"] for g in groups)
     swept = sorted(f"heads={heads},optim.warmup_steps={warmup}" for heads, warmup in JOBS)
     assert [t.split(" · ")[0] for t in trials] == swept  # what sets the job apart, first

@@ -265,13 +265,21 @@ def _log_hparams(run: Run, results: dict) -> None:
 
 def swept_overrides(run_dir: Path) -> dict[str, str]:
     """``{key: value}`` of the overrides that set this sweep job apart: the job's own
-    (``.hydra/overrides.yaml``, ``heads=4``) that are not among its sweep's (``multirun.yaml``
-    beside the job dir: ``heads=2,4``, a sweeper param). An override every job shares
-    (``trainer.max_steps=50``) is not one. Empty for a single run."""
+    (``.hydra/overrides.yaml``, ``heads=4``) whose value its sweep (``multirun.yaml`` beside the
+    job dir) does not set for every job (``heads=2,4``, a sweeper param). An override every job
+    shares (``trainer.max_steps=50``) is not one. Empty for a single run."""
     try:
-        job = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        job = parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
         sweep = yaml.safe_load((run_dir.parent / "multirun.yaml").read_text())
-        shared = set(sweep["hydra"]["overrides"]["task"])
+        shared = parse_overrides(sweep["hydra"]["overrides"]["task"])
     except (OSError, yaml.YAMLError, KeyError, TypeError):  # not a sweep job Hydra launched
         return {}
-    return parse_overrides(o for o in job if o not in shared)
+    return {k: v for k, v in job.items() if k not in shared or _value(shared[k]) != _value(v)}
+
+
+def _value(text: str):
+    """An override's value as YAML reads it: Hydra writes a job's ``false`` as ``False``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
