@@ -36,3 +36,27 @@ def test_token_labels_of_four_heads_stay_legible_in_a_tensorboard_card():
     label = fig.axes[0].get_yticklabels()[0].get_window_extent()
     plt.close(fig)
     assert label.height * scale >= 5  # pixels on screen; the 6 pt labels came out 3.7
+
+
+def test_tensorboard_gets_sixteen_heads_as_four_legible_images():
+    """A 4x4 grid cannot keep its tokens readable in a 350 px card; training's TensorBoard
+    images split the heads into 2x2 groups, titled by their real head numbers."""
+    from translate.analysis.plots import CARD_HEADS, attention_figures
+    from translate.nn.model import AttentionMaps
+
+    weights = torch.softmax(
+        torch.randn(1, 16, 5, 5, generator=torch.Generator().manual_seed(1)), -1
+    )
+    maps = AttentionMaps(encoder=[weights], decoder_self=[], decoder_cross=[])
+    tokens = [f"t{i}" for i in range(5)]
+    split = attention_figures(maps, tokens, tokens, per_image=CARD_HEADS)
+    whole = attention_figures(maps, tokens, tokens)
+    titles = {tag: [ax.get_title() for ax in fig.axes if ax.axison] for tag, fig in split.items()}
+    plt.close("all")
+    assert list(whole) == ["attention/encoder_self/layer0"]  # analyze's PNG: one 4x4 grid
+    assert list(titles) == [
+        f"attention/encoder_self/layer0/heads_{a}-{a + 3}" for a in range(0, 16, 4)
+    ]
+    assert titles["attention/encoder_self/layer0/heads_12-15"] == [
+        f"head {h}" for h in range(12, 16)
+    ]

@@ -27,8 +27,11 @@ def head_grid(heads: int) -> tuple[int, int]:
     return math.ceil(heads / cols), cols
 
 
-def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title: str):
-    """A grid with one heatmap per head. ``weights (H, T, S)`` for ``T`` queries, ``S`` keys."""
+def attention_figure(
+    weights: Tensor, keys: list[str], queries: list[str], title: str, first_head: int = 0
+):
+    """A grid with one heatmap per head. ``weights (H, T, S)`` for ``T`` queries, ``S`` keys,
+    of the heads numbered from ``first_head``."""
     heads = weights.size(0)
     rows, cols = head_grid(heads)
     size = max(2.5, 0.22 * max(len(keys), len(queries)))
@@ -42,7 +45,7 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
             ax.axis("off")
             continue
         ax.imshow(data[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_title(f"head {h}", fontsize=font)
+        ax.set_title(f"head {first_head + h}", fontsize=font)
         ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=font)
         ax.set_yticks(range(len(queries)), queries, fontsize=font)
     fig.suptitle(title, fontsize=font + 2)
@@ -50,8 +53,16 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
     return fig
 
 
-def attention_figures(maps: AttentionMaps, src: list[str], tgt: list[str], index: int = 0):
-    """``{tag: figure}`` for every layer of every attention type, for batch row ``index``.
+# Heads in one TensorBoard image: its Images card is about 350 px wide, where a 2x2 grid's
+# tokens can be read and a 4x4 grid's cannot; more heads are split over several images.
+CARD_HEADS = 4
+
+
+def attention_figures(
+    maps: AttentionMaps, src: list[str], tgt: list[str], per_image: int | None = None
+):
+    """``{tag: figure}`` for every layer of every attention type, for batch row 0: one grid of
+    every head, or with ``per_image`` groups of that many heads tagged ``.../heads_0-3``.
 
     ``src`` labels the encoder positions, ``tgt`` the decoder input positions.
     """
@@ -63,18 +74,29 @@ def attention_figures(maps: AttentionMaps, src: list[str], tgt: list[str], index
     )
     for kind, layers, keys, queries in kinds:
         for layer, weights in enumerate(layers):
-            w = weights[index, :, : len(queries), : len(keys)]  # (H, T, S), padding cut off
+            w = weights[0, :, : len(queries), : len(keys)]  # (H, T, S), padding cut off
             tag = f"attention/{kind}/layer{layer}"
-            figures[tag] = attention_figure(w, keys, queries, tag)
+            heads = w.size(0)
+            step = per_image if per_image and heads > per_image else heads
+            for first in range(0, heads, step):
+                name = tag if step == heads else f"{tag}/heads_{first}-{first + step - 1}"
+                part = w[first : first + step]  # (step, T, S)
+                figures[name] = attention_figure(part, keys, queries, name, first)
     return figures
 
 
 @torch.no_grad()
 def sentence_figures(
-    model: Seq2SeqTransformer, src_ids, tgt_ids, tokenizer: Tokenizer, device
+    model: Seq2SeqTransformer,
+    src_ids,
+    tgt_ids,
+    tokenizer: Tokenizer,
+    device,
+    per_image: int | None = None,
 ) -> dict:
     """``{tag: figure}`` of every head of every layer for one sentence pair (ids without
-    specials): the model sees ``src + EOS`` and ``BOS + tgt``, labelled with their pieces."""
+    specials): the model sees ``src + EOS`` and ``BOS + tgt``, labelled with their pieces;
+    ``per_image`` as in :func:`attention_figures`."""
     tok = tokenizer
     src = torch.tensor([[*src_ids, tok.EOS]], device=device)  # (1, S)
     tgt_in = torch.tensor([[tok.BOS, *tgt_ids]], device=device)  # (1, T)
@@ -82,12 +104,14 @@ def sentence_figures(
         maps = model.attention_maps(src, tgt_in)
     src_labels = [*tok.pieces(src_ids), "</s>"]
     tgt_labels = ["<s>", *tok.pieces(tgt_ids)]
-    return attention_figures(maps, src_labels, tgt_labels)
+    return attention_figures(maps, src_labels, tgt_labels, per_image)
 
 
 def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int) -> None:
-    """Heatmaps of every head of every layer for one sentence pair, to TensorBoard."""
-    for tag, figure in sentence_figures(model, src_ids, tgt_ids, tokenizer, device).items():
+    """Heatmaps of every head of every layer for one sentence pair, to TensorBoard, at most
+    :data:`CARD_HEADS` heads an image so that a card shows them legibly."""
+    figures = sentence_figures(model, src_ids, tgt_ids, tokenizer, device, CARD_HEADS)
+    for tag, figure in figures.items():
         writer.add_figure(tag, figure, step)  # closes the figure
 
 
