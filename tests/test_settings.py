@@ -8,9 +8,11 @@ import typing
 import pytest
 from conftest import CONF, TINY, compose_config, run_cli
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import translate.schema
 from translate.errors import UserError
+from translate.nn.config import TransformerConfig
 from translate.settings import (
     CheckpointCommand,
     EngineCommand,
@@ -22,6 +24,14 @@ from translate.settings import (
 
 def settings(*overrides: str):
     return train_settings(compose_config("train", [*TINY, "run_dir=unused", *overrides]))
+
+
+def test_the_model_yaml_writes_out_the_model_config_defaults():
+    """conf/model/transformer.yaml, as train composes it without a preset, holds every field
+    of TransformerConfig at its default: the YAML repeats the one declaration, never differs."""
+    model = compose_config("train", ["~experiment"]).model
+    defaults = dataclasses.asdict(TransformerConfig())
+    assert OmegaConf.to_container(model, resolve=True) == defaults
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))

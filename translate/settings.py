@@ -4,7 +4,8 @@ Hydra composes ``conf/``; this module turns the composed OmegaConf nodes (or the
 checkpoint stores) into frozen dataclasses of plain values, checks every value's type and range
 before any work starts, and fails with one readable line that names the key and the fix, e.g.
 ``model.d_model=512 is not divisible by heads=3``. The library packages receive these
-dataclasses and never read configuration themselves. Defaults live in ``conf/`` only.
+dataclasses and never read configuration themselves. Defaults live in ``conf/`` (the model's
+in :class:`~translate.nn.config.TransformerConfig`, which ``conf/model/`` repeats, tested equal).
 """
 
 from __future__ import annotations

@@ -5,12 +5,8 @@ import math
 import pytest
 import torch
 
-from translate.nn.layers import (
-    DecoderLayer,
-    EncoderLayer,
-    LayerSettings,
-    SinusoidalPositionalEncoding,
-)
+from translate.nn.config import TransformerConfig
+from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
 from translate.nn.model import Seq2SeqTransformer, count_parameters
 
 V, D = 50, 32
@@ -140,27 +136,24 @@ def test_manual_and_sdpa_models_agree():
     )
 
 
-def layer_settings(**kw):
-    args = dict(
+def layer_config(norm_first):
+    return TransformerConfig(
         d_model=8,
         num_heads=2,
         d_ff=12,
         dropout=0.0,
         attention_dropout=0.0,
-        activation_dropout=0.0,
         activation="gelu",
-        norm_first=True,
+        norm_first=norm_first,
         attention_impl="manual",
     )
-    args.update(kw)
-    return LayerSettings(**args)
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_gradcheck_encoder_and_decoder_layers(norm_first):
     torch.manual_seed(0)
-    enc = EncoderLayer(layer_settings(norm_first=norm_first)).double()
-    dec = DecoderLayer(layer_settings(norm_first=norm_first)).double()
+    enc = EncoderLayer(layer_config(norm_first)).double()
+    dec = DecoderLayer(layer_config(norm_first)).double()
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     mem = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
     pad = torch.tensor([[False, False, False, True], [False, False, False, False]])

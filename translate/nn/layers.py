@@ -12,17 +12,14 @@ decoder, about 4% of a batch-1 step).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.nn.attention import MultiHeadAttention
 from translate.nn.cache import AttentionCache
+from translate.nn.config import ACTIVATIONS, TransformerConfig
 from translate.nn.derived import Linear
-
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -57,51 +54,31 @@ class SinusoidalPositionalEncoding(nn.Module):
 class FeedForward(nn.Module):
     """Position-wise ``Linear(D, F) -> activation -> dropout -> Linear(F, D)``."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str, activation_dropout: float) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.fc1 = Linear(d_model, d_ff)
-        self.fc2 = Linear(d_ff, d_model)
-        self.activation = ACTIVATIONS[activation]
-        self.dropout = nn.Dropout(activation_dropout)
+        if config.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, got {config.activation!r}"
+            )
+        self.fc1 = Linear(config.d_model, config.d_ff)
+        self.fc2 = Linear(config.d_ff, config.d_model)
+        self.activation = ACTIVATIONS[config.activation]
+        self.dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))
         return self.fc2(self.dropout(h) if self.training else h)
 
 
-@dataclass(frozen=True)
-class LayerSettings:
-    """What every encoder and decoder layer is built from (:class:`Seq2SeqTransformer` makes
-    one for all its layers).
-
-    ``num_kv_heads``: key/value heads of each attention (``None`` = ``num_heads``;
-    :class:`MultiHeadAttention`). ``norm_first``: pre-norm (True) or post-norm.
-    """
-
-    d_model: int
-    num_heads: int
-    d_ff: int
-    dropout: float  # on each sublayer's output, before the residual sum
-    attention_dropout: float  # on the attention weights
-    activation_dropout: float  # inside the feed-forward
-    activation: str  # "relu" | "gelu"
-    norm_first: bool
-    attention_impl: str  # "manual" | "sdpa"
-    num_kv_heads: int | None = None
-
-    def attention(self) -> MultiHeadAttention:
-        return MultiHeadAttention(
-            self.d_model,
-            self.num_heads,
-            self.attention_dropout,
-            impl=self.attention_impl,
-            num_kv_heads=self.num_kv_heads,
-        )
-
-    def feed_forward(self) -> FeedForward:
-        return FeedForward(self.d_model, self.d_ff, self.activation, self.activation_dropout)
+def attention(config: TransformerConfig) -> MultiHeadAttention:
+    """One self- or cross-attention of a layer built from ``config``."""
+    return MultiHeadAttention(
+        config.d_model,
+        config.num_heads,
+        config.attention_dropout,
+        impl=config.attention_impl,
+        num_kv_heads=config.num_kv_heads,
+    )
 
 
 class _Sublayer(nn.Module):
@@ -109,11 +86,11 @@ class _Sublayer(nn.Module):
     ``x + dropout(f(norm(x)))``, post-norm ``norm(x + dropout(f(x)))``. A layer reads
     ``out = f(block.pre(x)); x = block.post(x, out)``."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.norm_first = config.norm_first
 
     def pre(self, x: Tensor) -> Tensor:
         """The sublayer's input: normalised in pre-norm, as it is in post-norm."""
@@ -128,12 +105,12 @@ class _Sublayer(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a residual sublayer."""
 
-    def __init__(self, layer: LayerSettings) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = layer.attention()
-        self.ffn = layer.feed_forward()
-        self.attn_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
-        self.ffn_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
+        self.self_attn = attention(config)
+        self.ffn = FeedForward(config)
+        self.attn_block = _Sublayer(config)
+        self.ffn_block = _Sublayer(config)
 
     def forward(
         self,
@@ -155,14 +132,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward."""
 
-    def __init__(self, layer: LayerSettings) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.self_attn = layer.attention()
-        self.cross_attn = layer.attention()
-        self.ffn = layer.feed_forward()
-        self.self_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
-        self.cross_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
-        self.ffn_block = _Sublayer(layer.d_model, layer.dropout, layer.norm_first)
+        self.self_attn = attention(config)
+        self.cross_attn = attention(config)
+        self.ffn = FeedForward(config)
+        self.self_block = _Sublayer(config)
+        self.cross_block = _Sublayer(config)
+        self.ffn_block = _Sublayer(config)
 
     def forward(
         self,

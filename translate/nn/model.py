@@ -24,13 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
+from translate.nn.config import TransformerConfig
 from translate.nn.derived import DerivedWeight, transposed, uses_derived
-from translate.nn.layers import (
-    DecoderLayer,
-    EncoderLayer,
-    LayerSettings,
-    SinusoidalPositionalEncoding,
-)
+from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
 
 HEAD_MASK_KEYS = ("encoder", "decoder_self", "decoder_cross")
 
@@ -126,69 +122,53 @@ class AttentionMaps:
 
 
 class Seq2SeqTransformer(nn.Module):
-    """Encoder-decoder Transformer with tied embeddings.
+    """Encoder-decoder Transformer with tied embeddings, built from a :class:`TransformerConfig`.
 
     Args:
-        vocab_size: joint vocabulary size ``V``.
-        d_model: width ``D``. num_heads: ``H`` (must divide ``D``).
-        num_kv_heads: key/value heads of every self- and cross-attention, a divisor of ``H``:
-            ``None`` or ``H`` is multi-head, 1 multi-query, in between grouped-query attention.
-        num_encoder_layers / num_decoder_layers: stack depths.
-        d_ff: feed-forward width. dropout: residual and embedding dropout.
-        attention_dropout: on attention weights. activation_dropout: inside the feed-forward.
-        activation: ``"relu"`` or ``"gelu"``. norm_first: pre-norm (default) or post-norm.
-        attention_impl: ``"manual"`` or ``"sdpa"``. pad_id: padding token id.
+        vocab_size: joint vocabulary size ``V`` (the tokenizer's, so not a hyperparameter).
+        config: the hyperparameters.
+        pad_id: padding token id.
+        fields: without ``config``, the config's fields that differ from its defaults
+            (``d_model=32``), for code that varies a few.
     """
 
     def __init__(
         self,
         vocab_size: int,
-        d_model: int = 512,
-        num_heads: int = 8,
-        num_encoder_layers: int = 2,
-        num_decoder_layers: int = 2,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_first: bool = True,
-        attention_impl: str = "manual",
+        config: TransformerConfig | None = None,
         pad_id: int = 0,
-        num_kv_heads: int | None = None,
+        **fields,
     ) -> None:
         super().__init__()
+        if config is None:
+            config = TransformerConfig(**fields)
+        elif fields:
+            # A field replaced in a config would keep the others' derived values (num_kv_heads).
+            raise TypeError(f"give a config or its fields, not both: {sorted(fields)}")
         for name, value in (
             ("vocab_size", vocab_size),
-            ("d_model", d_model),
-            ("d_ff", d_ff),
-            ("num_encoder_layers", num_encoder_layers),
-            ("num_decoder_layers", num_decoder_layers),
+            ("d_model", config.d_model),
+            ("d_ff", config.d_ff),
+            ("num_encoder_layers", config.num_encoder_layers),
+            ("num_decoder_layers", config.num_decoder_layers),
         ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        self.config = config
+        self.d_model = config.d_model
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
         self.pad_id = pad_id
-        layer = LayerSettings(
-            d_model,
-            num_heads,
-            d_ff,
-            dropout,
-            attention_dropout,
-            activation_dropout,
-            activation,
-            norm_first,
-            attention_impl,
-            num_kv_heads,
+        self.embedding = TokenEmbedding(vocab_size, config.d_model, pad_id, config.dropout)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(config) for _ in range(config.num_encoder_layers)
         )
-        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(layer) for _ in range(num_encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(layer) for _ in range(num_decoder_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(config) for _ in range(config.num_decoder_layers)
+        )
         # Pre-norm stacks end un-normalised; a final LayerNorm keeps their outputs on scale.
-        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.encoder_norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

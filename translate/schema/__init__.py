@@ -3,8 +3,10 @@ the range checks that make a bad value one readable line before any work starts.
 
 :mod:`translate.settings` builds them from the composed Hydra config (and checks every type);
 the library packages receive them and never read configuration themselves. Defaults live in
-``conf/`` only, never here. Every field says what it means, its unit and its range
-(:func:`~translate.schema.checks.doc`); ``python -m translate.train --help`` lists them.
+``conf/``, never here; the model's live in :class:`~translate.nn.config.TransformerConfig`
+(which :class:`ModelSettings` is), and ``conf/model/`` repeats them, tested equal. Every field
+says what it means, its unit and its range (:func:`~translate.schema.checks.doc`);
+``python -m translate.train --help`` lists them.
 
 One module per config group: :mod:`.model`, :mod:`.training` (``optim``, ``trainer``),
 :mod:`.decoding`, :mod:`.data`, :mod:`.analysis`; :mod:`.checks` holds what they share.

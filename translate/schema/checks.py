@@ -3,20 +3,11 @@ checks that make a bad value one readable line."""
 
 from __future__ import annotations
 
-from dataclasses import field
-from typing import Any
-
 from translate.errors import UserError
 
-
-def doc(what: str, unit: str = "", values: str = "", key: bool = True, **kwargs: Any) -> Any:
-    """A settings field that says what it means, its unit and its range of values (``python -m
-    translate.train --help`` lists them; a group of settings has no unit or range). ``key``:
-    False for a field the command fills in, which is no config key. ``kwargs`` go to
-    :func:`dataclasses.field`: a default only where an older checkpoint's config lacks the key,
-    since defaults live in ``conf/``."""
-    metadata = {"help": what, "unit": unit, "range": values, "key": key}
-    return field(metadata=metadata, **kwargs)
+# doc lives with the model's config, which declares its fields with it and, in translate.nn,
+# imports nothing above it; every settings group imports it from here.
+from translate.nn.config import doc as doc
 
 
 def positive(name: str, value, allow_none: bool = False, allow_zero: bool = False) -> None:

@@ -1,0 +1,89 @@
+"""The Transformer's hyperparameters: one frozen dataclass, :class:`TransformerConfig`, that
+:class:`~translate.nn.model.Seq2SeqTransformer` is built from (as nanoGPT's ``GPTConfig``).
+
+Its field defaults are the model's only defaults; ``conf/model/transformer.yaml`` writes the
+same values out for Hydra, and a test (tests/test_settings.py) holds the two equal. Each field
+says what it means, its unit and its range (:func:`doc`): ``python -m translate.train
+--help`` lists them, and the config group's checks (:mod:`translate.schema.model`) word a bad
+value with the command's key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.nn.functional as F
+
+from translate.nn.attention import IMPLS
+
+# The feed-forward activations a config may name.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def doc(what: str, unit: str = "", values: str = "", key: bool = True, **kwargs: Any) -> Any:
+    """A dataclass field that says what it means, its unit and its range of values (a group of
+    settings has neither). ``key``: False for a field a command fills in, which is no config
+    key. ``kwargs`` go to :func:`dataclasses.field` (``default=``). Here, at the bottom of the
+    package, so the model's config and every settings group (:mod:`translate.schema`) share it."""
+    metadata = {"help": what, "unit": unit, "range": values, "key": key}
+    return field(metadata=metadata, **kwargs)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    d_model: int = doc(
+        "width of the embeddings, of every attention and of the residual stream",
+        "features",
+        "> 0, a multiple of model.num_heads",
+        default=512,
+    )
+    num_heads: int = doc(
+        "attention heads of every self- and cross-attention (set it with heads=N)",
+        "heads",
+        ">= 1, a divisor of model.d_model",
+        default=8,
+    )
+    num_encoder_layers: int = doc("encoder layers", "layers", "> 0", default=2)
+    num_decoder_layers: int = doc("decoder layers", "layers", "> 0", default=2)
+    d_ff: int = doc("inner width of each feed-forward block", "features", "> 0", default=2048)
+    dropout: float = doc(
+        "dropout on the embeddings and on each sublayer's output",
+        "probability",
+        "[0, 1)",
+        default=0.1,
+    )
+    attention_dropout: float = doc(
+        "dropout on the attention weights", "probability", "[0, 1)", default=0.1
+    )
+    activation_dropout: float = doc(
+        "dropout after the feed-forward activation", "probability", "[0, 1)", default=0.0
+    )
+    activation: str = doc(
+        "the feed-forward activation", "name", " | ".join(ACTIVATIONS), default="relu"
+    )
+    norm_first: bool = doc(
+        "pre-norm (true: LayerNorm before each sublayer) or the original post-norm (false)",
+        "flag",
+        "true | false",
+        default=True,
+    )
+    attention_impl: str = doc(
+        "manual: the hand-written reference path; sdpa: torch's fused "
+        "scaled_dot_product_attention (the same function, tested equal)",
+        "name",
+        " | ".join(IMPLS),
+        default="sdpa",
+    )
+    # None (in code, and in checkpoints older than the key) means num_heads: multi-head.
+    num_kv_heads: int | None = doc(
+        "key/value heads, each shared by num_heads / num_kv_heads query heads (set it with "
+        "kv_heads=N): num_heads is multi-head, 1 multi-query, between grouped-query attention",
+        "heads",
+        ">= 1, a divisor of model.num_heads",
+        default=None,
+    )
+
+    def __post_init__(self) -> None:
+        if self.num_kv_heads is None:  # so readers always see the number
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
