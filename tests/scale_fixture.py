@@ -1,30 +1,19 @@
 """A small stand-in corpus in the IWSLT 2017 release layout, made by
-``scripts/make_scale_corpus.py`` from the built-in sample corpus's captions and a synthetic dev
-set with a long-tailed length distribution, so tests of the scale tooling need no
+``python -m translate.bench.scale_corpus`` from the built-in sample corpus's captions and a
+synthetic dev set with a long-tailed length distribution, so tests of the scale tooling need no
 ``../shared/data``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from translate.bench import scale_corpus
 from translate.data.sources import read_lines, sample_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "scripts"
-
-
-def load_script(name: str):
-    """A script as a module, from its file (registered under its name)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def synthetic_dev(path: Path, sentences: int = 400, seed: int = 0) -> Path:
@@ -43,9 +32,10 @@ def synthetic_dev(path: Path, sentences: int = 400, seed: int = 0) -> Path:
 
 
 def make_corpus(out: Path, pairs: int, test_pairs: int = 60, seed: int = 0) -> Path:
-    """``make_scale_corpus.py --out out --pairs pairs ...`` on the sample captions; ``out``."""
+    """``python -m translate.bench.scale_corpus --out out --pairs pairs ...`` on the sample
+    captions; ``out``."""
     dev = synthetic_dev(out.parent / f"{out.name}-dev.jsonl")
-    script = load_script("make_scale_corpus")
+    script = scale_corpus
     argv = ["--out", str(out), "--pairs", str(pairs), "--test-pairs", str(test_pairs)]
     argv += ["--seed", str(seed), "--multi30k", str(sample_dir()), "--dev", str(dev)]
     script.make(script.parse_args(argv))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, SHORT_DECODE, assert_one_line_error, file_size_limit, run_cli
-from scale_fixture import SCRIPTS, synthetic_dev
+from scale_fixture import synthetic_dev
 
 from translate.checkpoint import save_checkpoint
 from translate.data.sources import sample_dir
@@ -242,9 +242,12 @@ def test_an_output_folder_with_files_is_refused_an_empty_one_used(tmp_path):
 
 
 def _corpus(*args: str) -> subprocess.CompletedProcess:
-    script = str(SCRIPTS / "make_scale_corpus.py")
     return subprocess.run(
-        [sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "translate.bench.scale_corpus", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -5,7 +5,7 @@ after every job and when the multirun ends: Hydra's basic sweeper raises after t
 job failed, which skips ``on_multirun_end``, so the per-job report is the one that survives.
 A job that failed on a :class:`~translate.errors.UserError` is recorded (``error.txt``) and
 counted as done, so the sweep reaches its end, which names every failed job in one line and
-exits 2 instead of Hydra's traceback of the first. ``python scripts/ablation_report.py
+exits 2 instead of Hydra's traceback of the first. ``python -m translate.ablation report
 <sweep_dir>`` writes the report on demand; both call :func:`write_report`. The rows come from
 :mod:`translate.analysis.ablation`, the files from :mod:`translate.analysis.render`. The
 callback also holds the sweep dir's lock from the start of the multirun to its end, so a second

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import logging
 import statistics
@@ -174,11 +173,8 @@ def test_unequal_parameter_counts_fail_loudly(tmp_path, caplog, capsys):
     assert "PARAMETER COUNTS DIFFER" in caplog.text and "heads=8: 1,200" in caplog.text
     assert "> **WARNING: PARAMETER COUNTS DIFFER" in (tmp_path / "ablation.md").read_text()
     # The command-line report says so on stderr and exits non-zero (after writing the report).
-    spec = importlib.util.spec_from_file_location(
-        "ablation_report", ROOT / "scripts/ablation_report.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from translate.ablation import report as script
+
     assert script.main([str(tmp_path), "--bootstrap-samples", "100"]) == 1
     assert "PARAMETER COUNTS DIFFER" in capsys.readouterr().err
     assert script.main([str(tmp_path / "nope")]) == 2
@@ -287,9 +283,10 @@ def _speed_then_report_again(sweep: Path) -> None:
     """What the report says to do next, on a sweep without an 8-head job: time the models side
     by side, then write the report again (issue 31: a log-scale ValueError from the figure,
     and ablation.md/.csv not rewritten). The 4-head row is the baseline, and says so."""
-    from scale_fixture import load_script
     from test_speed import TINY_SPEED
     from test_speed import _script as speed_script
+
+    from translate.ablation import report
 
     assert speed_script().main([str(sweep), *TINY_SPEED, "--device", "cpu", "--no-ct2"]) == 0
     speed = json.loads((sweep / "ablation_speed.json").read_text())
@@ -297,7 +294,7 @@ def _speed_then_report_again(sweep: Path) -> None:
     assert [r["latency_beam_ms_vs_4"] for r in speed["heads"]][1] == 1.0
     for name in ("ablation.csv", "ablation.md", "ablation.png"):
         (sweep / name).unlink()
-    assert load_script("ablation_report").main([str(sweep), "--bootstrap-samples", "100"]) == 0
+    assert report.main([str(sweep), "--bootstrap-samples", "100"]) == 0
     rows = list(csv.DictReader((sweep / "ablation.csv").open()))
     assert [(r["heads"], r["p_vs_4_welch"]) for r in rows] == [("1", ""), ("4", "baseline")]
     assert float(rows[0]["latency_beam_ms_vs_4"]) > 0 and rows[0]["p_vs_4"]

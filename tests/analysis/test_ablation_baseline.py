@@ -9,9 +9,9 @@ import csv
 import json
 
 import pytest
-from scale_fixture import load_script
 from test_ablation import make_job
 
+from translate.ablation import report as report_command
 from translate.analysis import render
 from translate.analysis.ablation import build_report
 from translate.analysis.seed_stats import permutation_p, welch_p
@@ -126,7 +126,7 @@ def test_a_sweep_of_2_4_and_16_heads_compares_with_16_or_the_head_count_asked(tm
     md = (tmp_path / "ablation.md").read_text()
     assert "- 2 heads: -4.17 BLEU (3 against 3 seeds)" in md and "- 4 heads: -1.17 BLEU" in md
 
-    script = load_script("ablation_report")
+    script = report_command
     assert script.main([str(tmp_path), "--baseline-heads", "4", "--bootstrap-samples", "100"]) == 0
     rows = _csv(tmp_path)
     assert rows["4"]["p_vs_4_welch"] == "baseline" and "p_vs_16_welch" not in rows["4"]
@@ -148,7 +148,7 @@ def test_the_8_head_row_stays_the_baseline_where_the_sweep_has_it(tmp_path):
 def test_without_anything_to_plot_the_tables_are_written_and_say_so(tmp_path, capsys):
     make_job(tmp_path, 4, 1, None)  # failed: no row, nothing to plot
     make_job(tmp_path, 16, 1, None)
-    script = load_script("ablation_report")
+    script = report_command
     assert script.main([str(tmp_path)]) == 0
     wrote = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("wrote ")]
     assert wrote == [f"wrote {tmp_path / 'ablation.csv'}", f"wrote {tmp_path / 'ablation.md'}"]

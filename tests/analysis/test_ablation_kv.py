@@ -8,10 +8,10 @@ import csv
 import json
 
 import pytest
-from scale_fixture import load_script
 from test_ablation import make_job
 from test_speed import SPEED
 
+from translate.ablation import speed as speed_command
 from translate.analysis.ablation import build_report
 from translate.analysis.speed import heads_rows
 from translate.analysis.speed_file import SPEED_FILE, SPEED_METRICS
@@ -146,8 +146,7 @@ def _payload(entries: list[dict]) -> dict:
 
 
 def test_the_speed_table_and_report_columns_follow_kv_heads(kv_sweep):
-    load_script("_bench")  # which ablation_speed imports, as scripts/ on the path finds it
-    script = load_script("ablation_speed")
+    script = speed_command
     scale = {1: 0.5, 2: 0.6, 4: 0.8, 8: 1.0}
     entries = [_entry(f"heads=8,kv_heads={kv},seed={s}", 8, kv, x) for kv, x in scale.items()
                for s in (1, 2)]  # fmt: skip

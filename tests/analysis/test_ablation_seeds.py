@@ -9,7 +9,6 @@ import csv
 import json
 
 import pytest
-from scale_fixture import load_script
 from test_ablation import make_job
 
 from translate.sweeps import write_report
@@ -116,7 +115,9 @@ def test_each_job_has_its_commit_and_machine_and_a_mixed_sweep_says_so(tmp_path)
 
 @pytest.fixture(scope="module")
 def script():
-    return load_script("ablation_report")
+    from translate.ablation import report
+
+    return report
 
 
 def test_a_hand_edited_results_json_is_one_line_naming_the_file_and_field(tmp_path, script, capsys):

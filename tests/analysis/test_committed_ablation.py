@@ -1,7 +1,7 @@
 """The committed studies' CSVs (docs/ablation-multi30k*.csv) agree with their own per-seed
 columns: each row's BLEU mean and standard deviation, and its confidence interval and
 seed-level p-values where the file has them, recompute from its ``bleu_seed<N>`` values.
-``python scripts/ablation_report.py <sweep dir>`` writes them (docs/ablation-multi30k.md)."""
+``python -m translate.ablation report <sweep dir>`` writes them (docs/ablation-multi30k.md)."""
 
 from __future__ import annotations
 

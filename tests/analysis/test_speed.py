@@ -1,4 +1,4 @@
-"""Side-by-side speed of a sweep's models (``scripts/ablation_speed.py``) and the report's
+"""Side-by-side speed of a sweep's models (``python -m translate.ablation speed``) and the report's
 speed columns taken from it."""
 
 from __future__ import annotations
@@ -25,12 +25,10 @@ TINY_SPEED = ["--rounds", "2", "--sentences", "2", "--batch-sentences", "4", "--
 
 
 def _script():
-    """scripts/ablation_speed.py as a module, after its sibling ``_bench`` (which it imports;
-    registered under its name, as running the script from scripts/ would find it)."""
-    from scale_fixture import load_script
+    """``python -m translate.ablation speed`` as a module."""
+    from translate.ablation import speed
 
-    load_script("_bench")
-    return load_script("ablation_speed")
+    return speed
 
 
 def _speed_job(sweep: Path, ckpt: dict, heads: int, seed: int) -> None:
@@ -199,7 +197,9 @@ def test_report_takes_its_speed_columns_from_the_speed_file(tmp_path):
     assert "| 40.0 (1.60x) | 120.0 (1.50x) | 50.0 (0.67x) | 9,000 (1.29x) | 700 (1.08x) |" in md
     assert "| 25.0 (1.00x) | 80.0 (1.00x) |" in md and "Test GPU" in md
     assert "10.0" not in md and "80.0 ± " not in md  # results.json's latency_ms: 10 x heads
-    assert "heads=8,seed=2" in report.warnings[0] and "ablation_speed.py" in report.warnings[0]
+    assert (
+        "heads=8,seed=2" in report.warnings[0] and "translate.ablation speed" in report.warnings[0]
+    )
     rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
     assert float(rows[0]["latency_beam_ms"]) == 120.0
     assert float(rows[0]["latency_greedy_ms_vs_8"]) == pytest.approx(1.6)
@@ -233,7 +233,7 @@ def test_without_a_speed_file_the_report_says_how_to_get_one(tmp_path):
     report = write_report(tmp_path, bootstrap_samples=100)
     md = (tmp_path / "ablation.md").read_text()
     assert report.speed is None and "No speed columns" in md
-    assert f"`python scripts/ablation_speed.py {tmp_path}`" in md
+    assert f"`python -m translate.ablation speed {tmp_path}`" in md
     assert "ms/sent" not in md and "sent/s" not in md and "peak mem" not in md
     assert "latency_greedy_ms" not in (tmp_path / "ablation.csv").read_text()
     assert (tmp_path / "ablation.png").stat().st_size > 0
@@ -241,7 +241,7 @@ def test_without_a_speed_file_the_report_says_how_to_get_one(tmp_path):
 
 def test_a_bad_sweep_dir_is_one_line(tmp_path, capsys):
     proc = subprocess.run(
-        [sys.executable, "scripts/ablation_speed.py", str(tmp_path / "nope")],
+        [sys.executable, "-m", "translate.ablation", "speed", str(tmp_path / "nope")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert_one_line_error(proc, "does not exist")

@@ -1,7 +1,7 @@
 """The core checks on every device this machine has: the CPU always, CUDA when a GPU is visible.
 
 Every test is parametrized over devices. The CUDA parameters carry ``pytest.mark.cuda``, so
-``pytest -m cuda tests/cuda`` selects exactly them (``scripts/gpu_acceptance.py`` runs that on
+``pytest -m cuda tests/cuda`` selects exactly them (``python -m translate.bench.gpu`` runs that on
 a GPU box, docs/gpu.md), and are skipped with the reason where ``torch.cuda.is_available()`` is
 False. A dtype a device cannot compute in is skipped with the error PyTorch gave.
 

@@ -1,5 +1,5 @@
 """The IWSLT2017 recipe from a cold cache with more than one process, on a small corpus from
-scripts/make_scale_corpus.py: torchrun's ranks and a sweep's jobs started together build the
+translate/bench/scale_corpus.py: torchrun's ranks and a sweep's jobs started together build the
 tokenizer and the encodings once, and a rank waiting for rank 0's build outlasts the process
 group's timeout. See docs/scale_out.md."""
 

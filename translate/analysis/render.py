@@ -102,7 +102,7 @@ def _baseline_lines(report: Report) -> list[str]:
     return [
         f"{said}: the {_baseline(report)} row, the largest head count the sweep has, is the "
         f"baseline, and the p-value columns are named for it (`{p_column(chosen, 'welch')}`); "
-        "`scripts/ablation_report.py --baseline-heads N` chooses another.",
+        "`python -m translate.ablation report --baseline-heads N` chooses another.",
         "",
     ]
 

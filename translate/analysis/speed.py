@@ -15,8 +15,8 @@ CTranslate2's what the model itself costs. Without ``ctranslate2`` (or with
 ``SpeedSettings.ct2`` off) those fields are null and a warning says why.
 
 The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
-package sits below ``translate.training`` and may not import it. ``scripts/ablation_speed.py``
-runs this; :mod:`translate.analysis.speed_file` reads the file back for the report. Rows
+package sits below ``translate.training`` and may not import it. ``python -m translate.ablation
+speed`` runs this; :mod:`translate.analysis.speed_file` reads the file back for the report. Rows
 are per ``(heads, kv_heads)``, so a grouped-query sweep (``kv_heads=1,2,4,8``) gets one each.
 """
 

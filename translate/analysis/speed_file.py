@@ -6,7 +6,7 @@ written before grouped-query attention has no ``kv_heads`` in them (multi-head: 
 ratios are over the baseline row: ``baseline_heads`` heads with as many kv heads (8, else the
 sweep's largest multi-head head count; null, and no ratios, where no row is multi-head).
 
-Written by :mod:`translate.analysis.speed` (``python scripts/ablation_speed.py SWEEP_DIR``), read
+Written by :mod:`translate.analysis.speed` (``python -m translate.ablation speed SWEEP_DIR``), read
 by :mod:`translate.analysis.ablation`. A module apart from the measuring one because it imports
 nothing heavy: the report is built when Hydra starts a sweep, and this module is part of it.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from translate.analysis.ablation_stats import heads_key
 
 SPEED_FILE = "ablation_speed.json"
-SPEED_COMMAND = "python scripts/ablation_speed.py SWEEP_DIR"
+SPEED_COMMAND = "python -m translate.ablation speed SWEEP_DIR"
 # Per-job and per-row metrics -> (column header in ablation.md, decimals shown).
 SPEED_METRICS = {
     "latency_greedy_ms": ("greedy ms/sent (batch 1)", 1),

@@ -1,6 +1,6 @@
 """Parallel text written as a local IWSLT 2017 release folder, the layout
 :class:`~translate.data.iwslt.IwsltRelease` reads (``data=iwslt2017 data.path=<folder>``): for
-stand-in corpora of the release's size (``scripts/make_scale_corpus.py``) and for tests. The file
+stand-in corpora of the release's size (``translate/bench/scale_corpus.py``) and for tests. The file
 names and the split of ``test`` into :data:`~translate.data.iwslt.TEST_SETS` are the reader's
 own, so the two cannot drift apart."""
 
@@ -25,7 +25,7 @@ def write_release(
     ``train.tags.*`` (a ``<talkid>`` markup line, which the reader skips, before every
     ``talk_lines`` lines when > 0, as the release heads each talk), ``validation`` as dev2010,
     ``test`` cut into :data:`TEST_SETS` in order (the reader joins them again). Returns the
-    folder written. For stand-in corpora (scripts/make_scale_corpus.py) and tests."""
+    folder written. For stand-in corpora (translate/bench/scale_corpus.py) and tests."""
     out = Path(folder) / pair
     first = pair.split("-")[0]
     for name, columns in splits.items():

@@ -1,5 +1,4 @@
-#!/usr/bin/env python
-"""Write the heads-ablation report of a sweep: ``python scripts/ablation_report.py <sweep_dir>``.
+"""Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
 
 The same code the Hydra callback runs after every job of ``python -m translate.train -m ...``
 (``translate.sweeps.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
@@ -22,8 +21,8 @@ from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.sweeps import write_report
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
     parser.add_argument(
         "--baseline-heads",
@@ -57,7 +56,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nWARNING: {report.params_message}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

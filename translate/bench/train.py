@@ -1,10 +1,10 @@
 """Training throughput side by side: our ``Seq2SeqTransformer`` (``impl=manual`` and
 ``impl=sdpa``) against the same architecture built from ``torch.nn.Transformer``.
 
-    python scripts/bench_train.py --json outputs/bench/train.json
-    python scripts/bench_train.py --quick
-    python scripts/bench_train.py --cpu-time --profile
-    python scripts/bench_train.py --device cuda --precision bf16 --compile --max-tokens 8192
+    python -m translate.bench.train --json outputs/bench/train.json
+    python -m translate.bench.train --quick
+    python -m translate.bench.train --cpu-time --profile
+    python -m translate.bench.train --device cuda --precision bf16 --compile --max-tokens 8192
 
 The sizes default to ``experiment=multi30k_cpu`` (d_model 256, 8 heads, 2+2 layers, ffn 512,
 5k vocabulary, dropout 0.1, attention and activation dropout 0, pre-norm, 2048-token batches).
@@ -20,7 +20,7 @@ clipping at 1.0), precision and thread count. A timed step is ``Trainer.step``: 
 backward, clipping and the optimizer update.
 
 Batches are synthetic token ids (``--data synthetic``, the default) with a length distribution
-like Multi30k's under its joint 5k SentencePiece model (``_bench.multi30k_lengths``), cut by
+like Multi30k's under its joint 5k SentencePiece model (``common.multi30k_lengths``), cut by
 :class:`translate.data.batching.TokenBatchSampler` from a pool as large as Multi30k's train split
 (so the batches are as full as in training), or the built-in sample corpus
 (``--data sample``).
@@ -34,9 +34,9 @@ time.
 
 How close to the machine: each model's matmul FLOP/s (:func:`train_flops`, an explicit
 per-layer count, per round times its rounds per second) over the FLOP/s of the machine's own
-large GEMM measured in the same run (:class:`_bench.Gemm`: a square ``torch.mm``,
+large GEMM measured in the same run (:class:`common.Gemm`: a square ``torch.mm``,
 ``--gemm-size`` 2048 in fp32 on the CPU at the script's thread count, 8192 in bf16 on CUDA;
-``--gemm-dtype`` to change). It gets ``_bench.GEMM_WARMUP`` untimed calls after the models'
+``--gemm-dtype`` to change). It gets ``common.GEMM_WARMUP`` untimed calls after the models'
 warm-up, then takes a turn in the step-level interleaving, once per batch, as if it were one
 more model; its FLOP/s is ``2 n^3`` over the median timed call. The row's
 ``matmul_efficiency`` is the model's FLOP/s over that.
@@ -56,12 +56,12 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import _bench
 import numpy as np
 import torch
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from translate.bench import common
 from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
@@ -77,7 +77,7 @@ TARGETS = {
     "train_tokens_per_s_manual_vs_torch": (">=", 0.8),
 }
 MULTI30K_TRAIN_PAIRS = 29_000  # the synthetic pool's size (see synthetic_batches)
-OPTIM_CONF = _bench.ROOT / "conf" / "optim" / "adam_inverse_sqrt.yaml"
+OPTIM_CONF = common.ROOT / "conf" / "optim" / "adam_inverse_sqrt.yaml"
 GEMM = "gemm"  # the GEMM reference's turn in the interleaving
 COLUMNS = [
     ("model", "model", ""),
@@ -180,7 +180,7 @@ def synthetic_batches(args, vocab: int) -> list[Batch]:
     1,024 pairs this script drew before left the source side 66% real."""
     rng = np.random.default_rng(args.seed)
     n = max(MULTI30K_TRAIN_PAIRS, 4 * args.batches * args.max_tokens // 16)
-    src_lens, tgt_lens = _bench.multi30k_lengths(n, rng)
+    src_lens, tgt_lens = common.multi30k_lengths(n, rng)
     sampler = TokenBatchSampler(src_lens + 1, tgt_lens + 1, args.max_tokens, True, args.seed)
     # Full batches only: a bucket's leftover (down to one sentence) times per-call overheads,
     # not training, and the shuffled order put one into --quick's two batches.
@@ -202,7 +202,7 @@ def sample_batches(args) -> tuple[list[Batch], int]:
     from translate.data.corpus import load_corpus
     from translate.settings import data_settings
 
-    cfg = OmegaConf.load(_bench.ROOT / "conf" / "data" / "sample.yaml")
+    cfg = OmegaConf.load(common.ROOT / "conf" / "data" / "sample.yaml")
     cfg.cache_dir = str(args.cache_dir)
     corpus = load_corpus(data_settings(cfg))
     loader = make_loader(corpus.splits["train"], args.max_tokens, shuffle=True, seed=args.seed)
@@ -337,7 +337,7 @@ def profile_round(trainers: dict[str, Trainer], batches: list[Batch], args, devi
         name: (lambda t=trainer: [t.step([b]) for b in batches])
         for name, trainer in trainers.items()
     }
-    return _bench.profile_ops(fns, device, args.profile_rows, title="Training round, ")
+    return common.profile_ops(fns, device, args.profile_rows, title="Training round, ")
 
 
 # ---------------------------------------------------------------------------- results
@@ -347,10 +347,10 @@ def make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device, g
     """One row per model; ``gemm``: the GEMM reference's JSON section (``Gemm.report``)."""
     tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
     tflop_per_token = sum(train_flops(b, args, vocab) for b in batches) / tokens_per_round / 1e12
-    peak = args.peak_tflops or _bench.bf16_peak_tflops(device)
+    peak = args.peak_tflops or common.bf16_peak_tflops(device)
     rows = []
     for name in runs:
-        tps = _bench.median(runs[name])
+        tps = common.median(runs[name])
         achieved = tflop_per_token * tps  # TFLOP/s
         per_round = [tflop_per_token * t / g for t, g in zip(runs[name], gemm["tflops_runs"])]
         row = {
@@ -362,11 +362,11 @@ def make_rows(runs, cpu_runs, params, batches, args, vocab, precision, device, g
             "step_s": tokens_per_round / tps / len(batches),
             "tflops": achieved,
             "matmul_efficiency": achieved / gemm["tflops"],
-            "matmul_efficiency_median_of_rounds": _bench.median(per_round),
+            "matmul_efficiency_median_of_rounds": common.median(per_round),
             "mfu": achieved / peak if peak and precision == "bf16" else None,
         }
         if args.cpu_time:
-            cpu_tps = _bench.median(cpu_runs[name])
+            cpu_tps = common.median(cpu_runs[name])
             row["cpu_tokens_per_s"] = cpu_tps
             row["cpu_tokens_per_s_runs"] = cpu_runs[name]
             row["cpu_step_s"] = tokens_per_round / cpu_tps / len(batches)
@@ -382,10 +382,10 @@ def add_ratios(rows: list[dict], runs: dict, key: str, out: str) -> None:
     of the same ratio within each round (``row[out + "_median_of_rounds"]``)."""
     base = next((r[key] for r in rows if r["impl"] == "torch"), None)
     for row in rows:
-        row[out] = _bench.ratio(row[key], base)
+        row[out] = common.ratio(row[key], base)
         if "torch" in runs:
             paired = [a / b for a, b in zip(runs[row["impl"]], runs["torch"])]
-            row[out + "_median_of_rounds"] = _bench.median(paired)
+            row[out + "_median_of_rounds"] = common.median(paired)
 
 
 def print_rows(rows: list[dict], batches: dict, gemm: dict, args, precision: str) -> None:
@@ -403,7 +403,7 @@ def print_rows(rows: list[dict], batches: dict, gemm: dict, args, precision: str
         "matmul TFLOP/s over the GEMM's"
     )
     columns = COLUMNS + (CPU_COLUMNS if args.cpu_time else []) + FLOP_COLUMNS
-    _bench.print_table(rows, columns, title=title)
+    common.print_table(rows, columns, title=title)
 
 
 def batch_report(batches: list[Batch]) -> dict:
@@ -438,49 +438,51 @@ def batch_report(batches: list[Batch]) -> dict:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _bench.add_common_args(parser)
+    parser = argparse.ArgumentParser(
+        prog="python -m translate.bench.train", description=__doc__.split("\n\n")[0]
+    )
+    common.add_common_args(parser)
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
     parser.add_argument("--compile", action="store_true", help="torch.compile every model")
     parser.add_argument(
-        "--optim", type=_bench.existing_file, default=OPTIM_CONF, help="a conf/optim file"
+        "--optim", type=common.existing_file, default=OPTIM_CONF, help="a conf/optim file"
     )
     parser.add_argument("--data", choices=["synthetic", "sample"], default="synthetic")
-    parser.add_argument("--cache-dir", type=Path, default=_bench.ROOT / "outputs" / "cache")
+    parser.add_argument("--cache-dir", type=Path, default=common.ROOT / "outputs" / "cache")
     # Synthetic batches draw ids from 4 (after the special ones) to --vocab.
     parser.add_argument(
-        "--vocab", type=_bench.number(low=5), default=5000, help="synthetic data only"
+        "--vocab", type=common.number(low=5), default=5000, help="synthetic data only"
     )
     parser.add_argument(
-        "--max-tokens", type=_bench.number(), default=2048, help="padded tokens per side"
+        "--max-tokens", type=common.number(), default=2048, help="padded tokens per side"
     )
-    parser.add_argument("--batches", type=_bench.number(), default=None, help="batches per round")
-    parser.add_argument("--rounds", type=_bench.number(), default=None)
+    parser.add_argument("--batches", type=common.number(), default=None, help="batches per round")
+    parser.add_argument("--rounds", type=common.number(), default=None)
     parser.add_argument(
-        "--warmup", type=_bench.number(low=0), default=2, help="untimed steps per model"
+        "--warmup", type=common.number(low=0), default=2, help="untimed steps per model"
     )
-    parser.add_argument("--d-model", type=_bench.number(), default=256)
-    parser.add_argument("--heads", type=_bench.number(), default=8)
+    parser.add_argument("--d-model", type=common.number(), default=256)
+    parser.add_argument("--heads", type=common.number(), default=8)
     parser.add_argument(
-        "--layers", type=_bench.number(), default=2, help="encoder and decoder layers each"
+        "--layers", type=common.number(), default=2, help="encoder and decoder layers each"
     )
-    parser.add_argument("--d-ff", type=_bench.number(), default=512)
-    parser.add_argument("--dropout", type=_bench.number(float, 0, 0.99), default=0.1)
-    parser.add_argument("--attention-dropout", type=_bench.number(float, 0, 0.99), default=0.0)
-    parser.add_argument("--activation-dropout", type=_bench.number(float, 0, 0.99), default=0.0)
+    parser.add_argument("--d-ff", type=common.number(), default=512)
+    parser.add_argument("--dropout", type=common.number(float, 0, 0.99), default=0.1)
+    parser.add_argument("--attention-dropout", type=common.number(float, 0, 0.99), default=0.0)
+    parser.add_argument("--activation-dropout", type=common.number(float, 0, 0.99), default=0.0)
     parser.add_argument("--activation", choices=["relu", "gelu"], default="relu")
     parser.add_argument("--post-norm", action="store_true")
     parser.add_argument(
-        "--peak-tflops", type=_bench.number(float, 1e-3), default=None, help="for the MFU estimate"
+        "--peak-tflops", type=common.number(float, 1e-3), default=None, help="for the MFU estimate"
     )
-    _bench.add_gemm_args(parser)
+    common.add_gemm_args(parser)
     parser.add_argument(
         "--cpu-time", action="store_true", help="also report tokens per process CPU second"
     )
-    _bench.add_profile_args(parser, "one training round per model")
+    common.add_profile_args(parser, "one training round per model")
     args = parser.parse_args(argv)
-    _bench.check_heads(parser, args.d_model, [args.heads])
+    common.check_heads(parser, args.d_model, [args.heads])
     args.batches = args.batches or (2 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
     return args
@@ -500,12 +502,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     optim = load_optim(args.optim)
-    with _bench.Session(args) as session:
+    with common.Session(args) as session:
         device = session.device
         precision = resolve_precision(args.precision, device)
         batches, vocab = load_batches(args)
         trainers, params = make_trainers(args, vocab, optim, device, precision)
-        gemm = _bench.Gemm.from_args(args, device)
+        gemm = common.Gemm.from_args(args, device)
         warm_up(trainers, batches, args, device, gemm)
         runs, cpu_runs, gemm_s = train_rounds(trainers, batches, args.rounds, device, gemm)
         gemm_info = gemm.report(gemm_s)
@@ -514,9 +516,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         profiles = profile_round(trainers, batches, args, device) if args.profile else None
         batch_info = batch_report(batches)
         print_rows(rows, batch_info, gemm_info, args, precision)
-        _bench.print_summary(summary, TARGETS)
-        result = _bench.report(
-            "bench_train",
+        common.print_summary(summary, TARGETS)
+        result = common.report(
+            "train",
             argv,
             args,
             device,
@@ -527,12 +529,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             batches=batch_info,
             tokens_per_round=batch_info["src_tokens"] + batch_info["tgt_tokens"],
             model_flops_per_round=sum(train_flops(b, args, vocab) for b in batches),
-            bf16_peak_tflops=args.peak_tflops or _bench.bf16_peak_tflops(device),
+            bf16_peak_tflops=args.peak_tflops or common.bf16_peak_tflops(device),
             gemm=gemm_info,
             rows=rows,
             **({"profile": profiles} if profiles is not None else {}),
         )
-    _bench.write_json(args.json, result)
+    common.write_json(args.json, result)
     return result
 
 

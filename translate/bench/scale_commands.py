@@ -1,4 +1,4 @@
-"""The rehearsal's stages that run the user's own commands (``scripts/rehearse_scale.py``):
+"""The rehearsal's stages that run the user's own commands (``translate/bench/scale.py``):
 ``python -m translate.train`` from a cold and from a warm cache (timed to the first update),
 ``torchrun`` with 2 gloo ranks from a cold cache, and a 2-job sweep through the local
 launcher from a cold cache.
@@ -22,9 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from _rehearse_common import ROOT, recipe_overrides
-from _rehearse_host import SHORT_END, TINY
-
+from translate.bench.scale_common import ROOT, recipe_overrides
+from translate.bench.scale_host import SHORT_END, TINY
 from translate.runtime import peak_rss_mb
 
 FIRST_UPDATE = re.compile(r"rank 0 update: loss")

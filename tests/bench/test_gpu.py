@@ -1,5 +1,5 @@
-"""scripts/gpu_acceptance.py's plumbing on the CPU (``--device cpu --quick``): every part runs
-or says why it cannot, the reports are written, and a failed part fails the command without
+"""``python -m translate.bench.gpu``'s plumbing on the CPU (``--device cpu --quick``): every part
+runs or says why it cannot, the reports are written, and a failed part fails the command without
 stopping the others. What it checks on a GPU is in docs/gpu.md."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "gpu_acceptance.py"
 PARTS = {
     "cuda_tests", "train_bf16", "train_fp16", "train_compile",
     "bench_attention", "bench_train", "bench_decode", "torchrun",
@@ -21,7 +20,8 @@ PARTS = {
 
 
 def accept(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-    cmd = [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "translate.bench.gpu", "--device", "cpu", "--quick"]
+    cmd += ["--out", str(out), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     report = out / "gpu_acceptance.json"
     assert report.is_file(), proc.stdout + proc.stderr
@@ -54,7 +54,7 @@ def test_cpu_quick_acceptance_passes_or_says_why(tmp_path):
 
     machine = doc["machine"]
     assert machine["torch"] == torch.__version__
-    assert machine["command"].startswith("python scripts/gpu_acceptance.py --device cpu --quick")
+    assert machine["command"].startswith("python -m translate.bench.gpu --device cpu --quick")
     assert machine["date"] and machine["device"] == "cpu"
     table = (tmp_path / "gpu_acceptance.md").read_text()
     assert all(f"| {name} | {doc['parts'][name]} |" in table for name in PARTS)

@@ -1,8 +1,8 @@
 """The GPU acceptance in one command: CUDA tests, short recipe-sized training runs in bf16, fp16
 and compiled, the three benchmarks, and a torchrun launch; no network (docs/gpu.md).
 
-    python scripts/gpu_acceptance.py --out outputs/gpu_acceptance            # a GPU box, ~8 min
-    python scripts/gpu_acceptance.py --device cpu --quick --out /tmp/accept  # the plumbing, CPU
+    python -m translate.bench.gpu --out outputs/gpu_acceptance            # a GPU box, ~8 min
+    python -m translate.bench.gpu --device cpu --quick --out /tmp/accept  # the plumbing, CPU
 
 Every part runs in its own subprocess, so one that fails or hangs (``--timeout``) leaves the
 others to run. ``DIR/gpu_acceptance.json`` maps each part to passed / failed / skipped (with
@@ -28,7 +28,7 @@ import torch
 
 from translate import runtime
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The IWSLT2017 recipe's sizes (conf/experiment/iwslt2017.yaml): 2+2 layers, d_model 512, 8 heads.
 RECIPE = ["experiment=iwslt2017"]
 QUICK_MODEL = ["heads=2", "model.d_model=32", "model.d_ff=64", "data.tokenizer.vocab_size=300"]
@@ -52,7 +52,9 @@ LOSS_CHECK_STEPS = 20  # runs at least this long must end with a lower training 
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m translate.bench.gpu", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", type=Path, required=True, help="where the reports and runs go")
     p.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu (default: cuda)")
     p.add_argument("--quick", action="store_true", help="tiny sizes and few steps (plumbing)")
@@ -259,7 +261,8 @@ def torchrun(args) -> dict:
 def bench(args, name: str) -> dict:
     out = args.out / "bench" / f"{name}.json"
     extra = TINY_BENCH[name].split() if args.quick and not args.cuda else []
-    script = [sys.executable, f"scripts/{name}.py", "--device", str(args.device), "--quick"]
+    module = f"translate.bench.{name.removeprefix('bench_')}"
+    script = [sys.executable, "-m", module, "--device", str(args.device), "--quick"]
     cmd = [*script, *extra, "--json", str(out)]
     out.unlink(missing_ok=True)
     log = args.out / "logs" / f"{name}.log"
@@ -283,7 +286,7 @@ def machine(args, argv: list[str]) -> dict:
     cuda = args.cuda and torch.cuda.is_available()
     info = {
         **runtime.machine(args.device),
-        "command": shlex.join(["python", "scripts/gpu_acceptance.py", *argv]),
+        "command": shlex.join(["python", "-m", "translate.bench.gpu", *argv]),
         "cwd": str(ROOT),
         "gpus": torch.cuda.device_count() if cuda else 0,
         "driver": None,

@@ -1,4 +1,5 @@
-"""``bench_decode.py --checkpoint CKPT --ct2``: our engine against CTranslate2 on one checkpoint.
+"""``python -m translate.bench.decode --checkpoint CKPT --ct2``: our engine against CTranslate2
+on one checkpoint.
 
 The checkpoint is exported for CTranslate2 (float32 and int8, by
 :func:`translate.decoding.ct2_export.export_checkpoint`, into a temporary folder) and loaded by
@@ -18,7 +19,8 @@ ours token for token (float32; int8 changes the weights); its beam search stops 
 above length penalty 0 (:mod:`translate.decoding.ct2`), so some hypotheses differ and the count
 of identical ones is reported.
 
-Imported by ``bench_decode.py`` as a sibling module, like ``_bench``.
+Imported by :mod:`translate.bench.decode`; ``python -m translate.bench.ct2 JOB OUT`` is one
+timing process.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import _bench
 import numpy as np
 import torch
 
+from translate.bench import common
 from translate.decoding.ct2 import import_ctranslate2, load_exported, output_limit
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
@@ -50,7 +52,7 @@ COLUMNS = [
     ("mode", "mode", ""),
     ("engine", "engine", ""),
     ("seconds", "s", ".3g"),
-    *_bench.DECODE_COLUMNS,
+    *common.DECODE_COLUMNS,
     ("ours_vs_this", "ours/this", ".2f"),
     ("agree", "same as ours", ""),
 ]
@@ -80,7 +82,9 @@ def _run_worker(job: dict, tmp: Path) -> dict[tuple, tuple[float, list]]:
     job_file, out_file = tmp / "job.json", tmp / "out.json"
     job_file.write_text(json.dumps(job))
     proc = subprocess.run(
-        [sys.executable, __file__, str(job_file), str(out_file)], capture_output=True, text=True
+        [sys.executable, "-m", "translate.bench.ct2", str(job_file), str(out_file)],
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise UserError(f"the {job['engine']} timing process failed: {proc.stderr.strip()[-500:]}")
@@ -126,8 +130,8 @@ def rows_from(times: dict, outputs: dict) -> list[dict]:
     for (t, batch, mode, engine), runs in times.items():
         hyps, ours = outputs[t, batch, mode, engine], outputs[t, batch, mode, "ours"]
         row = {"threads": t, "batch": batch, "mode": mode, "engine": engine}
-        row.update(seconds=_bench.median(runs), **_bench.decode_row(mode, runs, hyps, len(hyps)))
-        row["ours_vs_this"] = _bench.median(times[t, batch, mode, "ours"]) / row["seconds"]
+        row.update(seconds=common.median(runs), **common.decode_row(mode, runs, hyps, len(hyps)))
+        row["ours_vs_this"] = common.median(times[t, batch, mode, "ours"]) / row["seconds"]
         row["same_as_ours"] = sum(a == b for a, b in zip(hyps, ours))
         row["agree"] = f"{row['same_as_ours']}/{len(hyps)}"
         rows.append(row)
@@ -199,7 +203,7 @@ def section(args, sources: list[np.ndarray], device) -> dict:
     rows = rows_from(times, outputs)
     max_tokens = loaded.translator.max_tokens
     print()
-    _bench.print_table(rows, COLUMNS, title=title(args, decode, max_tokens, n_latency, len(ids)))
+    common.print_table(rows, COLUMNS, title=title(args, decode, max_tokens, n_latency, len(ids)))
     return {
         "ctranslate2": ctranslate2.__version__,
         "decode": dataclasses.asdict(decode),

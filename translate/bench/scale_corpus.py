@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Write an IWSLT2017-sized stand-in corpus from real text, as a local release folder.
 
-    python scripts/make_scale_corpus.py --pairs 206112 --out /tmp/iwslt-scale
+    python -m translate.bench.scale_corpus --pairs 206112 --out /tmp/iwslt-scale
     python -m translate.train experiment=iwslt2017 data.path=/tmp/iwslt-scale trainer.device=cpu
 
 A cost, memory and failure-mode stand-in, NOT a training set for quality: its lines repeat
@@ -48,7 +47,7 @@ from translate.data.sources import check_aligned, find_file, read_jsonl, read_li
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.io import check_output_folder, make_folder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 IWSLT_TRAIN_PAIRS = 206_112
 IWSLT_TEST_PAIRS = 8_079
@@ -165,16 +164,20 @@ def stats_rows(splits: dict[str, dict[str, list[str]]]) -> list[dict]:
 
 
 def print_stats(rows: list[dict]) -> None:
-    import _bench  # the benchmark scripts' table; imported here, as it loads torch
+    from translate.bench import (
+        common,  # the benchmark scripts' table; imported here, as it loads torch
+    )
 
     cols = [("stat", "words/line", "")]
     for role in ("target", "train", "test"):
         cols += [(f"{role}_{lang}", f"{role} {lang}", ".1f") for lang in LANGS]
-    _bench.print_table(rows, cols, title="Length (whitespace words per line); target = dev set")
+    common.print_table(rows, cols, title="Length (whitespace words per line); target = dev set")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m translate.bench.scale_corpus", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder to write (data.path)")
     parser.add_argument("--pairs", type=int, default=IWSLT_TRAIN_PAIRS, help="training lines")
     parser.add_argument("--test-pairs", type=int, default=IWSLT_TEST_PAIRS)

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """IWSLT2017 at its real size on the CPU, stage by stage: what a GPU user waits for around the
-GPU, measured on a stand-in corpus of the real size (``scripts/make_scale_corpus.py``).
+GPU, measured on a stand-in corpus of the real size (``translate/bench/scale_corpus.py``).
 
-    python scripts/make_scale_corpus.py --pairs 206112 --out /tmp/iwslt-scale
-    python scripts/rehearse_scale.py --data /tmp/iwslt-scale --json docs/scale.json
-    python scripts/rehearse_scale.py --data /tmp/iwslt-scale --stages tokenizer,data
+    python -m translate.bench.scale_corpus --pairs 206112 --out /tmp/iwslt-scale
+    python -m translate.bench.scale --data /tmp/iwslt-scale --json docs/scale.json
+    python -m translate.bench.scale --data /tmp/iwslt-scale --stages tokenizer,data
 
 Stages (``--stages``, in this order; each adds its section to ``--json``, so a subset updates
 the sections it runs and keeps the others):
@@ -18,7 +17,7 @@ the sections it runs and keeps the others):
   then a warm one: seconds from the command to its first update;
 - ``d512``: tokens/s of the recipe's model (d_model 512) training on the CPU, a checkpoint save;
 - ``host``: the training loop (``fit``) with a tiny model at the recipe's 8,192-token batches:
-  updates/s and where an update's time goes (``_rehearse_host.py``);
+  updates/s and where an update's time goes (:mod:`translate.bench.scale_host`);
 - ``syncs``: value reads on the host (device synchronisations on CUDA) per update, by line;
 - ``decode``: the (untrained) d512 model decoding the 888 dev sentences greedy and beam 5 and
   the test split beam 5 (``--test-sentences`` to cap it): time per sentence, peak RSS;
@@ -57,12 +56,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import _bench
-import _rehearse_commands as commands
 import torch
-from _rehearse_report import print_tables, summarize
 
-SCRIPTS = Path(__file__).resolve().parent
+from translate.bench import common
+from translate.bench import scale_commands as commands
+from translate.bench.scale_report import print_tables, summarize
+
 STAGES = ("tokenizer", "data", "start", "d512", "host", "syncs", "decode", "ddp", "sweep")
 STAGES += ("scaling",)
 TARGETS = {
@@ -97,13 +96,14 @@ def params(args: argparse.Namespace, cache: Path, **extra) -> dict:
 
 
 def child(stage: str, p: dict) -> dict:
-    """Run ``_rehearse_child.py stage`` in a fresh process; its result, with its wall time."""
+    """Run ``python -m translate.bench.scale_child stage`` in a fresh process; its result, with
+    its wall time."""
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "_rehearse_child.py"), stage, json.dumps(p)],
+        [sys.executable, "-m", "translate.bench.scale_child", stage, json.dumps(p)],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=_bench.ROOT,
+        cwd=common.ROOT,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
@@ -232,7 +232,7 @@ def run_stage(args, stage: str, argv: list[str]) -> dict:
         result = RUNNERS[stage](args)
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "command": shlex.join(["python", "scripts/rehearse_scale.py", *argv]),
+        "command": shlex.join(["python", "-m", "translate.bench.scale", *argv]),
         "stage_s": _since(start),
         "load_before": load,
         "load_after": os.getloadavg()[0],
@@ -244,9 +244,13 @@ RUNNERS = {"tokenizer": run_tokenizer, "data": run_data, "start": run_start, "de
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, required=True, help="make_scale_corpus.py's --out")
-    parser.add_argument("--work", type=Path, default=_bench.ROOT / "outputs" / "rehearse_scale")
+    parser = argparse.ArgumentParser(
+        prog="python -m translate.bench.scale", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--data", type=Path, required=True, help="translate.bench.scale_corpus's --out"
+    )
+    parser.add_argument("--work", type=Path, default=common.ROOT / "outputs" / "rehearse_scale")
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH")
     parser.add_argument("--device", default="cpu")
@@ -278,7 +282,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.scaling = [int(n) for n in args.scaling.split(",") if n]
     args.data, args.work = args.data.resolve(), args.work.resolve()
     if not args.data.is_dir():
-        parser.error(f"--data {args.data} is not a folder (make it with make_scale_corpus.py)")
+        parser.error(
+            f"--data {args.data} is not a folder (make it with translate.bench.scale_corpus)"
+        )
     return args
 
 
@@ -300,9 +306,9 @@ def write(args, argv: list[str], done: dict, quiet: bool) -> dict:
     summary = summarize(done)
     if not quiet:
         print_tables(done)
-        _bench.print_summary(summary, TARGETS)
-    result = _bench.report(
-        "rehearse_scale",
+        common.print_summary(summary, TARGETS)
+    result = common.report(
+        "scale",
         argv,
         args,
         torch.device(args.device),

@@ -1,4 +1,4 @@
-"""The host side of the training loop, measured (``scripts/rehearse_scale.py`` stages ``host``
+"""The host side of the training loop, measured (``translate/bench/scale.py`` stages ``host``
 and ``syncs``), with a tiny model at the recipe's batch size so that the model costs little.
 
 ``host``: the real :func:`translate.training.loop.fit` for ``host_updates`` updates, the
@@ -29,9 +29,10 @@ import traceback
 import warnings
 
 import torch
-from _rehearse_common import setup_run
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from translate.bench.scale_common import setup_run
 
 log = logging.getLogger("rehearse")
 

@@ -1,4 +1,4 @@
-"""What the rehearsal's stage processes share (``scripts/rehearse_scale.py``): the
+"""What the rehearsal's stage processes share (``translate/bench/scale.py``): the
 ``iwslt2017`` recipe composed as the training command composes it, the run it sets up, and
 the process's resident size and the cache's size on disk."""
 
@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from translate.settings import train_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def recipe(p: dict, *extra: str):

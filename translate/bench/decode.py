@@ -1,9 +1,9 @@
 """Decoding speed: greedy search with and without the attention cache, and beam search (size 5).
 
-    python scripts/bench_decode.py --json outputs/bench/decode.json
-    python scripts/bench_decode.py --quick
-    python scripts/bench_decode.py --checkpoint outputs/runs/multi30k_cpu/checkpoints/best.pt
-    python scripts/bench_decode.py --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
+    python -m translate.bench.decode --json outputs/bench/decode.json
+    python -m translate.bench.decode --quick
+    python -m translate.bench.decode --checkpoint outputs/runs/multi30k_cpu/checkpoints/best.pt
+    python -m translate.bench.decode --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
 
 Without ``--checkpoint`` the model is randomly initialised with the ``experiment=multi30k_cpu``
 sizes (d_model 256, 8 heads, 2+2 layers, ffn 512, 5k vocabulary): speed does not depend on the
@@ -39,7 +39,7 @@ and ``greedy_cache_speed_ratio_kv1_vs_kv8`` / ``beam5_speed_ratio_kv1_vs_kv8`` t
 sentences/s.
 
 ``--checkpoint CKPT --ct2``: ours against its float32 and int8 CTranslate2 exports, each engine
-and thread count timed in a process of its own, round after round (``_bench_ct2.py`` says
+and thread count timed in a process of its own, round after round (``ct2.py`` says
 how); ``summary`` adds our time over theirs (``beam_time_ours_vs_ct2_float32_threads1``, ...;
 > 1: CTranslate2 is faster) and how many of their hypotheses are ours. Without ``ctranslate2``
 it says so and the rest runs.
@@ -53,11 +53,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import _bench
-import _bench_ct2
 import numpy as np
 import torch
 
+from translate.bench import common, ct2
 from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.sources import read_lines, sample_dir
@@ -73,7 +72,7 @@ MODES = ("greedy_no_cache", "greedy_cache", "beam5")
 COLUMNS = [
     ("impl", "impl", ""),
     ("mode", "mode", ""),
-    *_bench.DECODE_COLUMNS,
+    *common.DECODE_COLUMNS,
     ("speedup_vs_no_cache", "cache speed-up", ".2f"),
     ("same_output", "same tokens", ""),
 ]
@@ -81,7 +80,7 @@ KV_MODES = ("greedy_cache", "beam5")
 KV_COLUMNS = [
     ("kv_heads", "kv heads", ""),
     ("mode", "mode", ""),
-    *_bench.DECODE_COLUMNS,
+    *common.DECODE_COLUMNS,
     ("kv_cache_kib_per_sentence", "KV cache KiB/sent", ".4g"),
     ("speed_vs_mha", "speed vs MHA", ".2f"),
     ("kv_cache_vs_mha", "cache vs MHA", ".3f"),
@@ -94,7 +93,7 @@ KV_COLUMNS = [
 def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
     """``n`` fixed sources with lengths like Multi30k German (16.2 +- 6.3 subwords)."""
     rng = np.random.default_rng(seed)
-    lengths, _ = _bench.multi30k_lengths(n, rng)
+    lengths, _ = common.multi30k_lengths(n, rng)
     return [rng.integers(4, vocab, int(n_tok)) for n_tok in lengths]
 
 
@@ -178,7 +177,7 @@ def decode_all(model, batches: list[Batch], mode: str, args, device, precision) 
 def speed_row(impl: str, mode: str, runs: list[float], hyps: list, n_sentences: int, args) -> dict:
     """One timed decoding mode: sentences/s and ms/sentence from the median of its rounds."""
     mode = mode if mode != "beam5" else f"beam{args.beam_size}"
-    return {"impl": impl, **_bench.decode_row(mode, runs, hyps, n_sentences)}
+    return {"impl": impl, **common.decode_row(mode, runs, hyps, n_sentences)}
 
 
 def time_modes(impl, model, batches, n_sentences: int, args, device, precision) -> list[dict]:
@@ -189,7 +188,7 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
         outputs[mode] = decode_all(model, batches, mode, args, device, precision)
 
     fns = {mode: (lambda m=mode: run(m)) for mode in MODES}
-    times = _bench.interleaved(fns, device, args.warmup, args.rounds)
+    times = common.interleaved(fns, device, args.warmup, args.rounds)
     rows = [speed_row(impl, mode, times[mode], outputs[mode], n_sentences, args) for mode in MODES]
     no_cache, cached = rows[0], rows[1]
     cached["speedup_vs_no_cache"] = cached["sentences_per_s"] / no_cache["sentences_per_s"]
@@ -254,7 +253,7 @@ def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[di
         (kv, mode): kv_cache_bytes(models[kv], batches, mode, args, device, precision)
         for kv, mode in fns
     }
-    times = _bench.interleaved(fns, device, max(args.warmup - 1, 0), args.rounds)
+    times = common.interleaved(fns, device, max(args.warmup - 1, 0), args.rounds)
     rows = []
     for kv, mode in fns:
         row = speed_row(impl, mode, times[kv, mode], outputs[kv, mode], n_sentences, args)
@@ -294,8 +293,10 @@ def kv_summary(rows: list[dict], args) -> dict:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _bench.add_common_args(parser)
+    parser = argparse.ArgumentParser(
+        prog="python -m translate.bench.decode", description=__doc__.split("\n\n")[0]
+    )
+    common.add_common_args(parser)
     parser.add_argument("--impls", nargs="+", choices=["sdpa", "manual"], default=["sdpa"])
     parser.add_argument("--checkpoint", type=Path, default=None, help="a trained model")
     parser.add_argument(
@@ -303,36 +304,36 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --checkpoint: also time its CTranslate2 exports (float32, int8) beside ours",
     )  # fmt: skip
     parser.add_argument(
-        "--ct2-threads", type=_bench.number(), nargs="+", default=[1, 2], metavar="N"
+        "--ct2-threads", type=common.number(), nargs="+", default=[1, 2], metavar="N"
     )
     parser.add_argument(
-        "--latency-sentences", type=_bench.number(), default=None,
+        "--latency-sentences", type=common.number(), default=None,
         help="--ct2: the first N sentences are also decoded one at a time (default 100, --quick 8)",
     )  # fmt: skip
     parser.add_argument("--src-file", type=Path, default=sample_dir() / "test.de")
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
-    parser.add_argument("--sentences", type=_bench.number(), default=None)
+    parser.add_argument("--sentences", type=common.number(), default=None)
     parser.add_argument(
-        "--max-tokens", type=_bench.number(), default=2048, help="source tokens per batch"
+        "--max-tokens", type=common.number(), default=2048, help="source tokens per batch"
     )
     parser.add_argument(
-        "--batch-size", type=_bench.number(), default=None, help="fixed batches instead"
+        "--batch-size", type=common.number(), default=None, help="fixed batches instead"
     )
-    parser.add_argument("--beam-size", type=_bench.number(), default=5)
-    parser.add_argument("--max-len-a", type=_bench.number(float, 0), default=None)
-    parser.add_argument("--max-len-b", type=_bench.number(float, 0), default=None)
-    parser.add_argument("--rounds", type=_bench.number(), default=None)
-    parser.add_argument("--warmup", type=_bench.number(low=0), default=1)
+    parser.add_argument("--beam-size", type=common.number(), default=5)
+    parser.add_argument("--max-len-a", type=common.number(float, 0), default=None)
+    parser.add_argument("--max-len-b", type=common.number(float, 0), default=None)
+    parser.add_argument("--rounds", type=common.number(), default=None)
+    parser.add_argument("--warmup", type=common.number(low=0), default=1)
     # Synthetic sources draw ids from 4 (after the special ones) to --vocab.
-    parser.add_argument("--vocab", type=_bench.number(low=5), default=5000)
-    parser.add_argument("--d-model", type=_bench.number(), default=256)
-    parser.add_argument("--heads", type=_bench.number(), default=8)
+    parser.add_argument("--vocab", type=common.number(low=5), default=5000)
+    parser.add_argument("--d-model", type=common.number(), default=256)
+    parser.add_argument("--heads", type=common.number(), default=8)
     parser.add_argument(
-        "--layers", type=_bench.number(), default=2, help="encoder and decoder layers each"
+        "--layers", type=common.number(), default=2, help="encoder and decoder layers each"
     )
-    parser.add_argument("--d-ff", type=_bench.number(), default=512)
+    parser.add_argument("--d-ff", type=common.number(), default=512)
     parser.add_argument(
-        "--kv-heads", type=_bench.number(), nargs="*", default=None,
+        "--kv-heads", type=common.number(), nargs="*", default=None,
         help="key/value head counts to compare (default: every divisor of --heads, which is "
         "always added as the multi-head baseline); given with no value: skip the comparison",
     )  # fmt: skip
@@ -342,7 +343,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.latency_sentences = args.latency_sentences or (8 if args.quick else 100)
     if args.ct2 and args.checkpoint is None:
         parser.error("--ct2 compares a checkpoint with its CTranslate2 exports: give --checkpoint")
-    _bench.check_heads(parser, args.d_model, [args.heads])
+    common.check_heads(parser, args.d_model, [args.heads])
     if args.kv_heads is None:
         args.kv_heads = [k for k in range(1, args.heads + 1) if args.heads % k == 0]
     elif args.kv_heads:
@@ -355,7 +356,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    with _bench.Session(args) as session:
+    with common.Session(args) as session:
         device = session.device
         precision = resolve_precision(args.precision, device)
         load = random_models if args.checkpoint is None else trained_model
@@ -373,18 +374,18 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"average with EOS), {len(batches)} batches of {sizes}, {weights} weights, "
             f"max length {args.max_len_a} * src + {args.max_len_b}, precision {precision}"
         )
-        _bench.print_table(rows, COLUMNS, title=title)
+        common.print_table(rows, COLUMNS, title=title)
         kv_rows = []
         if args.checkpoint is None and args.kv_heads:
             kv_rows = time_kv_heads(args, batches, len(sources), device, precision)
             print()
-            _bench.print_table(kv_rows, KV_COLUMNS, title=kv_title(args))
+            common.print_table(kv_rows, KV_COLUMNS, title=kv_title(args))
             summary.update(kv_summary(kv_rows, args))
-        ct2 = _bench_ct2.section(args, sources, device) if args.ct2 else None
-        summary.update(ct2.pop("summary") if ct2 else {})
-        _bench.print_summary(summary, TARGETS)
-        result = _bench.report(
-            "bench_decode",
+        engines = ct2.section(args, sources, device) if args.ct2 else None
+        summary.update(engines.pop("summary") if engines else {})
+        common.print_summary(summary, TARGETS)
+        result = common.report(
+            "decode",
             argv,
             args,
             device,
@@ -397,9 +398,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
             mean_source_len=float(np.mean(src_lens)),
             rows=rows,
             kv_rows=kv_rows,
-            ct2=ct2,
+            ct2=engines,
         )
-    _bench.write_json(args.json, result)
+    common.write_json(args.json, result)
     return result
 
 

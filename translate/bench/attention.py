@@ -2,10 +2,10 @@
 ``impl=sdpa``, plus each SDPA backend the device offers, forced one at a time through
 ``torch.nn.attention.sdpa_kernel``) against ``torch.nn.MultiheadAttention``.
 
-    python scripts/bench_attention.py --json outputs/bench/attention.json
-    python scripts/bench_attention.py --quick
-    python scripts/bench_attention.py --lengths 32 --tokens 2048 --profile
-    python scripts/bench_attention.py --device cuda --json outputs/bench/attention_cuda.json
+    python -m translate.bench.attention --json outputs/bench/attention.json
+    python -m translate.bench.attention --quick
+    python -m translate.bench.attention --lengths 32 --tokens 2048 --profile
+    python -m translate.bench.attention --device cuda --json outputs/bench/attention_cuda.json
 
 Every module is self-attention over ``x (B, L, D)`` with the same weights (ours are built with
 ``MultiHeadAttention.from_torch``), dropout 0; ``B = max(1, --tokens // L)`` so each row moves
@@ -43,11 +43,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-import _bench
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from translate.bench import common
 from translate.nn.attention import MultiHeadAttention
 from translate.runtime import peak_memory_mb, reset_peak_memory, synchronize
 
@@ -206,7 +206,7 @@ def memory_cpu(impl: str, case: Case, args) -> dict:
     keys = ("d_model", "causal", "seed", "threads")
     spec = {"impl": impl, "case": asdict(case), **{k: getattr(args, k) for k in keys}}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    cmd = [sys.executable, __file__, "--_memory-child", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "translate.bench.attention", "--_memory-child", json.dumps(spec)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
@@ -217,28 +217,30 @@ def memory_cpu(impl: str, case: Case, args) -> dict:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _bench.add_common_args(parser)
-    parser.add_argument("--d-model", type=_bench.number(), default=512)
+    parser = argparse.ArgumentParser(
+        prog="python -m translate.bench.attention", description=__doc__.split("\n\n")[0]
+    )
+    common.add_common_args(parser)
+    parser.add_argument("--d-model", type=common.number(), default=512)
     parser.add_argument(
-        "--lengths", type=_bench.number(), nargs="+", help="with --heads/--dtypes: a grid"
+        "--lengths", type=common.number(), nargs="+", help="with --heads/--dtypes: a grid"
     )
     parser.add_argument(
-        "--heads", type=_bench.number(), nargs="+", help="default: see default_grid"
+        "--heads", type=common.number(), nargs="+", help="default: see default_grid"
     )
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES))
     parser.add_argument(
-        "--tokens", type=_bench.number(), default=2048, help="batch = max(1, tokens // L)"
+        "--tokens", type=common.number(), default=2048, help="batch = max(1, tokens // L)"
     )
     parser.add_argument(
         "--bf16-tokens",
-        type=_bench.number(),
+        type=common.number(),
         default=None,
         help="--tokens for bf16 (CPU default: 512)",
     )
     parser.add_argument(
         "--mem-lengths",
-        type=_bench.number(),
+        type=common.number(),
         nargs="+",
         default=[2048],
         help="L with peak memory (CUDA: all)",
@@ -246,15 +248,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
     parser.add_argument("--no-backends", action="store_true", help="skip sdpa:<backend> rows")
     parser.add_argument(
-        "--warmup", type=_bench.number(low=0), default=None, help="rounds after the first call"
+        "--warmup", type=common.number(low=0), default=None, help="rounds after the first call"
     )
     parser.add_argument(
-        "--repeats", type=_bench.number(), default=None, help="timed rounds per case"
+        "--repeats", type=common.number(), default=None, help="timed rounds per case"
     )
-    _bench.add_profile_args(parser, "forward+backward per case and module")
+    common.add_profile_args(parser, "forward+backward per case and module")
     parser.add_argument("--_memory-child", dest="memory_child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    _bench.check_heads(parser, args.d_model, args.heads or GRID_HEADS)
+    common.check_heads(parser, args.d_model, args.heads or GRID_HEADS)
     return args
 
 
@@ -313,18 +315,18 @@ def run_case(case: Case, args, device) -> list[dict]:
     impls, warmup, repeats = case_settings(case, args, device)
     rows = {impl: {**asdict(case), "impl": impl, "repeats": repeats} for impl in impls}
     runners = make_runners(case, rows, args, device)
-    fwd = _bench.interleaved({k: r.forward for k, r in runners.items()}, device, warmup, repeats)
-    fwd_bwd = _bench.interleaved(
+    fwd = common.interleaved({k: r.forward for k, r in runners.items()}, device, warmup, repeats)
+    fwd_bwd = common.interleaved(
         {k: r.forward_backward for k, r in runners.items()}, device, warmup, repeats
     )
     for impl in runners:
-        rows[impl]["fwd_ms"] = 1e3 * _bench.median(fwd[impl])
-        rows[impl]["fwd_bwd_ms"] = 1e3 * _bench.median(fwd_bwd[impl])
+        rows[impl]["fwd_ms"] = 1e3 * common.median(fwd[impl])
+        rows[impl]["fwd_bwd_ms"] = 1e3 * common.median(fwd_bwd[impl])
         rows[impl]["fwd_bwd_ms_runs"] = [1e3 * t for t in fwd_bwd[impl]]
     if args.profile:
         fns = {k: r.forward_backward for k, r in runners.items()}
         title = f"{case}, forward+backward, "
-        for impl, ops in _bench.profile_ops(fns, device, args.profile_rows, title).items():
+        for impl, ops in common.profile_ops(fns, device, args.profile_rows, title).items():
             rows[impl]["profile"] = ops
     measure_memory = device.type == "cuda" or case.length in args.mem_lengths
     for impl in runners if measure_memory else ():
@@ -335,8 +337,8 @@ def run_case(case: Case, args, device) -> list[dict]:
     del runners
     torch_row, manual_row = rows.get("torch", {}), rows.get("manual", {})
     for row in rows.values():
-        row["fwd_bwd_vs_torch"] = _bench.ratio(row.get("fwd_bwd_ms"), torch_row.get("fwd_bwd_ms"))
-        row["mem_vs_manual"] = _bench.ratio(row.get("fwd_bwd_mb"), manual_row.get("fwd_bwd_mb"))
+        row["fwd_bwd_vs_torch"] = common.ratio(row.get("fwd_bwd_ms"), torch_row.get("fwd_bwd_ms"))
+        row["mem_vs_manual"] = common.ratio(row.get("fwd_bwd_mb"), manual_row.get("fwd_bwd_mb"))
     return list(rows.values())
 
 
@@ -357,7 +359,7 @@ def summarise(rows: list[dict]) -> dict:
     mem_cases.sort(key=lambda item: (item[0][1] != REFERENCE_HEADS, item[0][1]))
     mem = mem_cases[0][1]["sdpa"]["mem_vs_manual"] if mem_cases else None
     return {
-        "mha_fwd_bwd_time_sdpa_vs_torch": _bench.geomean(time_ratios),
+        "mha_fwd_bwd_time_sdpa_vs_torch": common.geomean(time_ratios),
         "peak_mem_2048_sdpa_vs_manual": mem,
     }
 
@@ -384,19 +386,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.memory_child:
         print(json.dumps(memory_child(json.loads(args.memory_child))))
         return {}
-    with _bench.Session(args) as session:
+    with common.Session(args) as session:
         device = session.device
         rows = []
         for case in grid(args, device):
             case_rows = run_case(case, args, device)
-            _bench.print_table(case_rows, COLUMNS[5:], title=f"\n{case}")
+            common.print_table(case_rows, COLUMNS[5:], title=f"\n{case}")
             rows += case_rows
         summary = summarise(rows)
         print()
-        _bench.print_table(rows, COLUMNS, title=f"MultiHeadAttention, d_model={args.d_model}")
-        _bench.print_summary(summary, TARGETS)
-        result = _bench.report(
-            "bench_attention",
+        common.print_table(rows, COLUMNS, title=f"MultiHeadAttention, d_model={args.d_model}")
+        common.print_summary(summary, TARGETS)
+        result = common.report(
+            "attention",
             argv,
             args,
             device,
@@ -408,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536",
             rows=rows,
         )
-    _bench.write_json(args.json, result)
+    common.write_json(args.json, result)
     return result
 
 

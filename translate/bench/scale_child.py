@@ -1,8 +1,8 @@
-"""The stages of ``scripts/rehearse_scale.py`` that run inside one process each, so that each
+"""The stages of ``translate/bench/scale.py`` that run inside one process each, so that each
 has a peak resident size of its own (``VmHWM``, read through the package's
 :func:`translate.runtime.peak_memory_mb`).
 
-    python scripts/_rehearse_child.py STAGE '<params as JSON>'
+    python -m translate.bench.scale_child STAGE '<params as JSON>'
 
 prints the stage's result as one ``RESULT {...}`` line on stdout (logs go to stderr). Every
 stage builds what it works with through the package's own entry points: the ``iwslt2017``
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import torch
-from _rehearse_common import cache_mb, recipe, rss_mb, setup_run
-from _rehearse_host import stage_host, stage_syncs
 
+from translate.bench.scale_common import cache_mb, recipe, rss_mb, setup_run
+from translate.bench.scale_host import stage_host, stage_syncs
 from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.tokenizer import text_fingerprint, train_or_load_tokenizer
 from translate.errors import UserError

@@ -2,7 +2,7 @@
 medians, a ``torch.profiler`` operator breakdown, the machine's own large-GEMM reference
 (:class:`Gemm`), a plain-text table, and the JSON report with the machine it ran on. Timing a
 call, the rounds' order and the machine's description are the package's
-(:mod:`translate.runtime`), which ``ablation_speed.py`` uses too.
+(:mod:`translate.runtime`), which ``python -m translate.ablation speed`` uses too.
 
 The scripts import it as a sibling module: Python puts a script's own folder on ``sys.path``.
 The package itself comes from the environment (``pip install -e .``).
@@ -31,7 +31,7 @@ from translate.runtime import (
     timed,
 )
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout: conf/, outputs/, git
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: conf/, outputs/, git
 
 # Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), for the model FLOPs utilisation estimate.
 BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
@@ -322,19 +322,20 @@ def bf16_peak_tflops(device: torch.device) -> float | None:
 
 
 def report(
-    script: str,
+    name: str,
     argv: Sequence[str],
     args: argparse.Namespace,
     device: torch.device,
     summary: dict,
     **sections,
 ) -> dict:
-    """The JSON document: ``summary`` first, then the machine, the command and the sections."""
+    """The JSON document of ``python -m translate.bench.<name>``: ``summary`` first, then the
+    machine, the command and the sections."""
     return {
         "summary": summary,
-        "benchmark": script,
+        "benchmark": name,
         "machine": machine(device),
-        "command": shlex.join(["python", f"scripts/{script}.py", *argv]),
+        "command": shlex.join(["python", "-m", f"translate.bench.{name}", *argv]),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         **sections,
     }

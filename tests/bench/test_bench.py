@@ -1,10 +1,10 @@
-"""The benchmark scripts' machinery at tiny sizes: they run, print and write well-formed JSON
-with the ``summary`` ratios. No timing assertions: numbers from a shared CPU mean nothing here."""
+"""The benchmarks' machinery (``python -m translate.bench.*``) at tiny sizes: they run, print
+and write well-formed JSON with the ``summary`` ratios. No timing assertions: numbers from a
+shared CPU mean nothing here."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import subprocess
@@ -16,12 +16,12 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
+from translate.bench import attention as bench_attention
+from translate.bench import decode as bench_decode
+from translate.bench import train as bench_train
 from translate.data.batching import length_sorted_batches, padding_ratio
 from translate.nn.model import TokenEmbedding
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = ROOT / "scripts"
-NAMES = ("_bench", "_bench_ct2", "bench_attention", "bench_train", "bench_decode")
 TINY_TRAIN = [
     "--quick", "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64",
     "--vocab", "100", "--max-tokens", "128", "--warmup", "1", "--threads", "1",
@@ -29,23 +29,9 @@ TINY_TRAIN = [
 ]  # fmt: skip
 
 
-def load_script(name: str):
-    """A script as a module, from its file; registered under its name first, so the scripts'
-    ``import _bench`` finds the sibling loaded before them (no ``sys.path`` change)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def scripts():
-    try:
-        yield {name: load_script(name) for name in NAMES}
-    finally:
-        for name in NAMES:
-            sys.modules.pop(name, None)
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = {"bench_attention": bench_attention, "bench_train": bench_train}
+MODULES["bench_decode"] = bench_decode
 
 
 def check_report(path: Path, result: dict, keys: set[str], script: str) -> dict:
@@ -57,15 +43,15 @@ def check_report(path: Path, result: dict, keys: set[str], script: str) -> dict:
     machine = written["machine"]
     assert machine["torch"] == torch.__version__
     assert {"date", "device_name", "threads"} <= set(machine)
-    assert written["command"].startswith(f"python scripts/{script}.py")
+    assert written["command"].startswith(f"python -m translate.bench.{script}")
     assert written["rows"]
     return written
 
 
-def test_bench_attention_tiny(scripts, tmp_path, capsys):
+def test_bench_attention_tiny(tmp_path, capsys):
     out = tmp_path / "attention.json"
     threads = torch.get_num_threads()
-    result = scripts["bench_attention"].main(
+    result = bench_attention.main(
         [
             "--d-model", "32", "--heads", "2", "--lengths", "16", "2048", "--tokens", "64",
             "--repeats", "1", "--warmup", "0", "--threads", "1", "--json", str(out),
@@ -76,7 +62,7 @@ def test_bench_attention_tiny(scripts, tmp_path, capsys):
         out,
         result,
         {"mha_fwd_bwd_time_sdpa_vs_torch", "peak_mem_2048_sdpa_vs_manual"},
-        "bench_attention",
+        "attention",
     )
     impls = {row["impl"] for row in written["rows"]}
     assert {"torch", "manual", "sdpa", "sdpa:math"} <= impls
@@ -87,9 +73,9 @@ def test_bench_attention_tiny(scripts, tmp_path, capsys):
     assert "fwd+bwd MiB" in capsys.readouterr().out
 
 
-def test_bench_train_tiny(scripts, tmp_path, capsys):
+def test_bench_train_tiny(tmp_path, capsys):
     out = tmp_path / "train.json"
-    result = scripts["bench_train"].main(
+    result = bench_train.main(
         [
             "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--vocab", "100",
             "--max-tokens", "128", "--batches", "2", "--rounds", "2", "--warmup", "1",
@@ -104,7 +90,7 @@ def test_bench_train_tiny(scripts, tmp_path, capsys):
             "train_tokens_per_s_manual_vs_torch",
             "train_matmul_efficiency",
         },
-        "bench_train",
+        "train",
     )
     rows = {row["impl"]: row for row in written["rows"]}
     assert set(rows) == {"torch", "manual", "sdpa"}
@@ -114,9 +100,9 @@ def test_bench_train_tiny(scripts, tmp_path, capsys):
     assert "vs torch" in capsys.readouterr().out
 
 
-def test_bench_decode_tiny(scripts, tmp_path):
+def test_bench_decode_tiny(tmp_path):
     out = tmp_path / "decode.json"
-    result = scripts["bench_decode"].main(
+    result = bench_decode.main(
         [
             "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--vocab", "100",
             "--sentences", "5", "--batch-size", "2", "--rounds", "1", "--warmup", "0",
@@ -128,7 +114,7 @@ def test_bench_decode_tiny(scripts, tmp_path):
         "greedy_cache_speed_ratio_kv1_vs_kv2",
         "beam5_speed_ratio_kv1_vs_kv2",
     }
-    written = check_report(out, result, {"greedy_cache_speedup", *kv_keys}, "bench_decode")
+    written = check_report(out, result, {"greedy_cache_speedup", *kv_keys}, "decode")
     cached = [r for r in written["rows"] if r["mode"] == "greedy_cache"]
     assert len(cached) == 2 and all(r["same_output"] for r in cached)
     assert {r["mode"] for r in written["rows"]} == {"greedy_no_cache", "greedy_cache", "beam5"}
@@ -156,10 +142,10 @@ def check_kv_rows(written: dict, heads: int) -> None:
     )
 
 
-def test_scripts_run_from_the_command_line(tmp_path):
+def test_benchmarks_run_from_the_command_line(tmp_path):
     out = tmp_path / "decode.json"
     cmd = [
-        sys.executable, str(SCRIPTS / "bench_decode.py"), "--d-model", "16", "--heads", "2",
+        sys.executable, "-m", "translate.bench.decode", "--d-model", "16", "--heads", "2",
         "--layers", "1", "--d-ff", "32", "--vocab", "50", "--sentences", "2", "--rounds", "1",
         "--threads", "1", "--json", str(out),
     ]  # fmt: skip
@@ -177,10 +163,10 @@ def check_profile(profile: dict, names: set[str], rows: int) -> None:
         assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
 
 
-def test_bench_train_cpu_time_and_profile(scripts, tmp_path, capsys):
+def test_bench_train_cpu_time_and_profile(tmp_path, capsys):
     out = tmp_path / "train.json"
     argv = [*TINY_TRAIN, "--cpu-time", "--profile", "--profile-rows", "5", "--json", str(out)]
-    scripts["bench_train"].main(argv)
+    bench_train.main(argv)
     written = json.loads(out.read_text())
     rows = {row["impl"]: row for row in written["rows"]}
     for row in rows.values():
@@ -195,9 +181,8 @@ def test_bench_train_cpu_time_and_profile(scripts, tmp_path, capsys):
     assert "CPU vs torch" in printed and "torch.profiler" in printed
 
 
-def test_bench_train_uses_the_package(scripts):
+def test_bench_train_uses_the_package():
     """The optimiser comes from conf/optim and the baseline from translate.nn's embedding."""
-    bench_train = scripts["bench_train"]
     optim = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/optim/adam_inverse_sqrt.yaml"))
     args = bench_train.parse_args(TINY_TRAIN)
     assert dataclasses.asdict(bench_train.load_optim(args.optim)) == optim
@@ -207,20 +192,19 @@ def test_bench_train_uses_the_package(scripts):
     assert baseline(src, src[:, :3]).shape == (2, 3, 100)
 
 
-def test_bench_train_synthetic_batches_are_as_full_as_in_training(scripts):
+def test_bench_train_synthetic_batches_are_as_full_as_in_training():
     """The default batches (2,048 tokens) are full ones, cut from a Multi30k-sized pool, so
     their padding is what training sees on the real corpus (about 97% real tokens), not the
     coarse buckets of a small pool."""
-    bench_train = scripts["bench_train"]
     batches = bench_train.synthetic_batches(bench_train.parse_args(["--batches", "8"]), 5000)
     assert len(batches) == 8
     assert all(b.src.numel() >= 1024 or b.tgt_in.numel() >= 1024 for b in batches)
     assert padding_ratio(batches)["all"] > 0.93
 
 
-def test_bench_train_runs_without_cpu_time_or_profile(scripts, tmp_path, capsys):
+def test_bench_train_runs_without_cpu_time_or_profile(tmp_path, capsys):
     out = tmp_path / "train.json"
-    scripts["bench_train"].main([*TINY_TRAIN, "--models", "torch", "sdpa", "--json", str(out)])
+    bench_train.main([*TINY_TRAIN, "--models", "torch", "sdpa", "--json", str(out)])
     written = json.loads(out.read_text())
     assert "profile" not in written
     assert all("cpu_tokens_per_s" not in row for row in written["rows"])
@@ -252,11 +236,10 @@ def check_efficiency_and_padding(written: dict, printed: str) -> None:
     assert "real/padded tokens: src" in printed
 
 
-def test_bench_train_flops_count_every_matmul(scripts):
+def test_bench_train_flops_count_every_matmul():
     """train_flops against torch's own count of one training step of the manual model, whose
     attention is plain matmuls: projections, feed-forward, Q K^T, A V, the vocabulary
     projection over the real targets, forward and backward."""
-    bench_train = scripts["bench_train"]
     args = bench_train.parse_args([*TINY_TRAIN, "--models", "manual"])
     batches, vocab = bench_train.load_batches(args)
     optim = bench_train.load_optim(args.optim)
@@ -267,9 +250,9 @@ def test_bench_train_flops_count_every_matmul(scripts):
         assert counter.get_total_flops() == bench_train.train_flops(batch, args, vocab)
 
 
-def test_bench_attention_profile(scripts, tmp_path, capsys):
+def test_bench_attention_profile(tmp_path, capsys):
     out = tmp_path / "attention.json"
-    scripts["bench_attention"].main(
+    bench_attention.main(
         [
             "--quick", "--d-model", "32", "--heads", "2", "--lengths", "16", "--tokens", "64",
             "--repeats", "1", "--warmup", "0", "--threads", "1", "--profile", "--profile-rows",
@@ -281,10 +264,10 @@ def test_bench_attention_profile(scripts, tmp_path, capsys):
     assert "forward+backward, sdpa: torch.profiler" in capsys.readouterr().out
 
 
-def test_bench_decode_batches_as_the_translator(scripts, tmp_path):
+def test_bench_decode_batches_as_the_translator(tmp_path):
     """Length-sorted batches from translate.data.batching, over the sources with their EOS."""
     out = tmp_path / "decode.json"
-    scripts["bench_decode"].main(
+    bench_decode.main(
         [
             "--quick", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
             "--vocab", "50", "--sentences", "9", "--max-tokens", "60", "--rounds", "1",
@@ -292,7 +275,7 @@ def test_bench_decode_batches_as_the_translator(scripts, tmp_path):
         ]
     )  # fmt: skip
     written = json.loads(out.read_text())
-    sources = scripts["bench_decode"].synthetic_sources(9, 50, seed=0)
+    sources = bench_decode.synthetic_sources(9, 50, seed=0)
     expected = length_sorted_batches([len(s) + 1 for s in sources], None, 60)
     assert written["batch_sizes"] == [len(b) for b in expected]
     assert len(expected) > 1
@@ -308,12 +291,12 @@ def ct2_argv(trained_run, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def test_bench_decode_against_ctranslate2(scripts, trained_run, tmp_path, capsys):
+def test_bench_decode_against_ctranslate2(trained_run, tmp_path, capsys):
     """Ours and the checkpoint's float32 and int8 exports, greedy and beam, at 1 and 2 threads,
     batch 1 and the evaluation batch: every row, the summary ratios, and greedy agreeing."""
     pytest.importorskip("ctranslate2")
     out = tmp_path / "decode.json"
-    scripts["bench_decode"].main(ct2_argv(trained_run, out))
+    bench_decode.main(ct2_argv(trained_run, out))
     written = json.loads(out.read_text())
     summary, ct2 = written["summary"], written["ct2"]
     engines = ("ours", "ct2 float32", "ct2 int8")
@@ -335,17 +318,17 @@ def test_bench_decode_against_ctranslate2(scripts, trained_run, tmp_path, capsys
     assert "against CTranslate2" in capsys.readouterr().out
 
 
-def test_bench_decode_without_ctranslate2_says_so(scripts, trained_run, tmp_path, monkeypatch):
+def test_bench_decode_without_ctranslate2_says_so(trained_run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if it were not installed
     out = tmp_path / "decode.json"
-    result = scripts["bench_decode"].main(ct2_argv(trained_run, out))
+    result = bench_decode.main(ct2_argv(trained_run, out))
     assert 'pip install -e ".[ct2]"' in result["ct2"]["skipped"]
     assert set(json.loads(out.read_text())["summary"]) == {"greedy_cache_speedup"}
 
 
-def test_bench_decode_ct2_needs_a_checkpoint(scripts, capsys):
+def test_bench_decode_ct2_needs_a_checkpoint(capsys):
     with pytest.raises(SystemExit):
-        scripts["bench_decode"].parse_args(["--ct2"])
+        bench_decode.parse_args(["--ct2"])
     assert "give --checkpoint" in capsys.readouterr().err
 
 
@@ -365,11 +348,11 @@ def test_bench_decode_ct2_needs_a_checkpoint(scripts, capsys):
         ("bench_attention", ["--lengths", "0"], "argument --lengths: 0 must be >= 1"),
     ],
 )
-def test_bad_arguments_are_refused_before_any_work(scripts, capsys, script, argv, says):
+def test_bad_arguments_are_refused_before_any_work(capsys, script, argv, says):
     """Before, --heads 3 (and --threads 0, --device gpu, ...) ended in a traceback from inside
     the model or torch; now argparse's one error line, exit 2."""
     with pytest.raises(SystemExit) as stopped:
-        scripts[script].parse_args(argv)
+        MODULES[script].parse_args(argv)
     assert stopped.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 1 and says in errors[0], errors
@@ -379,7 +362,7 @@ def test_bench_train_with_a_bad_optim_file_is_one_line(tmp_path):
     optim = tmp_path / "optim.yaml"
     optim.write_text("lr: abc\n")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench_train.py"), "--optim", str(optim)],
+        [sys.executable, "-m", "translate.bench.train", "--optim", str(optim)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr

@@ -1,5 +1,4 @@
-#!/usr/bin/env python
-"""Time a heads sweep's models side by side: ``python scripts/ablation_speed.py <sweep_dir>``.
+"""Time a heads sweep's models side by side: ``python -m translate.ablation speed <sweep_dir>``.
 
 Loads every completed job's scored checkpoint into this one process and measures, in rounds
 that visit every job in turn (a rotated order each round), batch-1 latency (greedy and beam),
@@ -8,8 +7,8 @@ batched sentences/s and training tokens/s, plus peak memory on CUDA; medians ove
 exported (float32) into a temporary folder and timed in the same rounds, at as many threads as
 torch (``--threads``); ``--no-ct2``, or ``ctranslate2`` not installed, leaves it out. Writes
 ``ablation_speed.json`` into the sweep dir (or ``--json``), where
-``scripts/ablation_report.py`` takes the report's speed columns from. Exits 2 with a one-line
-error when the sweep dir does not exist or has no completed job.
+``python -m translate.ablation report`` takes the report's speed columns from. Exits 2 with a
+one-line error when the sweep dir does not exist or has no completed job.
 """
 
 from __future__ import annotations
@@ -17,12 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-import _bench
 import torch
 
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
 from translate.analysis.speed_file import ratio_key, shown_metrics
+from translate.bench import common
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.runtime import keep_freed_memory
 from translate.training.step import Trainer
@@ -63,8 +62,8 @@ def format_table(payload: dict) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
     parser.add_argument("--rounds", type=int, default=DEFAULTS.rounds, help="default %(default)s")
     parser.add_argument(
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-ct2", action="store_true", help="leave out CTranslate2's batch-1 latency"
     )
-    _bench.add_malloc_arg(parser)
+    common.add_malloc_arg(parser)
     args = parser.parse_args(argv)
     if args.threads:  # recorded in the file's machine section
         torch.set_num_threads(args.threads)
@@ -122,7 +121,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

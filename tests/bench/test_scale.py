@@ -1,7 +1,7 @@
-"""scripts/rehearse_scale.py's machinery on a small generated corpus: the data stages run in
-processes of their own and land in the JSON, a second run of other stages keeps the first's
-sections, and the host-side arithmetic (where an update's time goes, growth exponents). No
-timing assertions: numbers from a shared CPU mean nothing here."""
+"""``python -m translate.bench.scale``'s machinery on a small generated corpus: the data stages run
+in processes of their own and land in the JSON, a second run of other stages keeps the first's
+sections, and the host-side arithmetic (where an update's time goes, growth exponents). No timing
+assertions: numbers from a shared CPU mean nothing here."""
 
 from __future__ import annotations
 
@@ -10,22 +10,14 @@ import subprocess
 import sys
 
 import pytest
-from scale_fixture import ROOT, SCRIPTS, load_script, make_corpus
+from scale_fixture import ROOT, make_corpus
 
-
-@pytest.fixture(scope="module")
-def modules():
-    names = ("_bench", "_rehearse_common", "_rehearse_host", "_rehearse_report")
-    try:
-        yield {name: load_script(name) for name in names}
-    finally:
-        for name in names:
-            sys.modules.pop(name, None)
+from translate.bench import scale_host, scale_report
 
 
 def rehearse(corpus, work, out, *stages: str) -> subprocess.CompletedProcess:
     cmd = [
-        sys.executable, str(SCRIPTS / "rehearse_scale.py"), "--data", str(corpus),
+        sys.executable, "-m", "translate.bench.scale", "--data", str(corpus),
         "--work", str(work), "--json", str(out), "--stages", ",".join(stages),
         "--threads", "1", "--sample-sentences", "1000", "--sync-updates", "2",
         "--override", "data.tokenizer.vocab_size=600",
@@ -71,8 +63,8 @@ def test_data_stages_then_syncs_fill_one_json(tmp_path):
     assert "first_update_cold_s = -" in proc.stdout  # not run: said, not made up
 
 
-def test_where_an_update_goes_is_the_steady_window_split_by_part(modules):
-    host = modules["_rehearse_host"]
+def test_where_an_update_goes_is_the_steady_window_split_by_part():
+    host = scale_host
     events = []
     for i in range(6):  # update i: 1 ms of batches (0.5 of it collate), then 8 ms of step
         t = 10.0 * i
@@ -90,8 +82,8 @@ def test_where_an_update_goes_is_the_steady_window_split_by_part(modules):
         host._breakdown(events, skip=5)
 
 
-def test_growth_exponent_is_one_for_a_linear_stage_and_two_for_a_quadratic_one(modules):
-    report = modules["_rehearse_report"]
+def test_growth_exponent_is_one_for_a_linear_stage_and_two_for_a_quadratic_one():
+    report = scale_report
     scaling = {
         str(n): {"tokenizer": {"train_s": 0.01 * n}, "data": {"load_s": 1e-6 * n * n}}
         for n in (1000, 4000, 8000)

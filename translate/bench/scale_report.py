@@ -1,4 +1,4 @@
-"""The rehearsal's summary and tables (``scripts/rehearse_scale.py``), from its stage sections:
+"""The rehearsal's summary and tables (``translate/bench/scale.py``), from its stage sections:
 the goals' numbers, one line per stage, where a host update's time goes, the value reads per
 update, and how each data stage's time grows with the corpus."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-import _bench
+from translate.bench import common
 
 
 def _get(done: dict, *keys):
@@ -97,13 +97,13 @@ def _stage_rows(done: dict) -> list[dict]:
         add(f"data, {name}", d.get("load_s"), d or None, notes)
     for name in ("cold", "cached"):
         s = _get(done, "start", name) or {}
-        notes = f"setup done at {_bench.fmt(s.get('setup_done_at_s'))} s"
+        notes = f"setup done at {common.fmt(s.get('setup_done_at_s'))} s"
         add(f"command to 1st update, {name}", s.get("first_update_s"), s or None, notes)
     d = done.get("d512")
     if d:
         notes = (
-            f"{_bench.fmt(d.get('tokens_per_s'), '.0f')} tokens/s, checkpoint save "
-            f"{_bench.fmt(d.get('checkpoint_save_s'))} s"
+            f"{common.fmt(d.get('tokens_per_s'), '.0f')} tokens/s, checkpoint save "
+            f"{common.fmt(d.get('checkpoint_save_s'))} s"
         )
         add("d512, s/update", d.get("s_per_update"), d, notes)
     for role in ("valid", "test"):
@@ -112,8 +112,8 @@ def _stage_rows(done: dict) -> list[dict]:
             continue
         for r in node.get("runs") or [{"beam": "-", "error": node.get("error")}]:
             notes = (
-                f"{node.get('sentences')} sentences, {_bench.fmt(r.get('ms_per_sentence'))} "
-                f"ms/sentence, output {_bench.fmt(r.get('mean_output_len'))} tokens"
+                f"{node.get('sentences')} sentences, {common.fmt(r.get('ms_per_sentence'))} "
+                f"ms/sentence, output {common.fmt(r.get('mean_output_len'))} tokens"
             )
             add(f"decode {role}, beam {r['beam']}", r.get("seconds"), {**node, **r}, notes)
     for stage in ("ddp", "sweep"):
@@ -130,26 +130,26 @@ def _stage_rows(done: dict) -> list[dict]:
 
 def print_tables(done: dict) -> None:
     cols = [("stage", "stage", ""), ("s", "seconds", ".3g"), ("peak", "peak RSS MiB", ".0f")]
-    _bench.print_table(_stage_rows(done), cols + [("notes", "notes", "")], title="\nStages")
+    common.print_table(_stage_rows(done), cols + [("notes", "notes", "")], title="\nStages")
     host = done.get("host") or {}
     if host.get("rows"):
         title = (
             f"\nHost side, tiny model at {host.get('max_tokens')} tokens/batch: "
-            f"{_bench.fmt(host.get('updates_per_s'))} updates/s, "
-            f"{_bench.fmt(host.get('loop_updates_per_s'))} without the step"
+            f"{common.fmt(host.get('updates_per_s'))} updates/s, "
+            f"{common.fmt(host.get('loop_updates_per_s'))} without the step"
         )
         cols = [("part", "part", ""), ("ms_per_update", "ms/update", ".3g")]
         cols += [("share", "share", ".1%"), ("inside", "inside", "")]
-        _bench.print_table(host["rows"], cols, title=title)
+        common.print_table(host["rows"], cols, title=title)
     syncs = done.get("syncs") or {}
     if syncs.get("rows"):
         title = (
             f"\nValue reads and copies per update ({syncs.get('syncs_per_update')} synchronise "
             f"on CUDA); {syncs.get('ops_per_update')} operators/update at "
-            f"{_bench.fmt(syncs.get('dispatch_us_per_op'))} us to dispatch"
+            f"{common.fmt(syncs.get('dispatch_us_per_op'))} us to dispatch"
         )
         cols = [("op", "op", ""), ("where", "where", ""), ("per_update", "per update", ".3g")]
-        _bench.print_table(syncs["rows"], cols + [("sync_on_cuda", "sync on CUDA", "")], title)
+        common.print_table(syncs["rows"], cols + [("sync_on_cuda", "sync on CUDA", "")], title)
     _print_scaling(done.get("scaling") or {})
 
 
@@ -179,4 +179,4 @@ def _print_scaling(scaling: dict) -> None:
         for stage, key in (("tokenizer", "train_s"), ("data", "load_s"))
         for a, b, e in growth(scaling, stage, key)
     ]
-    _bench.print_table(rows, cols, title="\nScaling; time ~ pairs^e: " + "; ".join(exps))
+    common.print_table(rows, cols, title="\nScaling; time ~ pairs^e: " + "; ".join(exps))

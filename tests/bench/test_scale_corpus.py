@@ -1,5 +1,5 @@
-"""scripts/make_scale_corpus.py: deterministic, on its length target, prefix-stable, read by the
-iwslt2017 recipe as a release folder; and the recipe's data stages (tokenizer, encoding,
+"""``python -m translate.bench.scale_corpus``: deterministic, on its length target, prefix-stable,
+read by the iwslt2017 recipe as a release folder; and the recipe's data stages (tokenizer, encoding,
 batches) on a few thousand generated pairs. The real Multi30k and IWSLT dev set only in the
 integration test, skipped without ../shared/data."""
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import compose_config
-from scale_fixture import ROOT, load_script, make_corpus, synthetic_dev
+from scale_fixture import ROOT, make_corpus, synthetic_dev
 
+from translate.bench import scale_corpus
 from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.iwslt import IwsltRelease
 from translate.data.sources import sample_dir
@@ -26,8 +27,7 @@ SHARED = ROOT.parent / "shared" / "data"
 
 @pytest.fixture(scope="module")
 def script():
-    yield load_script("make_scale_corpus")
-    sys.modules.pop("make_scale_corpus", None)
+    return scale_corpus
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -118,7 +118,7 @@ def test_the_recipe_data_stages_run_on_a_few_thousand_pairs(tmp_path):
 
 def test_the_command_prints_the_length_table_and_errors_in_one_line(tmp_path):
     dev = synthetic_dev(tmp_path / "dev.jsonl")
-    cmd = [sys.executable, str(ROOT / "scripts" / "make_scale_corpus.py"), "--pairs", "200"]
+    cmd = [sys.executable, "-m", "translate.bench.scale_corpus", "--pairs", "200"]
     cmd += ["--test-pairs", "12", "--dev", str(dev)]
     ok = subprocess.run(
         cmd + ["--out", str(tmp_path / "out"), "--multi30k", str(sample_dir())],
