@@ -1,7 +1,7 @@
 """Write the built-in sample corpus (``data=sample``): German-English pairs from our own word lists
 and sentence templates, with German conjugation, case, gender and adjective endings done right.
 
-    python scripts/make_sample_corpus.py            # rewrites translate/resources/sample/
+    python -m translate.data.sample_corpus          # rewrites translate/resources/sample/
 
 The output depends only on ``--seed`` and the sizes. Every German sentence appears once in the
 whole corpus, and no validation or test pair shares its German or its English with a training pair.
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "translate" / "resources" / "sample"
+OUT = Path(__file__).resolve().parents[1] / "resources" / "sample"
 
 # ------------------------------------------------------------------------ word lists
 
@@ -582,14 +582,16 @@ def generate(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, str]
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m translate.data.sample_corpus", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--train", type=int, default=3000)
     parser.add_argument("--validation", type=int, default=200)
     parser.add_argument("--test", type=int, default=200)
     parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = {"train": args.train, "validation": args.validation, "test": args.test}
     args.out.mkdir(parents=True, exist_ok=True)
     for split, pairs in generate(args.seed, sizes).items():
