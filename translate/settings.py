@@ -117,9 +117,19 @@ def build(cls, node: Any, name: str):
     if missing:
         raise UserError(f"config {name} lacks the key {_key(name, missing[0])}")
     settings = cls(**{k: _typed(v, hints[k], _key(name, k)) for k, v in values.items()})
+    _check_ranges(settings, name)
     if hasattr(settings, "validate"):
         settings.validate()
     return settings
+
+
+def _check_ranges(settings, name: str) -> None:
+    """Each field's own range, declared with it (``doc(..., check=positive)``); the checks
+    across fields are the dataclass's ``validate()``."""
+    for field in dataclasses.fields(settings):
+        check, value = field.metadata.get("check"), getattr(settings, field.name)
+        if check is not None and value is not None and not check.test(value):
+            raise UserError(f"{_key(name, field.name)}={value} must be {check.must}")
 
 
 # ------------------------------------------------------------------------ commands

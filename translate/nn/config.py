@@ -10,6 +10,7 @@ value with the command's key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +22,38 @@ from translate.nn.attention import IMPLS
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
-def doc(what: str, unit: str = "", values: str = "", key: bool = True, **kwargs: Any) -> Any:
+@dataclass(frozen=True)
+class Check:
+    """A range declared with a field (``doc(..., check=positive)``): ``--help`` shows
+    ``range``, and :func:`translate.settings.build` refuses a value that fails ``test`` with
+    ``<key>=<value> must be <must>``. None (no limit, or unset) is never tested."""
+
+    range: str
+    test: Callable[[Any], bool]
+    must: str
+
+
+positive = Check("> 0", lambda value: value > 0, "> 0")
+non_negative = Check(">= 0", lambda value: value >= 0, ">= 0")
+fraction = Check("[0, 1)", lambda value: 0 <= value < 1, "in [0, 1)")
+
+
+def doc(
+    what: str,
+    unit: str = "",
+    values: str = "",
+    key: bool = True,
+    check: Check | None = None,
+    **kwargs: Any,
+) -> Any:
     """A dataclass field that says what it means, its unit and its range of values (a group of
-    settings has neither). ``key``: False for a field a command fills in, which is no config
-    key. ``kwargs`` go to :func:`dataclasses.field` (``default=``). Here, at the bottom of the
-    package, so the model's config and every settings group (:mod:`translate.schema`) share it."""
-    metadata = {"help": what, "unit": unit, "range": values, "key": key}
+    settings has neither). ``check``: the range the value must lie in, shown before ``values``
+    (which then adds to it: ``"; null = no limit"``). ``key``: False for a field a command fills
+    in, which is no config key. ``kwargs`` go to :func:`dataclasses.field` (``default=``).
+    Here, at the bottom of the package, so the model's config and every settings group
+    (:mod:`translate.schema`) share it."""
+    shown = (check.range if check else "") + values
+    metadata = {"help": what, "unit": unit, "range": shown, "key": key, "check": check}
     return field(metadata=metadata, **kwargs)
 
 
@@ -35,7 +62,8 @@ class TransformerConfig:
     d_model: int = doc(
         "width of the embeddings, of every attention and of the residual stream",
         "features",
-        "> 0, a multiple of model.num_heads",
+        ", a multiple of model.num_heads",
+        check=positive,
         default=512,
     )
     num_heads: int = doc(
@@ -44,20 +72,22 @@ class TransformerConfig:
         ">= 1, a divisor of model.d_model",
         default=8,
     )
-    num_encoder_layers: int = doc("encoder layers", "layers", "> 0", default=2)
-    num_decoder_layers: int = doc("decoder layers", "layers", "> 0", default=2)
-    d_ff: int = doc("inner width of each feed-forward block", "features", "> 0", default=2048)
+    num_encoder_layers: int = doc("encoder layers", "layers", check=positive, default=2)
+    num_decoder_layers: int = doc("decoder layers", "layers", check=positive, default=2)
+    d_ff: int = doc(
+        "inner width of each feed-forward block", "features", check=positive, default=2048
+    )
     dropout: float = doc(
         "dropout on the embeddings and on each sublayer's output",
         "probability",
-        "[0, 1)",
+        check=fraction,
         default=0.1,
     )
     attention_dropout: float = doc(
-        "dropout on the attention weights", "probability", "[0, 1)", default=0.1
+        "dropout on the attention weights", "probability", check=fraction, default=0.1
     )
     activation_dropout: float = doc(
-        "dropout after the feed-forward activation", "probability", "[0, 1)", default=0.0
+        "dropout after the feed-forward activation", "probability", check=fraction, default=0.0
     )
     activation: str = doc(
         "the feed-forward activation", "name", " | ".join(ACTIVATIONS), default="relu"

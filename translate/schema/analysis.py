@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.schema.checks import doc, positive
+from translate.schema.checks import doc, non_negative, positive
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class DegenerateThresholds:
     max_offset: int = doc(
         "the relative offsets a self-attention head is tested for, -max_offset to +max_offset",
         "tokens",
-        ">= 0",
+        check=non_negative,
     )
 
 
@@ -45,11 +45,11 @@ class ImportanceSettings:
     bleu_sentences: int = doc(
         "also measure each head's BLEU drop on this many dev sentences (one decode per head)",
         "sentences",
-        ">= 0; 0 = off",
+        "; 0 = off",
+        check=non_negative,
     )
 
     def validate(self) -> None:
-        positive("analysis.importance.bleu_sentences", self.bleu_sentences, allow_zero=True)
         if self.metric not in ("loss", "bleu") or (
             self.metric == "bleu" and not self.bleu_sentences
         ):
@@ -62,7 +62,7 @@ class ImportanceSettings:
 @dataclass(frozen=True)
 class PruningSettings:
     bleu_sentences: int = doc(
-        "dev sentences decoded at each step of the pruning curve", "sentences", ">= 0"
+        "dev sentences decoded at each step of the pruning curve", "sentences", check=non_negative
     )
     fractions: list = doc(
         "the shares of all heads kept, least important masked first", "fractions", "each in [0, 1]"
@@ -75,25 +75,24 @@ class AnalysisSettings:
         "dev sentences translate.analyze measures: a fixed prefix of the split, so that models "
         "are compared on the same sentences",
         "sentences",
-        "> 0; null = the whole split",
+        "; null = the whole split",
+        check=positive,
     )
     summary_sentences: int = doc(
         "dev sentences of the head summary at the end of training (entropy and degenerate heads)",
         "sentences",
-        ">= 0; 0 = no summary",
+        "; 0 = no summary",
+        check=non_negative,
     )
-    max_tokens: int = doc("padded tokens per teacher-forced batch", "tokens", "> 0")
+    max_tokens: int = doc("padded tokens per teacher-forced batch", "tokens", check=positive)
     degenerate: DegenerateThresholds = doc("when a head counts as degenerate")
     importance: ImportanceSettings = doc(
         "how much worse the model gets when a head alone is masked (Michel et al. 2019)"
     )
     pruning: PruningSettings = doc("the BLEU curve as heads are masked")
-    beam_size: int = doc("beam of the importance and pruning BLEU", "hypotheses", "> 0; 1 = greedy")
-    heatmap_sentences: int = doc(
-        "dev sentences drawn per layer as attention heatmaps", "sentences", ">= 0"
+    beam_size: int = doc(
+        "beam of the importance and pruning BLEU", "hypotheses", "; 1 = greedy", check=positive
     )
-
-    def validate(self) -> None:
-        positive("analysis.max_tokens", self.max_tokens)
-        positive("analysis.beam_size", self.beam_size)
-        positive("analysis.summary_sentences", self.summary_sentences, allow_zero=True)
+    heatmap_sentences: int = doc(
+        "dev sentences drawn per layer as attention heatmaps", "sentences", check=non_negative
+    )

@@ -1,26 +1,16 @@
-"""What every settings group shares: :func:`doc`, which gives a field its help, and the range
-checks that make a bad value one readable line."""
+"""What every settings group shares: :func:`doc`, which gives a field its help and its range
+check (``positive``, ``non_negative``, ``fraction``), and :func:`choice` for ``validate()``."""
 
 from __future__ import annotations
 
 from translate.errors import UserError
 
-# doc lives with the model's config, which declares its fields with it and, in translate.nn,
-# imports nothing above it; every settings group imports it from here.
+# They live with the model's config, which declares its fields with them and, in translate.nn,
+# imports nothing above it; every settings group imports them from here.
 from translate.nn.config import doc as doc
-
-
-def positive(name: str, value, allow_none: bool = False, allow_zero: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if value is None or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise UserError(f"{name}={value} must be {bound}")
-
-
-def fraction(name: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:
-        raise UserError(f"{name}={value} must be in [0, 1)")
+from translate.nn.config import fraction as fraction
+from translate.nn.config import non_negative as non_negative
+from translate.nn.config import positive as positive
 
 
 def choice(name: str, value: str, choices) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.schema.checks import choice, doc, positive
+from translate.schema.checks import choice, doc, non_negative, positive
 
 ROLES = ("train", "valid", "test")
 
@@ -17,7 +17,7 @@ ROLES = ("train", "valid", "test")
 @dataclass(frozen=True)
 class TokenizerSettings:
     vocab_size: int = doc(
-        "size of the joint SentencePiece vocabulary of both languages", "subwords", "> 0"
+        "size of the joint SentencePiece vocabulary of both languages", "subwords", check=positive
     )
     model_type: str = doc("the SentencePiece model", "name", "unigram | bpe")
     character_coverage: float = doc(
@@ -29,37 +29,40 @@ class TokenizerSettings:
     input_sentence_size: int = doc(
         "train the tokenizer on a seeded sample of this many sentences",
         "sentences",
-        ">= 0; 0 = all",
+        "; 0 = all",
+        check=non_negative,
     )
     seed: int = doc("seed of that sample", "seed", "any integer")
 
     def validate(self) -> None:
-        positive("data.tokenizer.vocab_size", self.vocab_size)
         choice("data.tokenizer.model_type", self.model_type, ("unigram", "bpe"))
 
 
 @dataclass(frozen=True)
 class FilterSettings:
     max_src_len: int | None = doc(
-        "drop pairs whose source is longer (with its EOS)", "tokens", "> 0; null = no limit"
+        "drop pairs whose source is longer (with its EOS)",
+        "tokens",
+        "; null = no limit",
+        check=positive,
     )
     max_tgt_len: int | None = doc(
-        "drop pairs whose target is longer (with its BOS or EOS)", "tokens", "> 0; null = no limit"
+        "drop pairs whose target is longer (with its BOS or EOS)",
+        "tokens",
+        "; null = no limit",
+        check=positive,
     )
     max_len_ratio: float | None = doc(
         "drop pairs where one side has more than this many times the other's subwords",
         "ratio",
-        "> 0; null = no limit",
+        "; null = no limit",
+        check=positive,
     )
     roles: list = doc(
         "the roles filtered; the others are kept whole so that BLEU covers every sentence",
         "roles",
         "a list of train, valid, test",
     )
-
-    def validate(self) -> None:
-        for key in ("max_src_len", "max_tgt_len", "max_len_ratio"):
-            positive(f"data.filter.{key}", getattr(self, key), allow_none=True)
 
 
 @dataclass(frozen=True)
@@ -106,12 +109,14 @@ class DataSettings:
     max_tokens: int = doc(
         "training batch size, padded tokens per side",
         "tokens",
-        "> 0, >= data.filter.max_src_len and max_tgt_len",
+        ", >= data.filter.max_src_len and max_tgt_len",
+        check=positive,
     )
     eval_max_tokens: int = doc(
         "batch size of validation, test and decoding, padded tokens per side",
         "tokens",
-        "> 0, >= data.eval_max_len",
+        ", >= data.eval_max_len",
+        check=positive,
     )
     dir: str | None = doc(
         "multi30k, jsonl, sample: the folder of split files",
@@ -137,7 +142,7 @@ class DataSettings:
         "the longest sentence validation, test, evaluate and translate feed the model: longer "
         "sources are cut, longer pairs left out of the dev loss",
         "tokens (with EOS or BOS)",
-        "> 0",
+        check=positive,
         default=None,
     )
 
@@ -155,9 +160,6 @@ class DataSettings:
             raise UserError(f"data.splits has unknown roles {unknown}; use {', '.join(ROLES)}")
         if self.splits.get("train") is None:
             raise UserError("data.splits.train must name the training split")
-        for key in ("max_tokens", "eval_max_tokens"):
-            positive(f"data.{key}", getattr(self, key))
-        positive("data.eval_max_len", self.eval_max_len, allow_none=True)
         if self.eval_max_len is not None and self.eval_max_tokens < self.eval_max_len:
             raise UserError(
                 f"data.eval_max_tokens={self.eval_max_tokens} is smaller than the longest "

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.schema.checks import doc, positive
+from translate.schema.checks import doc, non_negative, positive
 
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    beam_size: int = doc("hypotheses kept per sentence", "hypotheses", "> 0; 1 = greedy search")
+    beam_size: int = doc(
+        "hypotheses kept per sentence", "hypotheses", "; 1 = greedy search", check=positive
+    )
     length_penalty: float = doc(
         "fairseq's --lenpen: a finished hypothesis scores sum(log p) / length ** length_penalty, "
         "the length counting the EOS",
@@ -20,12 +22,13 @@ class DecodeSettings:
     max_len_a: float = doc(
         "longest output = max_len_a * source length (tokens, with EOS) + max_len_b",
         "tokens per source token",
-        ">= 0",
+        check=non_negative,
     )
     max_len_b: int = doc(
         "longest output = max_len_a * source length + max_len_b",
         "tokens",
-        ">= 0; not both max_len_a and max_len_b 0",
+        "; not both max_len_a and max_len_b 0",
+        check=non_negative,
     )
 
     strategy: str = doc(
@@ -45,15 +48,12 @@ class DecodeSettings:
         return self.strategy
 
     def validate(self) -> None:
-        positive("decode.beam_size", self.beam_size)
         if self.strategy == "greedy" and self.beam_size != 1:
             raise UserError(
                 f"decode.strategy=greedy keeps one hypothesis, but decode.beam_size="
                 f"{self.beam_size}; add decode.beam_size=1 for greedy search, or set "
                 f"decode.strategy=beam for a beam of {self.beam_size}"
             )
-        positive("decode.max_len_a", self.max_len_a, allow_zero=True)
-        positive("decode.max_len_b", self.max_len_b, allow_zero=True)
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise UserError(
                 "decode.max_len_a and decode.max_len_b are both 0: nothing can be generated"

@@ -8,7 +8,7 @@ from translate.errors import UserError
 from translate.nn.attention import IMPLS, HeadLayoutError, check_heads
 from translate.nn.config import ACTIVATIONS, TransformerConfig
 from translate.nn.model import Seq2SeqTransformer
-from translate.schema.checks import choice, fraction, positive
+from translate.schema.checks import choice
 
 
 @dataclass(frozen=True)
@@ -17,13 +17,9 @@ class ModelSettings(TransformerConfig):
     checked with the command's keys."""
 
     def validate(self) -> None:
-        for key in ("d_model", "d_ff", "num_encoder_layers", "num_decoder_layers"):
-            positive(f"model.{key}", getattr(self, key))
         self._check_heads()
         choice("model.attention_impl", self.attention_impl, IMPLS)
         choice("model.activation", self.activation, tuple(ACTIVATIONS))
-        for key in ("dropout", "attention_dropout", "activation_dropout"):
-            fraction(f"model.{key}", getattr(self, key))
 
     def _check_heads(self) -> None:
         """The model's own head layout rule (:func:`~translate.nn.attention.check_heads`),

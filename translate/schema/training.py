@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from translate.errors import UserError
 from translate.runtime import PRECISIONS, check_precision
-from translate.schema.checks import doc, fraction, positive
+from translate.schema.checks import doc, fraction, non_negative, positive
 
 
 def device_doc():
@@ -43,37 +43,41 @@ class OptimSettings:
     lr: float = doc(
         "peak learning rate of Adam, reached after warmup_steps and then decayed as 1/sqrt(step)",
         "per update",
-        "> 0",
+        check=positive,
     )
     betas: list = doc(
         "Adam's decay rates of the gradient's mean and square", "pair", "[b1, b2], each in [0, 1)"
     )
     eps: float = doc(
-        "Adam's epsilon, added to the root of the squared-gradient average", "number", "> 0"
+        "Adam's epsilon, added to the root of the squared-gradient average",
+        "number",
+        check=positive,
     )
     weight_decay: float = doc(
         "L2 penalty Adam adds to the gradient (not decoupled as in AdamW)",
         "factor",
-        ">= 0; 0 = off",
+        "; 0 = off",
+        check=non_negative,
     )
     warmup_steps: int = doc(
-        "updates of linear learning-rate warm-up", "updates", ">= 0; 0 = a constant rate"
+        "updates of linear learning-rate warm-up",
+        "updates",
+        "; 0 = a constant rate",
+        check=non_negative,
     )
     label_smoothing: float = doc(
-        "share of the target probability spread over the whole vocabulary", "fraction", "[0, 1)"
+        "share of the target probability spread over the whole vocabulary",
+        "fraction",
+        check=fraction,
     )
     clip_norm: float = doc(
         "largest gradient L2 norm; larger gradients are scaled down",
         "norm",
-        ">= 0; 0 = no clipping",
+        "; 0 = no clipping",
+        check=non_negative,
     )
 
     def validate(self) -> None:
-        positive("optim.lr", self.lr)
-        positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
-        positive("optim.clip_norm", self.clip_norm, allow_zero=True)
-        positive("optim.weight_decay", self.weight_decay, allow_zero=True)
-        fraction("optim.label_smoothing", self.label_smoothing)
         if len(self.betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in self.betas):
             raise UserError(f"optim.betas={self.betas} must be two numbers in [0, 1)")
 
@@ -83,46 +87,60 @@ class TrainerSettings:
     device: str = device_doc()
     precision: str = precision_doc()
     compile: bool = doc("torch.compile the model", "flag", "true | false")
-    num_threads: int | None = doc("torch CPU threads", "threads", "> 0; null = torch's default")
-    max_steps: int = doc(
-        "updates to train for; training stops at whichever limit comes first", "updates", "> 0"
+    num_threads: int | None = doc(
+        "torch CPU threads", "threads", "; null = torch's default", check=positive
     )
-    max_epochs: int = doc("passes over the training split", "epochs", "> 0")
+    max_steps: int = doc(
+        "updates to train for; training stops at whichever limit comes first",
+        "updates",
+        check=positive,
+    )
+    max_epochs: int = doc("passes over the training split", "epochs", check=positive)
     max_minutes: float | None = doc(
-        "wall-clock budget of the training loop", "minutes", "> 0; null = no limit"
+        "wall-clock budget of the training loop", "minutes", "; null = no limit", check=positive
     )
     accumulate_grad_batches: int = doc(
-        "batches whose gradients add up to one update", "batches", "> 0"
+        "batches whose gradients add up to one update", "batches", check=positive
     )
-    log_every_n_steps: int = doc("how often the loss and rates are logged", "updates", "> 0")
+    log_every_n_steps: int = doc(
+        "how often the loss and rates are logged", "updates", check=positive
+    )
     val_every_n_steps: int = doc(
-        "how often the dev loss and dev BLEU are measured", "updates", "> 0"
+        "how often the dev loss and dev BLEU are measured", "updates", check=positive
     )
     val_bleu_sentences: int | None = doc(
         "dev BLEU during training on this fixed prefix of the dev split",
         "sentences",
-        "> 0; null = all",
+        "; null = all",
+        check=positive,
     )
     val_beam_size: int = doc(
         "beam of the dev BLEU during training (the final test decodes with decode.*)",
         "hypotheses",
-        "> 0; 1 = greedy",
+        "; 1 = greedy",
+        check=positive,
     )
     early_stopping_patience: int | None = doc(
         "validations without a dev BLEU gain before training stops",
         "validations",
-        "> 0; null = off",
+        "; null = off",
+        check=positive,
     )
-    checkpoint_every_n_steps: int = doc("how often a step checkpoint is written", "updates", "> 0")
-    keep_last_checkpoints: int = doc("step checkpoints kept, the newest", "checkpoints", "> 0")
+    checkpoint_every_n_steps: int = doc(
+        "how often a step checkpoint is written", "updates", check=positive
+    )
+    keep_last_checkpoints: int = doc(
+        "step checkpoints kept, the newest", "checkpoints", check=positive
+    )
     average_last_n: int = doc(
         "at the end, average the newest N step checkpoints into averaged.pt; the test split is "
         "scored with it if its dev BLEU beats best.pt",
         "checkpoints",
-        "0 (off) to trainer.keep_last_checkpoints",
+        " (0: off), <= trainer.keep_last_checkpoints",
+        check=non_negative,
     )
     max_bad_steps: int = doc(
-        "NaN or infinite losses in a row before the run stops", "updates", "> 0"
+        "NaN or infinite losses in a row before the run stops", "updates", check=positive
     )
     resume: bool | str = doc(
         "continue from <run_dir>/checkpoints/last.pt. true: it must be there (a sweep job "
@@ -138,7 +156,7 @@ class TrainerSettings:
         "true | false",
     )
     latency_sentences: int = doc(
-        "test sentences the batch-1 latency is measured on", "sentences", "> 0"
+        "test sentences the batch-1 latency is measured on", "sentences", check=positive
     )
     progress_bar: bool = doc("show a progress bar", "flag", "true | false")
     keep_freed_memory: bool = keep_freed_memory_doc(default=True)  # older runs lack the key
@@ -157,22 +175,6 @@ class TrainerSettings:
             raise UserError(
                 f"trainer.resume={self.resume} is unknown; choose one of true, false, auto"
             )
-        for key in (
-            "max_steps",
-            "max_epochs",
-            "accumulate_grad_batches",
-            "log_every_n_steps",
-            "val_every_n_steps",
-            "val_beam_size",
-            "checkpoint_every_n_steps",
-            "keep_last_checkpoints",
-            "max_bad_steps",
-            "latency_sentences",
-        ):
-            positive(f"trainer.{key}", getattr(self, key))
-        for key in ("max_minutes", "val_bleu_sentences", "early_stopping_patience", "num_threads"):
-            positive(f"trainer.{key}", getattr(self, key), allow_none=True)
-        positive("trainer.average_last_n", self.average_last_n, allow_zero=True)
         if self.average_last_n > self.keep_last_checkpoints:
             raise UserError(
                 f"trainer.average_last_n={self.average_last_n} must be <= "
