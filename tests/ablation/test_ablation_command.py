@@ -1,0 +1,42 @@
+"""``python -m translate.ablation report|speed``: the two study commands behind one module, each
+with its own options (their behaviour: tests/analysis/test_ablation*.py and test_speed.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from translate.ablation.__main__ import main
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "translate.ablation", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_help_names_both_commands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m translate.ablation {report,speed} SWEEP_DIR")
+    assert "``report``" in out and "``speed``" in out
+
+
+@pytest.mark.parametrize("argv,says", [([], "no command"), (["plot"], "unknown command 'plot'")])
+def test_a_missing_or_unknown_command_is_one_usage_error(capsys, argv, says):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m translate.ablation") and says in err
+
+
+@pytest.mark.parametrize("command", ["report", "speed"])
+def test_each_command_has_its_own_help_and_refuses_a_missing_sweep_dir(command, tmp_path):
+    shown = run(command, "--help")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"usage: python -m translate.ablation {command} [-h]")
+    assert "sweep_dir" in shown.stdout
+    missing = run(command, str(tmp_path / "nope"))
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error: ") and len(missing.stderr.splitlines()) == 1
