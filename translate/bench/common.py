@@ -1,11 +1,9 @@
-"""What the three benchmark scripts share: common options, interleaved timing with warm-up and
-medians, a ``torch.profiler`` operator breakdown, the machine's own large-GEMM reference
-(:class:`Gemm`), a plain-text table, and the JSON report with the machine it ran on. Timing a
-call, the rounds' order and the machine's description are the package's
-(:mod:`translate.runtime`), which ``python -m translate.ablation speed`` uses too.
-
-The scripts import it as a sibling module: Python puts a script's own folder on ``sys.path``.
-The package itself comes from the environment (``pip install -e .``).
+"""What the benchmarks (``python -m translate.bench.attention``, ``.train``, ``.decode``) and the
+scale rehearsal share: common options, interleaved timing with warm-up and medians, a
+``torch.profiler`` operator breakdown, the machine's own large-GEMM reference (:class:`Gemm`), a
+plain-text table, and the JSON report with the machine it ran on. Timing a call, the rounds'
+order and the machine's description are the package's (:mod:`translate.runtime`), which
+``python -m translate.ablation speed`` uses too.
 """
 
 from __future__ import annotations

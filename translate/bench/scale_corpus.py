@@ -164,9 +164,7 @@ def stats_rows(splits: dict[str, dict[str, list[str]]]) -> list[dict]:
 
 
 def print_stats(rows: list[dict]) -> None:
-    from translate.bench import (
-        common,  # the benchmark scripts' table; imported here, as it loads torch
-    )
+    from translate.bench import common  # the benchmarks' table; here, as it loads torch
 
     cols = [("stat", "words/line", "")]
     for role in ("target", "train", "test"):
