@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from translate.training.rundir import LOCK_NAME
 
@@ -89,6 +90,13 @@ def assert_one_line_error(proc, *fragments: str) -> None:
 def compose_config(config_name: str, overrides: list[str]):
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         return compose(config_name, overrides=overrides)
+
+
+def data_config(name: str):
+    """``conf/data/<name>.yaml`` as Hydra composes it (over ``conf/data/base.yaml``), a node of
+    its own that tests may change (``merge_with_dotlist``)."""
+    node = compose_config("train", ["~experiment", f"data={name}"]).data
+    return OmegaConf.create(OmegaConf.to_container(node))
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+from conftest import data_config
 
 from translate.data import iwslt, sources
 from translate.data.batching import Batch, TokenBatchSampler, collate, make_loader
@@ -31,7 +31,7 @@ JSONL = FIXTURES / "jsonl"
 
 def data_cfg(name: str, tmp_path: Path, *overrides: str):
     """``conf/data/<name>.yaml`` with a temporary cache, a tiny vocabulary and ``overrides``."""
-    cfg = OmegaConf.load(ROOT / "conf" / "data" / f"{name}.yaml")
+    cfg = data_config(name)
     cfg.merge_with_dotlist([f"cache_dir={tmp_path / 'cache'}", "tokenizer.vocab_size=90"])
     cfg.merge_with_dotlist(list(overrides))
     return data_settings(cfg)

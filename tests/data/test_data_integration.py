@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from conftest import data_config
 
 from translate.data.corpus import load_corpus
 from translate.settings import data_settings
@@ -20,7 +20,7 @@ pytestmark = [
 
 
 def data_cfg(name: str, tmp_path: Path, *overrides: str):
-    cfg = OmegaConf.load(ROOT / "conf" / "data" / f"{name}.yaml")
+    cfg = data_config(name)
     cfg.merge_with_dotlist([f"cache_dir={tmp_path}", *overrides])
     return data_settings(cfg)
 

@@ -7,8 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TINY, assert_one_line_error, run_cli
-from omegaconf import OmegaConf
+from conftest import TINY, assert_one_line_error, data_config, run_cli
 
 from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.sources import sample_dir
@@ -17,7 +16,6 @@ from translate.errors import UserError
 from translate.settings import data_settings
 from translate.train import train
 
-ROOT = Path(__file__).resolve().parents[2]
 BLANK = {"empty": "", "one blank line": "\n"}
 # Never reached when the split is refused; without the check, a short run that fails late.
 SHORT = ["trainer.max_steps=2", "trainer.val_every_n_steps=2"]
@@ -64,7 +62,7 @@ def test_the_train_command_says_it_in_one_line(tmp_path, cache_dir):
 
 def test_evaluate_refuses_a_blank_test_split_in_one_line(trained_run, tmp_path):
     folder = sample_with(tmp_path, "test", "")
-    cfg = OmegaConf.load(ROOT / "conf" / "data" / "sample.yaml")
+    cfg = data_config("sample")
     cfg.merge_with_dotlist([f"dir={folder}"])
     with pytest.raises(UserError, match="the test split 'test'"):
         load_raw_split(data_settings(cfg), "test")
@@ -80,7 +78,7 @@ def test_evaluate_refuses_a_blank_test_split_in_one_line(trained_run, tmp_path):
 
 
 def test_the_corpus_carries_the_fingerprint_of_each_split(tmp_path):
-    cfg = OmegaConf.load(ROOT / "conf" / "data" / "sample.yaml")
+    cfg = data_config("sample")
     cfg.merge_with_dotlist([f"cache_dir={tmp_path}", "tokenizer.vocab_size=300"])
     corpus = load_corpus(data_settings(cfg))
     assert set(corpus.fingerprints) == {"train", "valid", "test"}

@@ -17,8 +17,8 @@ from pathlib import Path
 import datasets
 import huggingface_hub
 import pytest
+from conftest import data_config
 from huggingface_hub.errors import EntryNotFoundError
-from omegaconf import OmegaConf
 
 from translate.data import iwslt
 from translate.data.corpus import load_corpus
@@ -54,7 +54,7 @@ def make_release(tmp_path: Path, kind: str) -> Path:
 
 
 def data_cfg(tmp_path: Path, *overrides: str):
-    cfg = OmegaConf.load(ROOT / "conf" / "data" / "iwslt2017.yaml")
+    cfg = data_config("iwslt2017")
     cfg.merge_with_dotlist([f"cache_dir={tmp_path / 'cache'}", "tokenizer.vocab_size=90"])
     cfg.merge_with_dotlist(list(overrides))
     return data_settings(cfg)

@@ -6,7 +6,7 @@ import gzip
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from conftest import data_config
 
 from translate.data import sources
 from translate.data.corpus import load_corpus
@@ -47,7 +47,7 @@ def corpus_folder(tmp_path: Path, **files: bytes) -> Path:
 
 
 def load_text_corpus(tmp_path: Path, folder: Path):
-    cfg = OmegaConf.load(ROOT / "conf" / "data" / "multi30k.yaml")
+    cfg = data_config("multi30k")
     cfg.merge_with_dotlist(
         [
             f"dir={folder}",
