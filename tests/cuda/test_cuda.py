@@ -210,6 +210,7 @@ def tiny_model(device, seed=0, dropout=0.0) -> Seq2SeqTransformer:
         num_heads=HEADS,
         d_ff=64,
         dropout=dropout,
+        attention_dropout=dropout,
         pad_id=PAD,
         attention_impl="sdpa",
     )
