@@ -18,8 +18,10 @@ from translate.settings import (
     EngineCommand,
     ExportCommand,
     TrainSettings,
+    mechanics_keys,
     train_settings,
 )
+from translate.training.resume import MECHANICS
 
 
 def settings(*overrides: str):
@@ -32,6 +34,28 @@ def test_the_model_yaml_writes_out_the_model_config_defaults():
     model = compose_config("train", ["~experiment"]).model
     defaults = dataclasses.asdict(TransformerConfig())
     assert OmegaConf.to_container(model, resolve=True) == defaults
+
+
+def test_how_a_job_runs_is_one_flag_for_the_resume_check_and_the_sweep_dir_names():
+    """The fields marked doc(..., mechanics=True) are what a resume may change unremarked and
+    what a sweep job's directory name leaves out: resume reads the flags, and Hydra's list
+    (which it reads while composing, before our code runs) equals them."""
+    how = {
+        "run_dir",
+        "data.cache_dir",
+        "trainer.device",
+        "trainer.num_threads",
+        "trainer.resume",
+        "trainer.overwrite",
+        "trainer.progress_bar",
+        "trainer.keep_freed_memory",
+    }
+    assert set(mechanics_keys()) == how
+    assert set(MECHANICS) == how | {"task_name"}
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        full = compose("train", [], return_hydra_config=True)
+    excluded = set(full.hydra.job.config.override_dirname.exclude_keys)
+    assert excluded == set(mechanics_keys()) | {"experiment", "data.dir", "data.path"}
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")))

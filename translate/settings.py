@@ -190,6 +190,7 @@ class TrainSettings:
         "where the run writes everything (checkpoints, TensorBoard, hypotheses, results.json)",
         "folder",
         "a path; by default Hydra's run dir",
+        mechanics=True,
     )
     config: dict = doc("the resolved config, as the checkpoints keep it", key=False)
     # With trainer.resume=true a sweep job that has no checkpoint yet starts, where a single
@@ -197,6 +198,21 @@ class TrainSettings:
     sweep_job: str | None = doc(
         "a multirun job's name (heads=4,seed=2), None for a single run", key=False, default=None
     )
+
+
+def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
+    """The dotted keys of the fields marked ``doc(..., mechanics=True)``: how a job runs, not
+    what it trains. A resume may change them unremarked (``training.resume.MECHANICS``) and a
+    sweep job's directory name leaves them out (``conf/hydra/default.yaml``'s ``exclude_keys``
+    lists them, tested equal: Hydra reads that list while it composes, before any of our
+    code could supply it)."""
+    hints, keys = typing.get_type_hints(cls), []
+    for field in dataclasses.fields(cls):
+        if field.metadata["mechanics"]:
+            keys.append(prefix + field.name)
+        elif dataclasses.is_dataclass(hints[field.name]):
+            keys += mechanics_keys(hints[field.name], f"{prefix}{field.name}.")
+    return tuple(keys)
 
 
 def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettings:

@@ -44,16 +44,20 @@ def doc(
     values: str = "",
     key: bool = True,
     check: Check | None = None,
+    mechanics: bool = False,
     **kwargs: Any,
 ) -> Any:
     """A dataclass field that says what it means, its unit and its range of values (a group of
     settings has neither). ``check``: the range the value must lie in, shown before ``values``
     (which then adds to it: ``"; null = no limit"``). ``key``: False for a field a command fills
-    in, which is no config key. ``kwargs`` go to :func:`dataclasses.field` (``default=``).
+    in, which is no config key. ``mechanics``: how a job runs, not what it computes (a device,
+    a folder, a progress bar; ``translate.settings.mechanics_keys``). ``kwargs`` go to
+    :func:`dataclasses.field` (``default=``).
     Here, at the bottom of the package, so the model's config and every settings group
     (:mod:`translate.schema`) share it."""
     shown = (check.range if check else "") + values
     metadata = {"help": what, "unit": unit, "range": shown, "key": key, "check": check}
+    metadata["mechanics"] = mechanics
     return field(metadata=metadata, **kwargs)
 
 

@@ -103,7 +103,9 @@ class DataSettings:
         "split names",
         "train, valid, test -> a name; null leaves a role out",
     )
-    cache_dir: str = doc("where tokenizers and encoded splits are cached", "folder", "a path")
+    cache_dir: str = doc(
+        "where tokenizers and encoded splits are cached", "folder", "a path", mechanics=True
+    )
     tokenizer: TokenizerSettings = doc("the joint SentencePiece tokenizer")
     filter: FilterSettings = doc("which training pairs are dropped, in subword tokens")
     max_tokens: int = doc(

@@ -12,7 +12,10 @@ from translate.schema.checks import doc, fraction, non_negative, positive
 def device_doc():
     """The ``device`` field of training and of every command that loads a model."""
     return doc(
-        "where it runs; auto: a CUDA GPU when there is one", "device", "auto | cpu | cuda | cuda:N"
+        "where it runs; auto: a CUDA GPU when there is one",
+        "device",
+        "auto | cpu | cuda | cuda:N",
+        mechanics=True,
     )
 
 
@@ -34,6 +37,7 @@ def keep_freed_memory_doc(**kwargs):
         "memory until it exits; runtime.keep_freed_memory)",
         "flag",
         "true | false",
+        mechanics=True,
         **kwargs,
     )
 
@@ -88,7 +92,7 @@ class TrainerSettings:
     precision: str = precision_doc()
     compile: bool = doc("torch.compile the model", "flag", "true | false")
     num_threads: int | None = doc(
-        "torch CPU threads", "threads", "; null = torch's default", check=positive
+        "torch CPU threads", "threads", "; null = torch's default", check=positive, mechanics=True
     )
     max_steps: int = doc(
         "updates to train for; training stops at whichever limit comes first",
@@ -148,17 +152,19 @@ class TrainerSettings:
         "none; false: start, refusing a dir that holds a run",
         "mode",
         "true | false | auto",
+        mechanics=True,
     )
     overwrite: bool = doc(
         "a fresh run into a dir that holds another run's checkpoints or results removes them "
         "first (else it stops)",
         "flag",
         "true | false",
+        mechanics=True,
     )
     latency_sentences: int = doc(
         "test sentences the batch-1 latency is measured on", "sentences", check=positive
     )
-    progress_bar: bool = doc("show a progress bar", "flag", "true | false")
+    progress_bar: bool = doc("show a progress bar", "flag", "true | false", mechanics=True)
     keep_freed_memory: bool = keep_freed_memory_doc(default=True)  # older runs lack the key
     deterministic: bool = doc(
         "torch's deterministic kernels (torch.use_deterministic_algorithms); an operation "

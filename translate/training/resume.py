@@ -20,7 +20,7 @@ from translate.checkpoint import load_checkpoint
 from translate.data.corpus import Corpus, split_fingerprints
 from translate.errors import UserError
 from translate.runtime import set_rng_state
-from translate.settings import TrainSettings
+from translate.settings import TrainSettings, mechanics_keys
 from translate.training.distributed import Dist
 from translate.training.progress import Progress, limit_reached
 from translate.training.step import Trainer
@@ -42,18 +42,8 @@ IDENTITY = (
     "data.filter.",
 )
 LOCATION = ("data.dir", "data.path", "data.hub.")
-# How a job runs: never worth a word when it differs.
-MECHANICS = (
-    "run_dir",
-    "task_name",
-    "trainer.resume",
-    "trainer.overwrite",
-    "trainer.progress_bar",
-    "trainer.device",
-    "trainer.num_threads",
-    "trainer.keep_freed_memory",
-    "data.cache_dir",
-)
+# How a job runs: never worth a word when it differs. The fields marked so, and the command.
+MECHANICS = ("task_name", *mechanics_keys())
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
