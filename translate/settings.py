@@ -25,6 +25,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from translate.data.registry import source
 from translate.decoding.generate import STRATEGIES
 from translate.errors import UserError
+from translate.nn.config import out_of_range
 from translate.schema import (
     AnalysisSettings,
     DataSettings,
@@ -126,10 +127,10 @@ def build(cls, node: Any, name: str):
 def _check_ranges(settings, name: str) -> None:
     """Each field's own range, declared with it (``doc(..., check=positive)``); the checks
     across fields are the dataclass's ``validate()``."""
-    for field in dataclasses.fields(settings):
-        check, value = field.metadata.get("check"), getattr(settings, field.name)
-        if check is not None and value is not None and not check.test(value):
-            raise UserError(f"{_key(name, field.name)}={value} must be {check.must}")
+    bad = out_of_range(settings)
+    if bad is not None:
+        key, value, check = bad
+        raise UserError(f"{_key(name, key)}={value} must be {check.must}")
 
 
 # ------------------------------------------------------------------------ commands

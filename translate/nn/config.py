@@ -3,15 +3,16 @@
 
 Its field defaults are the model's only defaults; ``conf/model/transformer.yaml`` writes the
 same values out for Hydra, and a test (tests/test_settings.py) holds the two equal. Each field
-says what it means, its unit and its range (:func:`doc`): ``python -m translate.train
---help`` lists them, and the config group's checks (:mod:`translate.schema.model`) word a bad
-value with the command's key.
+says what it means, its unit and its range, and checks it (:func:`doc`, :class:`Check`):
+``python -m translate.train --help`` lists them, the model refuses a value out of range, and
+the settings word it with the command's key. :func:`doc` and the checks live here, at the
+bottom of the package, so that every settings group (:mod:`translate.schema`) shares them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch.nn.functional as F
@@ -38,6 +39,16 @@ non_negative = Check(">= 0", lambda value: value >= 0, ">= 0")
 fraction = Check("[0, 1)", lambda value: 0 <= value < 1, "in [0, 1)")
 
 
+def out_of_range(settings) -> tuple[str, Any, Check] | None:
+    """The first field of ``settings`` (a dataclass of :func:`doc` fields) whose value fails
+    its check, with the value and the check; None when all pass."""
+    for f in fields(settings):
+        check, value = f.metadata["check"], getattr(settings, f.name)
+        if check is not None and value is not None and not check.test(value):
+            return f.name, value, check
+    return None
+
+
 def doc(
     what: str,
     unit: str = "",
@@ -52,13 +63,10 @@ def doc(
     (which then adds to it: ``"; null = no limit"``). ``key``: False for a field a command fills
     in, which is no config key. ``mechanics``: how a job runs, not what it computes (a device,
     a folder, a progress bar; ``translate.settings.mechanics_keys``). ``kwargs`` go to
-    :func:`dataclasses.field` (``default=``).
-    Here, at the bottom of the package, so the model's config and every settings group
-    (:mod:`translate.schema`) share it."""
+    :func:`dataclasses.field` (``default=``)."""
     shown = (check.range if check else "") + values
-    metadata = {"help": what, "unit": unit, "range": shown, "key": key, "check": check}
-    metadata["mechanics"] = mechanics
-    return field(metadata=metadata, **kwargs)
+    metadata = {"help": what, "unit": unit, "range": shown, "key": key}
+    return field(metadata={**metadata, "check": check, "mechanics": mechanics}, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
-from translate.nn.config import TransformerConfig
+from translate.nn.config import TransformerConfig, out_of_range
 from translate.nn.derived import DerivedWeight, transposed, uses_derived
 from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
 
@@ -145,15 +145,12 @@ class Seq2SeqTransformer(nn.Module):
         elif fields:
             # A field replaced in a config would keep the others' derived values (num_kv_heads).
             raise TypeError(f"give a config or its fields, not both: {sorted(fields)}")
-        for name, value in (
-            ("vocab_size", vocab_size),
-            ("d_model", config.d_model),
-            ("d_ff", config.d_ff),
-            ("num_encoder_layers", config.num_encoder_layers),
-            ("num_decoder_layers", config.num_decoder_layers),
-        ):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+        bad = out_of_range(config)
+        if bad is not None:
+            name, value, check = bad
+            raise ValueError(f"{name}={value} must be {check.must}")
         self.config = config
         self.d_model = config.d_model
         self.num_heads = config.num_heads
