@@ -1,14 +1,12 @@
-"""sacreBLEU scoring, paired bootstrap and attention entropy, checked against their definitions."""
+"""sacreBLEU scoring and the paired bootstrap, checked against their definitions."""
 
-import math
 import os
 import random
 
 import pytest
 import sacrebleu
-import torch
 
-from translate.metrics import attention_entropy, paired_bootstrap, score
+from translate.metrics import paired_bootstrap, score
 
 WORDS = [
     "the",
@@ -101,32 +99,3 @@ def test_paired_bootstrap_rejects_a_seed_sacrebleu_would_ignore():
     refs, noisy = corpus(4)
     with pytest.raises(ValueError, match="seed"):
         paired_bootstrap(refs, {"x": noisy(0.5)}, refs, seed=0)
-
-
-def test_entropy_uniform_is_log_s_and_one_hot_is_zero():
-    B, H, T, S = 2, 3, 4, 7
-    uniform = torch.full((B, H, T, S), 1.0 / S)
-    torch.testing.assert_close(attention_entropy(uniform), torch.full((B, H), math.log(S)))
-    one_hot = torch.nn.functional.one_hot(torch.randint(S, (B, H, T)), S).float()
-    torch.testing.assert_close(attention_entropy(one_hot), torch.zeros(B, H))
-
-
-def test_entropy_excludes_fully_masked_rows_and_masked_queries():
-    T, S = 5, 4
-    w = torch.full((1, 2, T, S), 1.0 / S)  # (B, H, T, S)
-    w[0, 0, 1:, :] = torch.nn.functional.one_hot(torch.tensor([0, 3, 1, 2]), S).float()
-    w[0, 1, 3:] = 0.0  # keys all masked for the last two queries: all-zero rows
-    # Head 0: one uniform row and four one-hot rows; head 1: three uniform rows kept.
-    torch.testing.assert_close(attention_entropy(w), torch.tensor([[math.log(S) / 5, math.log(S)]]))
-    query_pad = torch.tensor([[False, True, True, True, True]])  # (B, T), True = padding
-    ent = attention_entropy(w, query_pad.unsqueeze(1))  # mask broadcast over heads
-    torch.testing.assert_close(ent, torch.tensor([[math.log(S), math.log(S)]]))
-    assert attention_entropy(torch.zeros(2, 3, 4)).isnan().all()  # nothing kept: NaN
-
-
-def test_entropy_matches_the_definition_on_random_distributions():
-    g = torch.Generator().manual_seed(0)
-    w = torch.softmax(torch.randn(3, 2, 6, 9, generator=g), dim=-1)  # (B, H, T, S)
-    expected = -(w * w.log()).sum(-1).mean(-1)  # (B, H)
-    torch.testing.assert_close(attention_entropy(w), expected)
-    torch.testing.assert_close(attention_entropy(w.to(torch.bfloat16)), expected, atol=0.02, rtol=0)

@@ -1,4 +1,4 @@
-"""Scores: sacreBLEU BLEU and chrF with signatures, paired bootstrap, attention entropy.
+"""Scores: sacreBLEU BLEU and chrF with signatures, and the paired bootstrap.
 
 Everything is scored on detokenized text with sacreBLEU's defaults (BLEU: ``13a`` tokenization,
 exponential smoothing, mixed case; chrF: character 6-grams, beta 2), so the numbers are
@@ -11,10 +11,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
-from torch import Tensor
 
 
 def _check_lengths(references: list[str], **systems: list[str]) -> None:
@@ -127,26 +125,3 @@ def paired_bootstrap(
             "signature": str(signatures[metric]),
         }
     return report
-
-
-def attention_entropy(weights: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Mean entropy (nats) of attention distributions over the query positions.
-
-    Args:
-        weights: ``(..., T, S)``; each row a query's attention probabilities over ``S`` keys
-            (e.g. ``(B, H, T, S)`` from :meth:`Seq2SeqTransformer.attention_maps`).
-        mask: optional ``(..., T)`` bool (broadcastable), True = ignore this query position
-            (padding). All-zero rows - queries whose keys were all masked - are ignored too.
-
-    Returns:
-        ``(...)``: ``mean_t -sum_s p log p`` over the kept rows (``0 log 0 = 0``), computed in
-        float32; NaN where no row is kept. Uniform over ``S`` keys gives ``log S``; one-hot, 0.
-    """
-    p = weights.float()
-    row_entropy = torch.special.entr(p).sum(dim=-1)  # (..., T)
-    keep = p.sum(dim=-1) > 0  # (..., T)
-    if mask is not None:
-        keep = keep & ~mask.to(torch.bool)
-    kept = keep.sum(dim=-1)  # (...)
-    total = (row_entropy * keep).sum(dim=-1)  # (...)
-    return total / kept  # NaN (0 / 0) where nothing is kept

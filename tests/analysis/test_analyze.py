@@ -20,7 +20,6 @@ from translate.analysis.importance import HeadMasked, pruning_curve
 from translate.analyze import analyze
 from translate.decoding.search import greedy_search
 from translate.errors import UserError
-from translate.metrics import attention_entropy
 from translate.nn.model import Seq2SeqTransformer
 from translate.settings import analysis_settings
 
@@ -50,6 +49,14 @@ def uniform_weights(lengths: list[int], width: int, heads: int) -> torch.Tensor:
     return w
 
 
+def mean_entropy(p: torch.Tensor, ignore: torch.Tensor) -> torch.Tensor:
+    """The definition, written out: mean over the kept query rows of ``-sum_s p log p``
+    (``0 log 0 = 0``); ``p (H, T, S)``, ``ignore (1, T)`` True for padded queries."""
+    terms = torch.where(p > 0, -p * p.log(), torch.zeros_like(p))  # (H, T, S)
+    keep = ~ignore  # (1, T)
+    return (terms.sum(-1) * keep).sum(-1) / keep.sum(-1)  # (H,)
+
+
 def test_per_head_entropy_is_log_s_for_uniform_and_zero_for_one_hot_ignoring_padding():
     lengths, width = [5, 3], 5
     ignore, n_keys = lengths_layout(lengths, width)
@@ -64,9 +71,9 @@ def test_per_head_entropy_is_log_s_for_uniform_and_zero_for_one_hot_ignoring_pad
     assert uniform.entropy == pytest.approx(expected)
     assert uniform.normalized_entropy == pytest.approx(1.0)
     assert one_hot.entropy == pytest.approx(0.0) and one_hot.normalized_entropy == 0.0
-    # The same per-head number as metrics.attention_entropy over all queries of the batch.
+    # The same per-head number as the definition over all queries of the batch.
     flat = weights.transpose(0, 1).reshape(2, -1, width)  # (H, B*S, S)
-    reference = attention_entropy(flat, ignore.reshape(1, -1))
+    reference = mean_entropy(flat, ignore.reshape(1, -1))
     assert uniform.entropy == pytest.approx(float(reference[0]))
     # Accumulating batch by batch equals one pass over the whole batch.
     split = HeadAccumulator("encoder", 0, 2, max_offset=2)
@@ -112,7 +119,7 @@ def test_causal_decoder_previous_token_head_is_flagged():
     assert head.degenerate == "previous token" and head.pattern_fraction == pytest.approx(1.0)
 
 
-def test_head_statistics_on_a_model_exclude_padding_like_attention_entropy():
+def test_head_statistics_on_a_model_exclude_padding_like_the_definition():
     model = tiny_model(heads=4)
     g = torch.Generator().manual_seed(1)
     src = [torch.randint(4, V, (n,), generator=g).tolist() for n in (3, 7, 5)]
@@ -125,7 +132,7 @@ def test_head_statistics_on_a_model_exclude_padding_like_attention_entropy():
     maps = model.attention_maps(batch.src, batch.tgt_in, batch.src_padding_mask)
     enc = maps.encoder[1]  # (B, H, S, S)
     flat = enc.transpose(0, 1).reshape(4, -1, enc.size(-1))  # (H, B*S, S)
-    reference = attention_entropy(flat, batch.src_padding_mask.reshape(1, -1))
+    reference = mean_entropy(flat, batch.src_padding_mask.reshape(1, -1))
     ours = [s.entropy for s in stats if s.kind == "encoder" and s.layer == 1]
     torch.testing.assert_close(torch.tensor(ours), reference.double(), check_dtype=False)
 
