@@ -18,7 +18,7 @@ from translate.cli import exit_on_user_error, refuse_unusable_dirs
 from translate.decoding.ct2_export import export_checkpoint
 from translate.errors import override_word
 from translate.settings import export_command
-from translate.training.progress import Stopped, StopRequest
+from translate.training.signals import Stopped, StopRequest
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export")

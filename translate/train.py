@@ -20,10 +20,10 @@ from translate.runtime import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
 from translate.training.loop import fit, nonfinite_causes
-from translate.training.progress import Stopped, StopRequest
 from translate.training.report import finish_run
 from translate.training.resume import finished_results
 from translate.training.run import Run, setup
+from translate.training.signals import Stopped, StopRequest
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.iwslt import IwsltRelease
 from translate.data.sources import sample_dir
 from translate.settings import data_settings
-from translate.training.progress import TrainBatches
+from translate.training.batch_order import TrainBatches
 
 SHARED = ROOT.parent / "shared" / "data"
 

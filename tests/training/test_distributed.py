@@ -22,8 +22,8 @@ from translate.data.corpus import EncodedSplit, load_corpus
 from translate.errors import UserError
 from translate.settings import data_settings
 from translate.train import train
+from translate.training.batch_order import TrainBatches
 from translate.training.distributed import Dist, from_env, shard
-from translate.training.progress import TrainBatches
 
 # Short decoding: validation, test scoring and latency are not what these tests are about.
 FAST = [

@@ -78,7 +78,7 @@ def stage_data(p: dict) -> dict:
     """``load_corpus`` as training calls it (read, tokenizer, encode, filter), then one
     epoch's token batches cut as training cuts them; the cache's size on disk."""
     from translate.data.batching import padding_ratio
-    from translate.training.progress import TrainBatches
+    from translate.training.batch_order import TrainBatches
 
     data = data_settings(recipe(p).data)
     tokenizer_cached = any(Path(data.cache_dir).glob("spm-*.model"))
@@ -112,8 +112,8 @@ def stage_data(p: dict) -> dict:
 def stage_d512(p: dict) -> dict:
     """Tokens/s of the recipe's model training on the CPU (``p["updates"]`` timed updates after
     one untimed), and what one checkpoint of it costs to write."""
+    from translate.training.batch_order import TrainBatches
     from translate.training.checkpoints import checkpoint_state
-    from translate.training.progress import TrainBatches
 
     run = setup_run(p)
     try:

@@ -49,8 +49,8 @@ SHORT_END = [
 # (module, attribute, part): what fit spends an update in. "batches" wraps the epoch's batch
 # generator (sampler order, rank share, collate); collate and forward+loss are inside others.
 PARTS = [
-    ("translate.training.progress", "TrainBatches.epoch", "batches"),
-    ("translate.training.progress", "collate", "collate"),
+    ("translate.training.batch_order", "TrainBatches.epoch", "batches"),
+    ("translate.training.batch_order", "collate", "collate"),
     ("translate.training.step", "Trainer.step", "step"),
     ("translate.training.step", "Trainer._loss", "forward+loss"),
     ("translate.training.loop", "_count_step", "count"),
@@ -249,7 +249,7 @@ def stage_syncs(p: dict) -> dict:
     extra = [*TINY, *SHORT_END, f"trainer.max_steps={updates}", "trainer.log_every_n_steps=1"]
     run = setup_run(p, *extra)
     from translate.training import loop
-    from translate.training.progress import TrainBatches
+    from translate.training.batch_order import TrainBatches
 
     reads, cuda = Reads(), run.trainer.device.type == "cuda"
     try:

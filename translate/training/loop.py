@@ -30,16 +30,11 @@ from translate.runtime import (
     rng_state,
 )
 from translate.training import distributed
+from translate.training.batch_order import TrainBatches
 from translate.training.checkpoints import checkpoint_state
-from translate.training.progress import (
-    StopRequest,
-    TrainBar,
-    TrainBatches,
-    budget_reached,
-    early_stopped,
-    limit_reached,
-)
+from translate.training.progress import TrainBar, budget_reached, early_stopped, limit_reached
 from translate.training.run import Run, Window
+from translate.training.signals import StopRequest
 from translate.training.step import StepResult
 
 log = logging.getLogger(__name__)

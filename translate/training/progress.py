@@ -1,24 +1,14 @@
-"""Training-loop state that outlives a step: counters a checkpoint saves and the limits they
-reach, the epoch's batch order (so a resumed run skips exactly what it trained on), stop
-requests by signal, and the progress bar."""
+"""Training-loop state that outlives a step: counters a checkpoint saves, the limits they
+reach, and the progress bar. The epoch's batch order is :mod:`translate.training.batch_order`,
+stop requests by signal :mod:`translate.training.signals`."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from translate.data.batching import Batch, TokenBatchSampler, collate
-from translate.data.corpus import EncodedSplit
-from translate.errors import UserError
 from translate.schema import TrainerSettings
-from translate.training.distributed import shard
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,94 +50,6 @@ def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
     """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
     epochs = f"max_epochs={t.max_epochs}" if p.epoch >= t.max_epochs else None
     return budget_reached(p, t) or epochs or early_stopped(p, t)
-
-
-class TrainBatches:
-    """The training split's token batches, in a per-epoch order fixed by ``(seed, epoch)``,
-    so a resumed run can skip exactly the micro-batches it already trained on.
-
-    Under DDP (``world_size > 1``) rank ``r`` trains on batches ``r, r + N, ...`` of what is
-    left of the epoch's order (:func:`~translate.training.distributed.shard`), so the
-    ranks' shares are disjoint and equally long; ``skip`` and ``Progress.batches_in_epoch``
-    count micro-batches of all ranks together (``consumed``), which keeps resuming exact.
-    """
-
-    def __init__(
-        self, split: EncodedSplit, max_tokens: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> None:
-        self.split = split
-        self.sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, True, seed)
-        self.rank, self.world_size = rank, world_size
-        if world_size > 1 and len(self.sampler) < world_size:
-            raise UserError(
-                f"the training split makes only {len(self.sampler)} token batches per epoch, "
-                f"fewer than the {world_size} processes; lower data.max_tokens or use fewer"
-            )
-
-    def consumed(self, group: list[Batch]) -> int:
-        """Micro-batches of the epoch that one update over ``group`` used, on all ranks."""
-        return len(group) * self.world_size
-
-    def epoch(self, epoch: int, skip: int, accumulate: int) -> Iterator[list[Batch]]:
-        """Groups of ``accumulate`` micro-batches (one optimizer update each), after ``skip``
-        micro-batches of the epoch's order (all ranks' together)."""
-        self.sampler.set_epoch(epoch)
-        order = shard(list(self.sampler)[skip:], self.rank, self.world_size)
-        for start in range(0, len(order), accumulate):
-            yield [
-                collate([self.split[i] for i in idx]) for idx in order[start : start + accumulate]
-            ]
-
-
-# SIGUSR1/SIGUSR2: what SLURM sends ahead of a job's time limit when asked to (`--signal`;
-# hydra-submitit-launcher asks for USR2, `signal_delay_s` before the limit).
-STOP_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
-    if hasattr(signal, name)
-)
-
-
-class Stopped(Exception):
-    """A stop signal that could not wait for a step boundary (see :class:`StopRequest`)."""
-
-    def __init__(self, signum: int, forced: bool) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum, self.forced = signum, forced
-
-
-class StopRequest:
-    """Turns SIGINT/SIGTERM (and SLURM's SIGUSR1/SIGUSR2 warning of the time limit) into a flag
-    checked at step boundaries (save, then exit).
-
-    A second signal cannot wait: it raises :class:`Stopped` (``forced``) at once. With
-    ``immediate=True`` (while scoring, where there is no step boundary) the first one does.
-    """
-
-    def __init__(self, immediate: bool = False) -> None:
-        self.signal: int | None = None
-        self.immediate = immediate
-        self._previous = {}
-
-    def __enter__(self):
-        for sig in STOP_SIGNALS:
-            # Outside the main thread signals cannot be caught: leave them alone.
-            with contextlib.suppress(ValueError):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.signal is not None or self.immediate:
-            raise Stopped(signum, forced=self.signal is not None)
-        self.signal = signum
-        log.warning(
-            "%s received: saving a checkpoint at the next step boundary",
-            signal.Signals(signum).name,
-        )
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 class TrainBar:
