@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.io import file_in_the_way
 from translate.training.rundir import RunLock
 
 T = TypeVar("T")
@@ -173,10 +174,10 @@ def refuse_unusable_dirs() -> None:
 
 
 def _refuse_file_in_the_way(key: str, path: Path) -> None:
-    for part in (path, *path.parents):
-        if part.exists() and not part.is_dir():
-            what = "is a file" if part == path else f"is inside {part}, a file"
-            fail(f"{key}={path} {what}, not a folder; pass a folder with {key}=<folder>")
+    blocker = file_in_the_way(path)
+    if blocker is not None:
+        what = "is a file" if blocker == path else f"is inside {blocker}, a file"
+        fail(f"{key}={path} {what}, not a folder; pass a folder with {key}=<folder>")
 
 
 def _refuse_dangling(key: str, path: Path) -> None:

@@ -42,7 +42,7 @@ _RUN_FOLDERS = (".hydra", "checkpoints")
 # Torch checkpoints (and every zip archive): a text output never replaces one.
 _ZIP_MAGIC = b"PK\x03\x04"
 # Errors of the system refusing a write, as opposed to a bug.
-WRITE_ERRORS = {
+_WRITE_ERRORS = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "the disk quota is exceeded",
     errno.EFBIG: "the file is larger than this process may write (ulimit -f)",
@@ -60,7 +60,7 @@ class WriteFailed(UserError):
         self.errno = code
 
 
-def os_error(exc: BaseException) -> OSError | None:
+def _os_error(exc: BaseException) -> OSError | None:
     """The ``OSError`` behind ``exc``: itself, or one it was raised from or while handling."""
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -71,9 +71,9 @@ def os_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def write_failed(path: Path, err: OSError) -> WriteFailed:
+def _write_failed(path: Path, err: OSError) -> WriteFailed:
     """One line for a refused write of ``path``: why, the free space where it matters."""
-    why = WRITE_ERRORS.get(err.errno, err.strerror or str(err))
+    why = _why(err)
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         free = _free_mib(path.parent)
         where = f" ({free:,.1f} MiB free in {path.parent})" if free is not None else ""
@@ -83,6 +83,10 @@ def write_failed(path: Path, err: OSError) -> WriteFailed:
     return WriteFailed(
         f"could not write {path}: {why}{where}; nothing was replaced; {todo}", err.errno
     )
+
+
+def _why(err: OSError) -> str:
+    return _WRITE_ERRORS.get(err.errno, err.strerror or str(err))
 
 
 def _free_mib(folder: Path) -> float | None:
@@ -101,10 +105,10 @@ def mapped_write_errors(path: Path) -> Iterator[None]:
     except WriteFailed:
         raise
     except (OSError, RuntimeError) as exc:
-        err = os_error(exc)
-        if err is None or err.errno not in WRITE_ERRORS:
+        err = _os_error(exc)
+        if err is None or err.errno not in _WRITE_ERRORS:
             raise
-        raise write_failed(path, err) from None
+        raise _write_failed(path, err) from None
 
 
 @contextlib.contextmanager
@@ -164,8 +168,14 @@ def make_folder(path: str | os.PathLike, key: str) -> Path:
     return path
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """``path`` or the folder above it that exists as something other than a folder, if any:
+    what stops ``path`` from becoming a folder."""
+    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+
+
 def _no_file_in_the_way(path: Path, key: str) -> Path:
-    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    blocker = file_in_the_way(path)
     if blocker is not None:
         raise UserError(f"{key}={path}: {blocker} is a file, not a folder; pass a folder")
     return path
@@ -198,8 +208,7 @@ def _write_stdout(payload: bytes) -> None:
         # Nothing more can reach stdout: point it at /dev/null so Python's own flush at exit
         # does not print a second error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        why = WRITE_ERRORS.get(err.errno, err.strerror or str(err))
-        raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
+        raise WriteFailed(f"could not write to standard output: {_why(err)}", err.errno) from None
 
 
 def check_output_file(

@@ -62,12 +62,13 @@ def check_output(output: str | Path, inputs: list[Path]) -> Path:
             f"output={output}: {output.name} is a name training's checkpoints use; "
             "choose another, e.g. averaged.pt"
         )
-    if output.is_file() and not _is_average(output):
+    earlier_average = output.is_file() and _is_average(output)  # loads it: once
+    if output.is_file() and not earlier_average:
         raise UserError(
             f"output={output} already exists and is not an averaged checkpoint; "
             "pass another output=<file> (only an earlier average is replaced)"
         )
-    target = check_output_file(output, "output", inputs, may_replace=_is_average)
+    target = check_output_file(output, "output", inputs, may_replace=lambda _: earlier_average)
     if target.path is None or target.through:
         raise UserError(f"output={output}: an average is written to a file; name one")
     return target.path
