@@ -6,17 +6,25 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-import matplotlib
+import numpy as np
+import torch
+from torch import Tensor
 
-matplotlib.use("Agg")  # headless: training boxes and CI have no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import Tensor  # noqa: E402
+from translate.data.tokenizer import Tokenizer
+from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
+from translate.runtime import eval_mode
 
-from translate.data.tokenizer import Tokenizer  # noqa: E402
-from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer  # noqa: E402
-from translate.runtime import eval_mode  # noqa: E402
+
+def pyplot():
+    """``matplotlib.pyplot`` on the headless Agg backend (training boxes, sweep nodes and CI have
+    no display), imported on first use: every command imports this module, most draw nothing,
+    and matplotlib takes half a second to import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def head_grid(heads: int) -> tuple[int, int]:
@@ -38,7 +46,7 @@ def attention_figure(
     # Labels fill most of the 0.22 in a token gets: TensorBoard's card scales a 2x2 grid to
     # about 350 px, where the 6 pt this once was came out 3 px high.
     font = 11
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
     data = weights.float().cpu().numpy()
     for h, ax in enumerate(axes.flat):
         if h >= heads:
@@ -155,7 +163,7 @@ def figure_pixels(fig) -> np.ndarray:
     (a second or so per grid), so PNG and TensorBoard share one rendering."""
     fig.canvas.draw()
     pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]  # (H, W, 3)
-    plt.close(fig)
+    pyplot().close(fig)
     return pixels
 
 
@@ -169,7 +177,7 @@ def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
         ("importance: dev loss increase when masked", lambda s: s.extra["loss_increase"], "magma"),
     )
     width = max(4.0, 0.45 * num_heads + 2.5)
-    fig, axes = plt.subplots(1, 2, figsize=(2 * width, 0.45 * len(rows) + 1.8), squeeze=False)
+    fig, axes = pyplot().subplots(1, 2, figsize=(2 * width, 0.45 * len(rows) + 1.8), squeeze=False)
     for ax, (title, value, cmap) in zip(axes[0], panels):
         grid = [[value(index[k, n, h]) for h in range(num_heads)] for k, n in rows]
         im = ax.imshow(grid, cmap=cmap, aspect="auto")
@@ -190,7 +198,7 @@ def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
 def pruning_figure(curve: list[dict], num_heads: int):
     """BLEU (left axis) and dev loss (right axis) against the fraction of heads kept."""
     x = [100 * p["fraction_kept"] for p in curve]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     ax.plot(x, [p["bleu"] for p in curve], "o-", color="tab:blue", label="dev BLEU")
     ax.set_xlabel("heads kept (%), least important masked first")
     ax.set_ylabel("dev BLEU", color="tab:blue")

@@ -426,12 +426,9 @@ def ablation_figure(report: Report):
     panels = _panels(report)
     if not panels:
         return None
-    import matplotlib
+    from translate.analysis.plots import pyplot
 
-    matplotlib.use("Agg")  # headless: sweeps run on servers without a display
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(panels), figsize=(14 * len(panels) / 3, 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(14 * len(panels) / 3, 4), squeeze=False)
     for panel, ax in zip(panels, axes[0]):
         panel(ax, report)
     fig.tight_layout()
@@ -441,14 +438,14 @@ def ablation_figure(report: Report):
 def ablation_png(report: Report) -> bytes | None:
     """:func:`ablation_figure` as PNG bytes (the caller writes them atomically); None when it
     has no panel."""
-    import matplotlib.pyplot as plt
+    from translate.analysis.plots import pyplot
 
     fig = ablation_figure(report)
     if fig is None:
         return None
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
     return png.getvalue()
 
 

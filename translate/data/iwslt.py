@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import unescape
 
-import datasets
 import huggingface_hub
 
 from translate.data.sources import check_aligned, decode_utf8, make_dataset, read_lines, split_lines
 from translate.errors import UserError
 
 if TYPE_CHECKING:
+    import datasets
+
     from translate.schema import HubSettings
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,8 @@ def archive_url(hub: HubSettings) -> str:
 def load_parquet(urls: dict[str, str], langs: tuple[str, str]) -> dict[str, datasets.Dataset]:
     """``{split: url}`` Parquet files through ``datasets.load_dataset``; :class:`NotOnHub` when
     a file or split is missing, a one-line UserError when the hub cannot be reached."""
+    import datasets  # imported only here, as in translate.data.sources
+
     loaded = _from_hub(lambda: datasets.load_dataset("parquet", data_files=urls))
     missing = [split for split in urls if split not in loaded]
     if missing:

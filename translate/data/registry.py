@@ -15,17 +15,19 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import datasets
+from typing import TYPE_CHECKING
 
 from translate.data import iwslt
 from translate.data.sources import find_file, read_jsonl, read_text_pair, sample_dir
 from translate.errors import UserError
 from translate.schema import DataSettings
 
+if TYPE_CHECKING:
+    import datasets
+
 Langs = tuple[str, str]
 # (data, split names, (src, tgt)) -> {split name: Dataset}, each split read once.
-Reader = Callable[[DataSettings, list[str], Langs], dict[str, datasets.Dataset]]
+Reader = Callable[[DataSettings, list[str], Langs], "dict[str, datasets.Dataset]"]
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,20 @@ import json
 import os
 import zlib
 from pathlib import Path
-
-import datasets
+from typing import TYPE_CHECKING
 
 from translate.errors import UserError
+
+# ``datasets`` (half a second to import) is imported where a split is built: a command that
+# stops at a bad setting, or reads encoded splits from the cache, never imports it.
+if TYPE_CHECKING:
+    import datasets
 
 
 def make_dataset(columns: dict[str, list[str]]) -> datasets.Dataset:
     """A dataset of translation records from equally long lists of sentences, one per language."""
+    import datasets
+
     langs = list(columns)
     records = [dict(zip(langs, row)) for row in zip(*columns.values())]
     features = datasets.Features({"translation": datasets.Translation(languages=langs)})
