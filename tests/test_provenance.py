@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import ROOT, SHORT_DECODE, compose_config
 
-from translate.runtime import git_state, machine, provenance
+from translate.runtime.provenance import git_state, machine, provenance
 
 CPU = torch.device("cpu")
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -29,10 +29,11 @@ def _git(cwd, *args: str) -> str:
 
 @pytest.fixture
 def checkout(tmp_path):
-    """A git checkout whose package folder tracks a runtime.py, as an editable install's."""
+    """A git checkout whose package folder tracks a runtime/provenance.py, as an editable
+    install's."""
     package = tmp_path / "checkout" / "translate"
-    package.mkdir(parents=True)
-    (package / "runtime.py").write_text("x = 1\n")
+    (package / "runtime").mkdir(parents=True)
+    (package / "runtime" / "provenance.py").write_text("x = 1\n")
     _git(package, "init", "-q")
     _git(package, "add", ".")
     _git(package, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
@@ -46,7 +47,7 @@ def test_the_commit_is_the_checkouts_and_dirty_means_changed_tracked_files(check
     assert uncached(checkout) == (head, False)
     (checkout / "notes.txt").write_text("untracked\n")
     assert uncached(checkout) == (head, False)
-    (checkout / "runtime.py").write_text("x = 2\n")
+    (checkout / "runtime" / "provenance.py").write_text("x = 2\n")
     assert uncached(checkout) == (head, True)
 
 
@@ -55,8 +56,8 @@ def test_an_installed_copy_has_no_commit_even_inside_a_checkout(checkout, tmp_pa
     """site-packages in a virtual environment inside a repository: git finds the repository,
     but its HEAD is not the code that runs."""
     installed = checkout / ".venv" / "lib" / "site-packages" / "translate"
-    installed.mkdir(parents=True)
-    (installed / "runtime.py").write_text("x = 1\n")
+    (installed / "runtime").mkdir(parents=True)
+    (installed / "runtime" / "provenance.py").write_text("x = 1\n")
     assert git_state.__wrapped__(installed) == (None, None)
     elsewhere = tmp_path / "site-packages" / "translate"
     elsewhere.mkdir(parents=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from translate.errors import UserError
-from translate.runtime import resolve_precision
+from translate.runtime.device import resolve_precision
 
 CPU = torch.device("cpu")
 
@@ -23,7 +23,7 @@ def test_precision_auto_is_fp32_on_cpu_and_fp16_needs_a_gpu():
 # new tensor reuses without the resident set growing, so the peak would not move at all.
 PEAK_WINDOW = """
 import torch
-from translate.runtime import peak_memory_mb, reset_peak_memory
+from translate.runtime.memory import peak_memory_mb, reset_peak_memory
 cpu = torch.device("cpu")
 big = torch.ones(64 * 2**20)  # 256 MiB
 big.add_(1)
@@ -44,7 +44,7 @@ def test_peak_memory_window_resets_between_jobs():
 
 
 def test_eval_mode_restores_a_training_model_and_leaves_an_eval_model_alone():
-    from translate.runtime import eval_mode
+    from translate.runtime.device import eval_mode
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).train()
     with eval_mode(model):
@@ -61,7 +61,7 @@ def test_eval_mode_restores_a_training_model_and_leaves_an_eval_model_alone():
 
 _FAULTS = """
 import resource, sys, torch
-from translate.runtime import keep_freed_memory
+from translate.runtime.memory import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else False
 def step():  # two 64 MiB tensors made, written and freed, as a large decoding step makes them
     logits = torch.ones(4096, 4096)
@@ -102,13 +102,13 @@ def test_commands_keep_freed_memory_as_configured(monkeypatch, keep):
     the allocator before it loads anything (and only when asked)."""
     from conftest import compose_config
 
-    from translate.decoding import engines
+    from translate.decoding import engine_switch
     from translate.settings import engine_command
 
     calls = []
-    monkeypatch.setattr(engines, "keep_freed_memory", lambda: calls.append("kept"))
-    monkeypatch.setitem(engines.ENGINES, "torch", lambda *args: calls.append("loaded"))
+    monkeypatch.setattr(engine_switch, "keep_freed_memory", lambda: calls.append("kept"))
+    monkeypatch.setitem(engine_switch.ENGINES, "torch", lambda *args: calls.append("loaded"))
     for command in ("translate", "evaluate"):
         cfg = compose_config(command, ["checkpoint=c.pt", f"keep_freed_memory={keep}"])
-        engines.load_engine(engine_command(cfg), {})
+        engine_switch.load_engine(engine_command(cfg), {})
     assert calls == (["kept", "loaded"] if keep else ["loaded"]) * 2

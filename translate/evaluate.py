@@ -1,5 +1,6 @@
 """Score a checkpoint: ``python -m translate.evaluate checkpoint=<path> [src=<file> ref=<file>]``,
-or an exported model: ``engine=ctranslate2 model_dir=<dir>`` (:mod:`translate.decoding.engines`).
+or an exported model: ``engine=ctranslate2 model_dir=<dir>``
+(:mod:`translate.decoding.engine_switch`).
 
 Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (override
 it with ``data=<source> data.dir=...``). Hypotheses go to ``hyp.txt`` in this command's Hydra
@@ -20,11 +21,11 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, own_output_dir, refuse_unusable_dirs
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
-from translate.decoding.engines import describe_decode, load_engine
+from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
-from translate.runtime import provenance
+from translate.runtime.provenance import provenance
 from translate.settings import ENGINE_SOURCES, decode_overrides, engine_command, optional_path
 
 # What an evaluation writes into its dir: a second one there would replace them.

@@ -265,7 +265,7 @@ def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
     return build(CheckpointCommand, values, "")
 
 
-# What each engine of translate and evaluate decodes from (translate.decoding.engines).
+# What each engine of translate and evaluate decodes from (translate.decoding.engine_switch).
 ENGINE_SOURCES = {"torch": "checkpoint", "ctranslate2": "model_dir"}
 _SOURCE_HINTS = {
     "checkpoint": "<run_dir>/checkpoints/best.pt",

@@ -7,7 +7,7 @@ A job that failed on a :class:`~translate.errors.UserError` is recorded (``error
 counted as done, so the sweep reaches its end, which names every failed job in one line and
 exits 2 instead of Hydra's traceback of the first. ``python -m translate.ablation report
 <sweep_dir>`` writes the report on demand; both call :func:`write_report`. The rows come from
-:mod:`translate.analysis.ablation`, the files from :mod:`translate.analysis.render`. The
+:mod:`translate.analysis.ablation`, the files from :mod:`translate.analysis.ablation_files`. The
 callback also holds the sweep dir's lock from the start of the multirun to its end, so a second
 sweep into the same dir stops before it writes anything, and it writes a job's ``error.txt``
 only while holding that job dir's lock.
@@ -28,7 +28,7 @@ import yaml
 from hydra.experimental.callback import Callback
 
 from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
-from translate.analysis.render import write_files
+from translate.analysis.ablation_files import write_files
 from translate.cli import fail
 from translate.errors import UserError, debug_enabled
 from translate.io import atomic_write

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from translate.cli import exit_on_user_error, refuse_unusable_dirs, sweep_job, task_overrides
 from translate.errors import UserError, override_word
-from translate.runtime import refuse_nondeterministic
+from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
 from translate.training.loop import fit, nonfinite_causes

@@ -1,5 +1,5 @@
 """Translate text with a checkpoint: ``python -m translate.translate checkpoint=<path>``, or with
-an exported model: ``engine=ctranslate2 model_dir=<dir>`` (:mod:`translate.decoding.engines`).
+an exported model: ``engine=ctranslate2 model_dir=<dir>`` (:mod:`translate.decoding.engine_switch`).
 
 Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation per input line
 to stdout (or ``output=<file>``, which is never the input or a file of a run: the rule of
@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, refuse_unusable_dirs
 from translate.data.sources import decode_input, read_input_lines
-from translate.decoding.engines import describe_decode, load_engine
+from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.io import STDOUT, check_output_file
 from translate.settings import decode_overrides, engine_command, optional_path
 

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from translate.analysis.plots import attention_figure
+from translate.analysis.figures import attention_figure
 
 
 @pytest.mark.parametrize("heads", [1, 2, 4, 8, 16])
@@ -41,7 +41,7 @@ def test_token_labels_of_four_heads_stay_legible_in_a_tensorboard_card():
 def test_tensorboard_gets_sixteen_heads_as_four_legible_images():
     """A 4x4 grid cannot keep its tokens readable in a 350 px card; training's TensorBoard
     images split the heads into 2x2 groups, titled by their real head numbers."""
-    from translate.analysis.plots import CARD_HEADS, attention_figures
+    from translate.analysis.figures import CARD_HEADS, attention_figures
     from translate.nn.model import AttentionMaps
 
     weights = torch.softmax(

@@ -24,7 +24,7 @@ from translate.decoding.search import beam_search, greedy_search
 from translate.nn.attention import AttentionCache, MultiHeadAttention
 from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast
+from translate.runtime.device import autocast
 from translate.schema import OptimSettings
 from translate.training import distributed
 from translate.training.step import Trainer

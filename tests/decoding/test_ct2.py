@@ -27,7 +27,7 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.ct2 import load_exported, output_limit
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.engine import TorchEngine
-from translate.decoding.engines import ENGINES
+from translate.decoding.engine_switch import ENGINES
 from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.schema import DecodeSettings

@@ -7,7 +7,7 @@ import torch
 
 from translate.analysis.heads import make_batches
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast, eval_mode
+from translate.runtime.device import autocast, eval_mode
 
 V = 30
 

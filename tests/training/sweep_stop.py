@@ -23,7 +23,7 @@ class StopDuringJob(Callback):
     def on_job_start(self, config, **kwargs) -> None:
         if config.hydra.job.num != self.job_num:
             return
-        from translate.training.checkpoints import CheckpointManager
+        from translate.training.saving import CheckpointManager
 
         save = CheckpointManager.save
 

@@ -23,9 +23,9 @@ from translate.settings import train_settings
 from translate.train import train
 from translate.training import report
 from translate.training.averaging import average_checkpoints, step_checkpoints
-from translate.training.checkpoints import CheckpointManager
 from translate.training.loop import dev_scores
 from translate.training.progress import Progress
+from translate.training.saving import CheckpointManager
 
 
 def _ckpt(path, weight, count=3, d_model=4, tokenizer=b"spm", step=1):

@@ -11,7 +11,7 @@ from conftest import SHORT_DECODE, short_config
 
 from translate.checkpoint import load_checkpoint
 from translate.errors import UserError
-from translate.runtime import refuse_nondeterministic
+from translate.runtime.rng import refuse_nondeterministic
 from translate.train import train
 
 # Dropout, so that the random draws must repeat too; one validation, at the end; short decodes

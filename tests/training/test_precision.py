@@ -15,7 +15,7 @@ import torch
 
 from translate.data.batching import collate
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast
+from translate.runtime.device import autocast
 from translate.schema import ModelSettings, OptimSettings
 from translate.training.step import Trainer
 

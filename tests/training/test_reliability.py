@@ -23,7 +23,7 @@ from translate.data.batching import collate
 from translate.errors import UserError
 from translate.schema import ModelSettings, OptimSettings
 from translate.train import train
-from translate.training.checkpoints import CheckpointManager
+from translate.training.saving import CheckpointManager
 from translate.training.step import Trainer
 
 

@@ -17,7 +17,7 @@ from conftest import ROOT, TINY
 
 from translate.checkpoint import load_checkpoint
 from translate.train import train
-from translate.training.checkpoints import CheckpointManager
+from translate.training.saving import CheckpointManager
 
 MAX_STEPS = 12
 # Tiny jobs with short decodes; the job dirs are named by the swept heads alone.

@@ -23,7 +23,7 @@ from translate.analysis.speed import SpeedSettings, run_speed
 from translate.analysis.speed_file import ratio_key, shown_metrics
 from translate.bench import common
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
-from translate.runtime import keep_freed_memory
+from translate.runtime.memory import keep_freed_memory
 from translate.training.step import Trainer
 
 DEFAULTS = SpeedSettings()

@@ -18,8 +18,9 @@ written lists its job as failed. The speed columns come from the sweep dir's
 ``ablation_speed.json`` (:mod:`translate.analysis.speed_file`) when it has one. The parameter
 check and the bootstrap are :mod:`translate.analysis.ablation_stats`.
 
-Rendering is :mod:`translate.analysis.render`; Hydra's side (the callback, expanding the sweep,
-writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra nor OmegaConf.
+Rendering is :mod:`translate.analysis.ablation_files`; Hydra's side (the callback, expanding
+the sweep, writing the files) is :mod:`translate.sweeps`. This module imports neither Hydra
+nor OmegaConf.
 
 It is imported when Hydra starts (for the callback): keep heavy imports (matplotlib,
 sacreBLEU, torch) inside the functions that need them.

@@ -26,16 +26,16 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from translate.analysis.figures import figure_pixels, heads_figure, pruning_figure, sentence_figures
 from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
 from translate.analysis.importance import MaskedBleu, importance, pruning_curve
-from translate.analysis.plots import figure_pixels, heads_figure, pruning_figure, sentence_figures
 from translate.data.corpus import load_raw_split
 from translate.decoding.scoring import mean_nll
 from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
-from translate.runtime import keep_freed_memory
+from translate.runtime.memory import keep_freed_memory
 from translate.schema import AnalysisSettings
 from translate.settings import CheckpointCommand
 

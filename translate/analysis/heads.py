@@ -18,7 +18,7 @@ from torch import Tensor
 
 from translate.data.batching import Batch, sorted_batches
 from translate.nn.model import HEAD_MASK_KEYS, Seq2SeqTransformer
-from translate.runtime import autocast, eval_mode
+from translate.runtime.device import autocast, eval_mode
 from translate.schema import AnalysisSettings
 from translate.schema import DegenerateThresholds as Thresholds
 

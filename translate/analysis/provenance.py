@@ -1,6 +1,7 @@
 """Where the heads-ablation report's jobs ran: each job's commit and machine from the
-``provenance`` its ``results.json`` records (:func:`translate.runtime.provenance`), for the
-report's ``commit_seed<N>`` / ``machine_seed<N>`` columns and its warning when they differ.
+``provenance`` its ``results.json`` records (:func:`translate.runtime.provenance.provenance`),
+for the report's ``commit_seed<N>`` / ``machine_seed<N>`` columns and its warning when they
+differ.
 
 Imported when Hydra starts (for the report callback): no torch here.
 """

@@ -46,7 +46,9 @@ from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
-from translate.runtime import machine, peak_memory_mb, reset_peak_memory, rotated, timed
+from translate.runtime.memory import peak_memory_mb, reset_peak_memory
+from translate.runtime.provenance import machine
+from translate.runtime.timing import rotated, timed
 from translate.schema import OptimSettings
 from translate.settings import build
 

@@ -18,7 +18,7 @@ adds, per case and module, the top operators of one more forward+backward by sel
 
 Peak memory is the growth during one forward (no autograd) and one forward+backward over the
 state just before it (inputs and weights allocated, gradients of the previous call freed),
-read with the package's own ``translate.runtime.reset_peak_memory`` / ``peak_memory_mb``: on
+read with the package's own ``translate.runtime.memory.reset_peak_memory`` / ``peak_memory_mb``: on
 CUDA the allocator's peak (``torch.cuda.max_memory_allocated``); on the CPU the peak resident
 size (``VmHWM``, reset through ``/proc/self/clear_refs``; where Linux refuses the reset the
 growth is counted over the earlier peak, a lower bound) of a fresh subprocess per case, with
@@ -49,7 +49,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from translate.bench import common
 from translate.nn.attention import MultiHeadAttention
-from translate.runtime import peak_memory_mb, reset_peak_memory, synchronize
+from translate.runtime.device import synchronize
+from translate.runtime.memory import peak_memory_mb, reset_peak_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = {

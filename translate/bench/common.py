@@ -20,14 +20,10 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-from translate.runtime import (
-    device_name,
-    keep_freed_memory,
-    machine,
-    rotated,
-    synchronize,
-    timed,
-)
+from translate.runtime.device import device_name, synchronize
+from translate.runtime.memory import keep_freed_memory
+from translate.runtime.provenance import machine
+from translate.runtime.timing import rotated, timed
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: conf/, outputs/, git
 
@@ -107,7 +103,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
     """``--system-malloc``: measure with glibc's default malloc instead of as the commands run
-    (:func:`~translate.runtime.keep_freed_memory`)."""
+    (:func:`~translate.runtime.memory.keep_freed_memory`)."""
     parser.add_argument(
         "--system-malloc",
         action="store_true",
@@ -145,7 +141,7 @@ def interleaved(
     repeats: int,
 ) -> dict[str, list[float]]:
     """Seconds per call of each function, measured in ``repeats`` rounds in
-    :func:`~translate.runtime.rotated` order (A B C, B C A, C A B, ...) after ``warmup``
+    :func:`~translate.runtime.timing.rotated` order (A B C, B C A, C A B, ...) after ``warmup``
     untimed calls each."""
     names = list(fns)
     for _ in range(warmup):

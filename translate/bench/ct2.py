@@ -41,7 +41,8 @@ from translate.decoding.ct2 import import_ctranslate2, load_exported, output_lim
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
-from translate.runtime import keep_freed_memory, rotated, timed
+from translate.runtime.memory import keep_freed_memory
+from translate.runtime.timing import rotated, timed
 from translate.schema import DecodeSettings
 
 EXPORTS = ("float32", "int8")  # CTranslate2 quantizations compared with ours
@@ -62,7 +63,7 @@ def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict
     """Seconds and hypotheses of every (threads, batch, mode, engine), each engine at each
     thread count timed in a process of its own (two thread pools in one process, ours and
     CTranslate2's, would take turns spinning on the same cores), the processes of a round in
-    :func:`~translate.runtime.rotated` order; the median over ``--rounds``."""
+    :func:`~translate.runtime.timing.rotated` order; the median over ``--rounds``."""
     jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
     times: dict[tuple, list[float]] = {}
     outputs: dict[tuple, list] = {}

@@ -64,7 +64,7 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.generate import SPECIAL_IDS, generate
 from translate.decoding.search import greedy_search
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast, resolve_precision
+from translate.runtime.device import autocast, resolve_precision
 from translate.schema import DecodeSettings
 
 TARGETS = {"greedy_cache_speedup": (">=", 3.0)}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from translate import runtime
+from translate.runtime import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 # The IWSLT2017 recipe's sizes (conf/experiment/iwslt2017.yaml): 2+2 layers, d_model 512, 8 heads.
@@ -285,7 +285,7 @@ def machine(args, argv: list[str]) -> dict:
     command, the GPUs, the driver and the CUDA libraries torch was built with."""
     cuda = args.cuda and torch.cuda.is_available()
     info = {
-        **runtime.machine(args.device),
+        **provenance.machine(args.device),
         "command": shlex.join(["python", "-m", "translate.bench.gpu", *argv]),
         "cwd": str(ROOT),
         "gpus": torch.cuda.device_count() if cuda else 0,

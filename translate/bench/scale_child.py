@@ -1,6 +1,6 @@
 """The stages of ``translate/bench/scale.py`` that run inside one process each, so that each
 has a peak resident size of its own (``VmHWM``, read through the package's
-:func:`translate.runtime.peak_memory_mb`).
+:func:`translate.runtime.memory.peak_memory_mb`).
 
     python -m translate.bench.scale_child STAGE '<params as JSON>'
 
@@ -28,7 +28,7 @@ from translate.bench.scale_host import stage_host, stage_syncs
 from translate.data.corpus import load_corpus, load_raw_split
 from translate.data.tokenizer import text_fingerprint, train_or_load_tokenizer
 from translate.errors import UserError
-from translate.runtime import peak_memory_mb, reset_peak_memory
+from translate.runtime.memory import peak_memory_mb, reset_peak_memory
 from translate.settings import data_settings
 
 CPU = torch.device("cpu")
@@ -113,7 +113,7 @@ def stage_d512(p: dict) -> dict:
     """Tokens/s of the recipe's model training on the CPU (``p["updates"]`` timed updates after
     one untimed), and what one checkpoint of it costs to write."""
     from translate.training.batch_order import TrainBatches
-    from translate.training.checkpoints import checkpoint_state
+    from translate.training.saving import checkpoint_state
 
     run = setup_run(p)
     try:

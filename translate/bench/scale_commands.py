@@ -24,7 +24,7 @@ from pathlib import Path
 
 from translate.bench.scale_common import ROOT, recipe_overrides
 from translate.bench.scale_host import SHORT_END, TINY
-from translate.runtime import peak_rss_mb
+from translate.runtime.memory import peak_rss_mb
 
 FIRST_UPDATE = re.compile(r"rank 0 update: loss")
 MILESTONES = {

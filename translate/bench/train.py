@@ -66,7 +66,8 @@ from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
-from translate.runtime import resolve_precision, rotated, synchronize, timed, timed_cpu
+from translate.runtime.device import resolve_precision, synchronize
+from translate.runtime.timing import rotated, timed, timed_cpu
 from translate.schema import OptimSettings
 from translate.settings import build as build_settings
 from translate.training.step import Trainer

@@ -50,7 +50,7 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.search import max_length
 from translate.decoding.translator import Loaded, Translator
 from translate.errors import UserError, override_word
-from translate.runtime import resolve_device
+from translate.runtime.device import resolve_device
 from translate.schema import DecodeSettings
 from translate.settings import data_settings, decode_over
 

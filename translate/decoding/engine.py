@@ -17,7 +17,7 @@ import torch
 from translate.data.batching import collate
 from translate.decoding.generate import STRATEGIES, generate
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast, eval_mode
+from translate.runtime.device import autocast, eval_mode
 from translate.schema import DecodeSettings
 
 

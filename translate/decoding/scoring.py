@@ -13,7 +13,7 @@ from torch import Tensor
 from translate.data.batching import Batch, to_device
 from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import autocast, eval_mode
+from translate.runtime.device import autocast, eval_mode
 
 
 def batch_loss(

@@ -23,7 +23,8 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.engine import Engine, TorchEngine
 from translate.errors import UserError
 from translate.nn.model import Seq2SeqTransformer
-from translate.runtime import resolve_device, resolve_precision, timed
+from translate.runtime.device import resolve_device, resolve_precision
+from translate.runtime.timing import timed
 from translate.schema import DataSettings, DecodeSettings
 from translate.settings import data_settings, decode_over, model_settings
 

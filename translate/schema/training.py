@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.runtime import PRECISIONS, check_precision
+from translate.runtime.device import PRECISIONS, check_precision
 from translate.schema.checks import doc, fraction, non_negative, positive
 
 
@@ -34,7 +34,7 @@ def keep_freed_memory_doc(**kwargs):
     return doc(
         "glibc's malloc keeps freed memory for reuse rather than mapping large tensors afresh "
         "at every step (decoding and CPU training 10-15% faster; the process keeps its peak "
-        "memory until it exits; runtime.keep_freed_memory)",
+        "memory until it exits; translate.runtime.memory)",
         "flag",
         "true | false",
         mechanics=True,

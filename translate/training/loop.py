@@ -20,20 +20,18 @@ from collections.abc import Iterator
 import numpy as np
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from translate.analysis.plots import log_attention
+from translate.analysis.figures import log_attention
 from translate.checkpoint import non_finite
 from translate.decoding.scoring import mean_nll
 from translate.errors import UserError
 from translate.metrics import score
-from translate.runtime import (
-    reset_peak_memory,
-    rng_state,
-)
+from translate.runtime.memory import reset_peak_memory
+from translate.runtime.rng import rng_state
 from translate.training import distributed
 from translate.training.batch_order import TrainBatches
-from translate.training.checkpoints import checkpoint_state
 from translate.training.progress import TrainBar, budget_reached, early_stopped, limit_reached
 from translate.training.run import Run, Window
+from translate.training.saving import checkpoint_state
 from translate.training.signals import StopRequest
 from translate.training.step import StepResult
 

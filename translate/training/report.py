@@ -17,14 +17,16 @@ from pathlib import Path
 import yaml
 
 from translate.analysis.ablation import parse_overrides
+from translate.analysis.figures import log_hparams
 from translate.analysis.heads import head_summary
-from translate.analysis.plots import log_hparams
 from translate.checkpoint import load_checkpoint
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.metrics import score
 from translate.nn.model import count_parameters
-from translate.runtime import device_name, peak_memory_mb, provenance
+from translate.runtime.device import device_name
+from translate.runtime.memory import peak_memory_mb
+from translate.runtime.provenance import provenance
 from translate.training.averaging import average_into, step_checkpoints
 from translate.training.loop import dev_scores
 from translate.training.run import Run

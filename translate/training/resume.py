@@ -19,7 +19,7 @@ from pathlib import Path
 from translate.checkpoint import load_checkpoint
 from translate.data.corpus import Corpus, split_fingerprints
 from translate.errors import UserError
-from translate.runtime import set_rng_state
+from translate.runtime.rng import set_rng_state
 from translate.settings import TrainSettings, mechanics_keys
 from translate.training.distributed import Dist
 from translate.training.progress import Progress, limit_reached

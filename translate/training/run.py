@@ -21,22 +21,17 @@ from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
-from translate.runtime import (
-    code_version,
-    device_name,
-    keep_freed_memory,
-    resolve_device,
-    resolve_precision,
-    seed_everything,
-    use_deterministic_algorithms,
-)
+from translate.runtime.device import device_name, resolve_device, resolve_precision
+from translate.runtime.memory import keep_freed_memory
+from translate.runtime.provenance import code_version
+from translate.runtime.rng import seed_everything, use_deterministic_algorithms
 from translate.settings import TrainSettings
 from translate.training import distributed
-from translate.training.checkpoints import CheckpointManager
 from translate.training.distributed import Dist
 from translate.training.progress import Progress
 from translate.training.resume import resume_or_start
 from translate.training.rundir import RunLock, check_fresh, remove_partial_writes
+from translate.training.saving import CheckpointManager
 from translate.training.step import Trainer
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from translate.decoding.ct2 import load_exported
 from translate.decoding.translator import Loaded, load_translator
-from translate.runtime import keep_freed_memory
+from translate.runtime.memory import keep_freed_memory
 from translate.schema import DecodeSettings
 from translate.settings import EngineCommand
 

@@ -1,5 +1,6 @@
 """Figures: attention heatmaps (one panel per head, token labels on both axes), the per-head
-grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBoard."""
+grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBoard; and a
+run's row in TensorBoard's HParams table, which sits beside its heatmaps there."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import Tensor
 
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
-from translate.runtime import eval_mode
+from translate.runtime.device import eval_mode
 
 
 def pyplot():

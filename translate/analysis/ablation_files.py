@@ -426,7 +426,7 @@ def ablation_figure(report: Report):
     panels = _panels(report)
     if not panels:
         return None
-    from translate.analysis.plots import pyplot
+    from translate.analysis.figures import pyplot
 
     fig, axes = pyplot().subplots(1, len(panels), figsize=(14 * len(panels) / 3, 4), squeeze=False)
     for panel, ax in zip(panels, axes[0]):
@@ -438,7 +438,7 @@ def ablation_figure(report: Report):
 def ablation_png(report: Report) -> bytes | None:
     """:func:`ablation_figure` as PNG bytes (the caller writes them atomically); None when it
     has no panel."""
-    from translate.analysis.plots import pyplot
+    from translate.analysis.figures import pyplot
 
     fig = ablation_figure(report)
     if fig is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from translate.checkpoint import FORMAT_VERSION, save_checkpoint
 from translate.data.tokenizer import Tokenizer
 from translate.io import atomic_link
-from translate.runtime import rng_state
+from translate.runtime.rng import rng_state
 from translate.training.progress import Progress
 from translate.training.step import Trainer
 

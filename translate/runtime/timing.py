@@ -1,0 +1,40 @@
+"""Timing: one call's wall (and CPU) time with the device waited for, and the rotated order
+the benchmarks time their variants in."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from translate.runtime.device import synchronize
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    """``(fn(), wall seconds)``: :func:`timed_cpu` without the CPU time."""
+    out, wall, _ = timed_cpu(fn, device)
+    return out, wall
+
+
+def timed_cpu(fn: Callable[[], T], device: torch.device) -> tuple[T, float, float]:
+    """``(fn(), wall seconds, CPU seconds)``; on CUDA the queued work is finished before and
+    after, since kernels run asynchronously and the clock would otherwise stop before they do.
+    CPU seconds are the process's (``time.process_time``: every thread, user + system), which
+    other jobs on a shared host barely move; with N busy threads they approach N x wall."""
+    synchronize(device)
+    cpu, start = time.process_time(), time.perf_counter()
+    out = fn()
+    synchronize(device)
+    wall = time.perf_counter() - start
+    return out, wall, time.process_time() - cpu
+
+
+def rotated(items: list[T], r: int) -> list[T]:
+    """Round ``r``'s order when timing ``items`` in turns: A B C, then B C A, then C A B, ...
+    Each takes every place in turn, so drift on a shared machine falls on all of them alike."""
+    shift = r % len(items)
+    return items[shift:] + items[:shift]
