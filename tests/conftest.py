@@ -30,6 +30,9 @@ TINY = [
     "trainer.val_bleu_sentences=20",
     "data.tokenizer.vocab_size=300",
 ]
+    # Drawing every head's heatmaps took most of a 4-update run (7.5 of 10.4 s profiled, two
+    # validations); the shared trained run (below) draws them, and the figures' tests their own.
+    "trainer.attention_heatmaps=false",
 
 # What the shared trained run decodes with; evaluate/translate tests that compare against its
 # results pass the same limits.
@@ -137,3 +140,4 @@ def trained_run(tmp_path_factory, cache_dir):
         *SHORT_DECODE,
     ]
     return run, train(compose_config("train", overrides))
+        "trainer.attention_heatmaps=true",

@@ -49,8 +49,8 @@ def test_tensorboard_gets_sixteen_heads_as_four_legible_images():
     )
     maps = AttentionMaps(encoder=[weights], decoder_self=[], decoder_cross=[])
     tokens = [f"t{i}" for i in range(5)]
-    split = attention_figures(maps, tokens, tokens, per_image=CARD_HEADS)
-    whole = attention_figures(maps, tokens, tokens)
+    split = dict(attention_figures(maps, tokens, tokens, per_image=CARD_HEADS))
+    whole = dict(attention_figures(maps, tokens, tokens))
     titles = {tag: [ax.get_title() for ax in fig.axes if ax.axison] for tag, fig in split.items()}
     plt.close("all")
     assert list(whole) == ["attention/encoder_self/layer0"]  # analyze's PNG: one 4x4 grid

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from conftest import SHORT_DECODE, compose_config
+from conftest import SHORT_DECODE, compose_config, short_config
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -74,6 +74,18 @@ def test_train_writes_results_checkpoints_and_tensorboard(trained_run):
     heatmaps = {f"attention/{kind}/layer{i}" for kind in ("encoder_self", "decoder_self",
                 "decoder_cross") for i in (0, 1)}  # fmt: skip
     assert heatmaps <= set(tags["images"])
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+
+
+def test_without_heatmaps_a_run_logs_everything_else(tmp_path, cache_dir):
+    """trainer.attention_heatmaps=false (the tests' tiny runs) draws no figure; the scalars
+    and the HParams row are written as before."""
+    run = tmp_path / "run"
+    train(short_config(run, cache_dir, *SHORT_DECODE))
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    assert events.Tags()["images"] == []
+    assert [e.step for e in events.Scalars("dev/bleu")] == [2, 4]
     assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
 
 

@@ -5,7 +5,9 @@ run's row in TensorBoard's HParams table, which sits beside its heatmaps there."
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -14,6 +16,9 @@ from torch import Tensor
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
 from translate.runtime.device import eval_mode
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def pyplot():
@@ -69,13 +74,14 @@ CARD_HEADS = 4
 
 def attention_figures(
     maps: AttentionMaps, src: list[str], tgt: list[str], per_image: int | None = None
-):
-    """``{tag: figure}`` for every layer of every attention type, for batch row 0: one grid of
+) -> Iterator[tuple[str, Figure]]:
+    """``(tag, figure)`` for every layer of every attention type, for batch row 0: one grid of
     every head, or with ``per_image`` groups of that many heads tagged ``.../heads_0-3``.
 
-    ``src`` labels the encoder positions, ``tgt`` the decoder input positions.
+    ``src`` labels the encoder positions, ``tgt`` the decoder input positions. One figure at a
+    time: a caller that closes each before the next (TensorBoard's ``add_figure`` does) holds
+    one open, where 16 heads make 24 (and matplotlib warns past 20).
     """
-    figures = {}
     kinds = (
         ("encoder_self", maps.encoder, src, src),
         ("decoder_self", maps.decoder_self, tgt, tgt),
@@ -90,8 +96,7 @@ def attention_figures(
             for first in range(0, heads, step):
                 name = tag if step == heads else f"{tag}/heads_{first}-{first + step - 1}"
                 part = w[first : first + step]  # (step, T, S)
-                figures[name] = attention_figure(part, keys, queries, name, first)
-    return figures
+                yield name, attention_figure(part, keys, queries, name, first)
 
 
 @torch.no_grad()
@@ -102,8 +107,8 @@ def sentence_figures(
     tokenizer: Tokenizer,
     device,
     per_image: int | None = None,
-) -> dict:
-    """``{tag: figure}`` of every head of every layer for one sentence pair (ids without
+) -> Iterator[tuple[str, Figure]]:
+    """``(tag, figure)`` of every head of every layer for one sentence pair (ids without
     specials): the model sees ``src + EOS`` and ``BOS + tgt``, labelled with their pieces;
     ``per_image`` as in :func:`attention_figures`."""
     tok = tokenizer
@@ -119,8 +124,7 @@ def sentence_figures(
 def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int) -> None:
     """Heatmaps of every head of every layer for one sentence pair, to TensorBoard, at most
     :data:`CARD_HEADS` heads an image so that a card shows them legibly."""
-    figures = sentence_figures(model, src_ids, tgt_ids, tokenizer, device, CARD_HEADS)
-    for tag, figure in figures.items():
+    for tag, figure in sentence_figures(model, src_ids, tgt_ids, tokenizer, device, CARD_HEADS):
         writer.add_figure(tag, figure, step)  # closes the figure
 
 

@@ -26,7 +26,13 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from translate.analysis.figures import figure_pixels, heads_figure, pruning_figure, sentence_figures
+from translate.analysis.figures import (
+    figure_pixels,
+    heads_figure,
+    pruning_figure,
+    pyplot,
+    sentence_figures,
+)
 from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
 from translate.analysis.importance import MaskedBleu, importance, pruning_curve
 from translate.data.corpus import load_raw_split
@@ -143,8 +149,7 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
 
 def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
     """Heatmaps of ``examples`` (ids), ``heads.png``, ``pruning.png``; also to TensorBoard."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     writer = SummaryWriter(out_dir / "tensorboard")
 
     def save(fig, path: Path, tag: str) -> None:
@@ -155,7 +160,7 @@ def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples)
 
     model, tok, device = loaded.model, loaded.tokenizer, loaded.translator.device
     for i, (src_ids, tgt_ids) in enumerate(examples):
-        for tag, fig in sentence_figures(model, src_ids, tgt_ids, tok, device).items():
+        for tag, fig in sentence_figures(model, src_ids, tgt_ids, tok, device):
             kind, layer = tag.split("/")[1:]
             save(
                 fig,

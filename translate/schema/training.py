@@ -165,6 +165,15 @@ class TrainerSettings:
         "test sentences the batch-1 latency is measured on", "sentences", check=positive
     )
     progress_bar: bool = doc("show a progress bar", "flag", "true | false", mechanics=True)
+    attention_heatmaps: bool = doc(
+        "at each validation, every head's attention on one dev pair to TensorBoard's Images "
+        "(drawing them takes a fixed time per figure: 6 figures a validation at 4 heads or "
+        "fewer, 24 at 16)",
+        "flag",
+        "true | false",
+        mechanics=True,
+        default=True,  # older runs lack the key
+    )
     keep_freed_memory: bool = keep_freed_memory_doc(default=True)  # older runs lack the key
     deterministic: bool = doc(
         "torch's deterministic kernels (torch.use_deterministic_algorithms); an operation "

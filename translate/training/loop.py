@@ -218,7 +218,7 @@ def dev_scores(run: Run) -> dict:
 
 
 def _validate(run: Run) -> bool:
-    """Dev loss, perplexity, BLEU and chrF, heatmaps to TensorBoard; True on a new best BLEU."""
+    """Dev loss, perplexity, BLEU, chrF (and heatmaps) to TensorBoard; True on a new best BLEU."""
     p, corpus = run.progress, run.corpus
     valid = corpus.splits["valid"]
     loss = mean_nll(
@@ -235,7 +235,8 @@ def _validate(run: Run) -> bool:
         ("chrf", scores["chrf"]),
     ):
         run.writer.add_scalar(f"dev/{name}", value, p.step)
-    _log_heatmaps(run)
+    if run.settings.trainer.attention_heatmaps:
+        _log_heatmaps(run)
     p.last_val_step, p.last_dev_loss = p.step, loss
     broken = _never_best(run, loss)
     improved = broken is None and scores["bleu"] > p.best_dev_bleu
