@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -29,10 +30,10 @@ TINY = [
     "trainer.latency_sentences=3",
     "trainer.val_bleu_sentences=20",
     "data.tokenizer.vocab_size=300",
-]
     # Drawing every head's heatmaps took most of a 4-update run (7.5 of 10.4 s profiled, two
     # validations); the shared trained run (below) draws them, and the figures' tests their own.
     "trainer.attention_heatmaps=false",
+]
 
 # What the shared trained run decodes with; evaluate/translate tests that compare against its
 # results pass the same limits.
@@ -102,6 +103,14 @@ def data_config(name: str):
     return OmegaConf.create(OmegaConf.to_container(node))
 
 
+def pytest_configure(config) -> None:
+    """Under pytest-xdist each worker is one of the suite's parallel processes: one torch thread
+    each (and in the commands it starts), so the workers do not oversubscribe the cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """One tokenizer/encoding cache for the whole session, as a heads sweep shares one."""
@@ -137,7 +146,7 @@ def trained_run(tmp_path_factory, cache_dir):
         f"data.cache_dir={cache_dir}",
         "trainer.max_steps=8",
         "trainer.val_every_n_steps=4",
+        "trainer.attention_heatmaps=true",
         *SHORT_DECODE,
     ]
     return run, train(compose_config("train", overrides))
-        "trainer.attention_heatmaps=true",
