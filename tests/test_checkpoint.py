@@ -4,6 +4,8 @@ the same translations and count as the same model config."""
 
 from __future__ import annotations
 
+import copy
+import logging
 import pathlib
 import shutil
 
@@ -17,7 +19,7 @@ from translate.errors import UserError
 from translate.evaluate import evaluate
 from translate.settings import train_settings
 from translate.train import train
-from translate.training.resume import finished_results
+from translate.training.resume import check_same_experiment, finished_results
 
 
 class _Payload:
@@ -147,3 +149,31 @@ def test_a_format_2_checkpoint_gets_kv_heads_equal_to_heads(trained_run, tmp_pat
     settings = train_settings(compose_config("train", overrides))
     assert settings.config["model"] == model
     assert finished_results(settings) is not None
+
+
+def _before_the_runtime_group(ckpt: dict) -> dict:
+    """``ckpt`` as written before the runtime group: trainer.device, trainer.precision, ..."""
+    config = copy.deepcopy(ckpt["config"])
+    config["trainer"].update(config.pop("runtime"))
+    return {**ckpt, "config": config}
+
+
+def test_a_checkpoint_from_before_the_runtime_group_reads_them_as_runtime(
+    trained_run, tmp_path, caplog
+):
+    """Its trainer.device/precision/num_threads/keep_freed_memory load as runtime.*: the config
+    a run composes today, so a resume compares them, and a changed precision is logged."""
+    run, results = trained_run
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    old = _before_the_runtime_group(ckpt)
+    assert "runtime" not in old["config"] and old["config"]["trainer"]["precision"] == "32"
+    torch.save(old, tmp_path / "old.pt")
+    loaded = load_checkpoint(tmp_path / "old.pt")
+    assert loaded["config"] == ckpt["config"]
+
+    here = copy.deepcopy(ckpt["config"])
+    here["runtime"]["precision"] = "bf16"
+    with caplog.at_level(logging.WARNING, logger="translate.training.resume"):
+        check_same_experiment("the run", loaded, here, None)
+    assert "runtime.precision=32 in the checkpoint, bf16 here" in caplog.text
+

@@ -60,9 +60,27 @@ def test_non_utf8_stdin_names_the_line(ckpt):
 
 
 def test_fp16_on_the_cpu_names_the_commands_own_key(ckpt):
-    proc = translate(ckpt, "device=cpu", "precision=fp16", stdin="Hallo\n")
-    assert_one_line_error(proc, "precision=fp16 needs a CUDA GPU", "precision=bf16")
+    proc = translate(ckpt, "runtime.device=cpu", "runtime.precision=fp16", stdin="Hallo\n")
+    assert_one_line_error(
+        proc, "runtime.precision=fp16 needs a CUDA GPU", "runtime.precision=bf16"
+    )
     assert "trainer." not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "command,old,new",
+    [
+        ("translate.train", "trainer.device=cuda", "runtime.device=cuda"),
+        ("translate.train", "trainer.num_threads=2", "runtime.num_threads=2"),
+        ("translate.evaluate", "precision=bf16", "runtime.precision=bf16"),
+        ("translate.translate", "keep_freed_memory=false", "runtime.keep_freed_memory=false"),
+    ],
+)
+def test_a_runtime_key_by_its_old_name_says_the_new_one(command, old, new):
+    """Before the runtime group these were trainer.* in training and top-level keys of the
+    other commands; Hydra alone would say only that the key is not in the config."""
+    proc = run_cli(command, old)
+    assert_one_line_error(proc, f"{old.split('=')[0]} is now {new.split('=')[0]}", f"pass {new}")
 
 
 @pytest.mark.parametrize("case", ["missing_ref", "empty"])
@@ -79,9 +97,9 @@ def test_evaluate_with_bad_src_or_ref_is_one_line(ckpt, tmp_path, case):
 @pytest.mark.parametrize("command", ["translate.evaluate", "translate.analyze"])
 def test_a_bad_value_names_the_key_as_typed(tmp_path, command):
     """Before: `command.keep_freed_memory='maybe' ...`, a key no command line has."""
-    proc = run_cli(command, "checkpoint=x.pt", "keep_freed_memory=maybe",
+    proc = run_cli(command, "checkpoint=x.pt", "runtime.keep_freed_memory=maybe",
                    f"hydra.run.dir={tmp_path / 'out'}")  # fmt: skip
-    assert_one_line_error(proc, "keep_freed_memory='maybe' must be true or false")
+    assert_one_line_error(proc, "runtime.keep_freed_memory='maybe' must be true or false")
     assert "command." not in proc.stderr
 
 

@@ -104,8 +104,13 @@ def test_analyze_into_a_dir_with_an_earlier_analysis_is_refused(trained_run, tmp
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     overrides = [f"checkpoint={trained_run[1]['checkpoint']}", f"output_dir={tmp_path}"]
-    small = ["device=cpu", "analysis.max_sentences=4", "analysis.importance.bleu_sentences=0",
-             "analysis.pruning.bleu_sentences=1", "analysis.pruning.fractions=[1.0]"]  # fmt: skip
+    small = [
+        "runtime.device=cpu",
+        "analysis.max_sentences=4",
+        "analysis.importance.bleu_sentences=0",
+        "analysis.pruning.bleu_sentences=1",
+        "analysis.pruning.fractions=[1.0]",
+    ]
     with pytest.raises(UserError) as err:
         analyze(compose_config("analyze", [*overrides, *small]))
     message = str(err.value)

@@ -97,18 +97,22 @@ def test_kept_freed_memory_is_reused_not_faulted_in_again():
 
 
 @pytest.mark.parametrize("keep", [True, False])
-def test_commands_keep_freed_memory_as_configured(monkeypatch, keep):
-    """``keep_freed_memory`` reaches the engine loader of translate and evaluate, which tunes
-    the allocator before it loads anything (and only when asked)."""
+def test_commands_apply_the_runtime_group_before_loading(monkeypatch, keep):
+    """``runtime.num_threads`` and ``runtime.keep_freed_memory`` reach the engine loader of
+    translate and evaluate, which applies them before it loads anything (and only when asked)."""
     from conftest import compose_config
 
     from translate.decoding import engine_switch
+    from translate.schema import runtime
     from translate.settings import engine_command
 
     calls = []
-    monkeypatch.setattr(engine_switch, "keep_freed_memory", lambda: calls.append("kept"))
+    monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append("kept"))
+    monkeypatch.setattr(runtime.torch, "set_num_threads", lambda n: calls.append(f"threads {n}"))
     monkeypatch.setitem(engine_switch.ENGINES, "torch", lambda *args: calls.append("loaded"))
     for command in ("translate", "evaluate"):
-        cfg = compose_config(command, ["checkpoint=c.pt", f"keep_freed_memory={keep}"])
+        overrides = [f"runtime.keep_freed_memory={keep}", "runtime.num_threads=3"]
+        cfg = compose_config(command, ["checkpoint=c.pt", *overrides])
         engine_switch.load_engine(engine_command(cfg), {})
-    assert calls == (["kept", "loaded"] if keep else ["loaded"]) * 2
+    applied = ["threads 3", "kept"] if keep else ["threads 3"]
+    assert calls == [*applied, "loaded"] * 2

@@ -38,17 +38,17 @@ def test_the_model_yaml_writes_out_the_model_config_defaults():
 
 def test_how_a_job_runs_is_one_flag_for_the_resume_check_and_the_sweep_dir_names():
     """The fields marked doc(..., mechanics=True) are what a resume may change unremarked and
-    what a sweep job's directory name leaves out: resume reads the flags, and Hydra's list
-    (which it reads while composing, before our code runs) equals them."""
+    what a sweep job's directory name leaves out: resume reads the flags, and Hydra's list is
+    made of them (the mechanics_keys resolver) when it composes."""
     how = {
         "run_dir",
         "data.cache_dir",
-        "trainer.device",
-        "trainer.num_threads",
+        "runtime.device",
+        "runtime.num_threads",
         "trainer.resume",
         "trainer.overwrite",
         "trainer.progress_bar",
-        "trainer.keep_freed_memory",
+        "runtime.keep_freed_memory",
         "trainer.attention_heatmaps",
     }
     assert set(mechanics_keys()) == how
@@ -96,7 +96,7 @@ def test_from_run_names_every_decode_setting():
         # The model's own rule (nn.attention.check_heads), worded with the config's keys.
         ("heads=3", "model.d_model=32 is not divisible by heads=3; pick heads from the divisors"),
         ("heads=0", "heads=0 must be >= 1"),
-        ("trainer.precision=fp8", "trainer.precision=fp8 is unknown; choose one of auto, bf16"),
+        ("runtime.precision=fp8", "runtime.precision=fp8 is unknown; choose one of auto, bf16"),
         ("optim.lr=abc", "optim.lr='abc' must be a number"),
         ("seed=abc", "seed='abc' must be an integer"),
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),
@@ -131,8 +131,8 @@ def test_greedy_with_a_beam_is_refused_not_ignored():
 
 
 def test_numbers_where_text_is_expected_are_read_as_text():
-    """``trainer.precision=32`` arrives from the command line as the integer 32."""
-    assert settings("trainer.precision=32").trainer.precision == "32"
+    """``runtime.precision=32`` arrives from the command line as the integer 32."""
+    assert settings("runtime.precision=32").runtime.precision == "32"
     assert settings("optim.lr=1").optim.lr == 1.0
 
 
@@ -183,7 +183,7 @@ def test_the_quickstart_is_a_step_budget():
     """Before, a 1.5-minute clock: on a busy machine it made 80 of 1,500 updates (BLEU 0.2)."""
     s = train_settings(compose_config("train", ["experiment=quickstart", "run_dir=unused"]))
     assert s.trainer.max_minutes is None and s.trainer.max_steps == 1000
-    assert s.trainer.num_threads == 1  # beside other CPU-bound work, 2 threads wait on each other
+    assert s.runtime.num_threads == 1  # beside other CPU-bound work, 2 threads wait on each other
 
 
 # ------------------------------------------------------------------------ help

@@ -16,7 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, refuse_unusable_dirs
+from translate.cli import check_command_line, exit_on_user_error
 from translate.errors import UserError
 from translate.settings import optional_path, plain
 from translate.training.averaging import average_into, check_output, last_step_checkpoints
@@ -80,5 +80,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    refuse_unusable_dirs()
+    check_command_line()
     main()

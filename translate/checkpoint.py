@@ -106,6 +106,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         ckpt["model"] = {_RENAMED_V1.get(k, k): v for k, v in ckpt["model"].items()}
     if version <= 2:
         _add_kv_heads(ckpt["config"])
+    _add_runtime_group(ckpt["config"])
     return ckpt
 
 
@@ -131,6 +132,16 @@ def _add_kv_heads(config: dict) -> None:
     model = config.get("model")
     if isinstance(model, dict) and "num_heads" in model:
         model.setdefault("num_kv_heads", model["num_heads"])
+
+
+def _add_runtime_group(config: dict) -> None:
+    """A config written before the runtime group as written today: ``trainer.device``,
+    ``precision``, ``num_threads`` and ``keep_freed_memory`` are ``runtime.*``, so a resume
+    compares them with the new keys (a changed precision is logged)."""
+    trainer = config.get("trainer")
+    if isinstance(trainer, dict) and "runtime" not in config:
+        moved = ("device", "precision", "num_threads", "keep_freed_memory")
+        config["runtime"] = {k: trainer.pop(k) for k in moved if k in trainer}
 
 
 def _corrupt(path: Path, err: Exception) -> UserError:

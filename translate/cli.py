@@ -155,13 +155,24 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
-def refuse_unusable_dirs() -> None:
-    """Stop before Hydra starts when ``hydra.run.dir=`` or ``hydra.sweep.dir=`` on the command
-    line cannot be a folder: a file is in the way, or it is (or lies inside) a symbolic link to
-    a missing folder. Hydra's own mkdir would fail with a traceback."""
+# Keys of the runtime group by their names before it (the training and the other commands').
+_RUNTIME = ("device", "precision", "num_threads", "keep_freed_memory")
+_MOVED = {f"{group}{k}": f"runtime.{k}" for k in _RUNTIME for group in ("trainer.", "")}
+
+
+def check_command_line() -> None:
+    """Stop before Hydra starts, in one line, at a key of the runtime group by its old name
+    (Hydra would say only that the key is not in the config), and at a ``hydra.run.dir=`` or
+    ``hydra.sweep.dir=`` that cannot be a folder: a file is in the way, or it is (or lies
+    inside) a symbolic link to a missing folder (Hydra's own mkdir would fail with a
+    traceback)."""
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
-        if arg.lstrip("+~").split("=", 1)[0] not in _DIR_KEYS:
+        key, _, value = arg.lstrip("+~").partition("=")
+        if key in _MOVED:
+            new = _MOVED[key]
+            fail(f"{key} is now {new}, one group for every command: pass {new}={value}")
+        if key not in _DIR_KEYS:
             continue
         try:
             override = parser.parse_overrides([arg])[0]

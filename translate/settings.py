@@ -32,11 +32,11 @@ from translate.schema import (
     DecodeSettings,
     ModelSettings,
     OptimSettings,
+    RuntimeSettings,
     TrainerSettings,
 )
 from translate.schema import help as command_keys
 from translate.schema.checks import choice, doc
-from translate.schema.training import device_doc, keep_freed_memory_doc, precision_doc
 
 # ------------------------------------------------------------------------ reading and typing
 
@@ -83,7 +83,7 @@ def _typed(value: Any, hint: Any, key: str) -> Any:
         )
         raise UserError(f"{key}={value!r} must be {want}")
     if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)  # trainer.precision=32 arrives as a number
+        return str(value)  # runtime.precision=32 arrives as a number
     if hint is float and not math.isfinite(value):
         # Hydra reads nan/inf as numbers, and every range check passes NaN (its comparisons
         # are all false): no setting of ours means anything with them; null is "no limit".
@@ -183,6 +183,7 @@ class TrainSettings:
     model: ModelSettings = doc("the Transformer (conf/model/)")
     optim: OptimSettings = doc("the optimiser recipe (conf/optim/)")
     trainer: TrainerSettings = doc("how the run goes (conf/trainer/)")
+    runtime: RuntimeSettings = doc("where and how it computes (conf/runtime/)")
     decode: DecodeSettings = doc("how the test split is decoded (conf/decode/)")
     data: DataSettings = doc("the corpus, its tokenizer and its batches (conf/data/)")
     analysis: AnalysisSettings = doc("the per-head summary at the end (conf/analysis/)")
@@ -205,8 +206,7 @@ def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
     """The dotted keys of the fields marked ``doc(..., mechanics=True)``: how a job runs, not
     what it trains. A resume may change them unremarked (``training.resume.MECHANICS``) and a
     sweep job's directory name leaves them out (``conf/hydra/default.yaml``'s ``exclude_keys``
-    lists them, tested equal: Hydra reads that list while it composes, before any of our
-    code could supply it)."""
+    reads them through the ``mechanics_keys`` resolver)."""
     hints, keys = typing.get_type_hints(cls), []
     for field in dataclasses.fields(cls):
         if field.metadata["mechanics"]:
@@ -214,6 +214,16 @@ def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
         elif dataclasses.is_dataclass(hints[field.name]):
             keys += mechanics_keys(hints[field.name], f"{prefix}{field.name}.")
     return tuple(keys)
+
+
+def _sweep_dir_excluded(*also: str) -> list[str]:
+    """Hydra's ``exclude_keys`` (conf/hydra/default.yaml's ``${mechanics_keys:...}``): ``also``
+    and every mechanics key, which a sweep job's directory name leaves out."""
+    return [*also, *mechanics_keys()]
+
+
+# Registered on import: every command imports this module before Hydra composes its config.
+OmegaConf.register_new_resolver("mechanics_keys", _sweep_dir_excluded, replace=True)
 
 
 def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettings:
@@ -235,6 +245,7 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
         model=model_settings(cfg.model),
         optim=build(OptimSettings, cfg.optim, "optim"),
         trainer=build(TrainerSettings, cfg.trainer, "trainer"),
+        runtime=build(RuntimeSettings, cfg.runtime, "runtime"),
         decode=decode_settings(cfg.decode),
         data=data,
         analysis=analysis_settings(cfg.analysis),
@@ -252,16 +263,13 @@ class CheckpointCommand:
     checkpoint: str = doc(
         "the checkpoint to load", "file", "<run_dir>/checkpoints/best.pt or another .pt"
     )
-    device: str = device_doc()
-    precision: str = precision_doc()
-    keep_freed_memory: bool = keep_freed_memory_doc()
+    runtime: RuntimeSettings = doc("where and how it computes (conf/runtime/)")
 
 
 def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
     if cfg.get("checkpoint") is None:
         raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
-    values = {k: str(plain(cfg[k], k)) for k in ("checkpoint", "device", "precision")}
-    values["keep_freed_memory"] = plain(cfg.get("keep_freed_memory"), "keep_freed_memory")
+    values = {"checkpoint": str(plain(cfg.checkpoint, "checkpoint")), "runtime": cfg.runtime}
     return build(CheckpointCommand, values, "")
 
 
@@ -289,9 +297,7 @@ class EngineCommand:
         "folder",
         "null for torch",
     )
-    device: str = device_doc()
-    precision: str = precision_doc()  # engine=ctranslate2 takes auto only
-    keep_freed_memory: bool = keep_freed_memory_doc()
+    runtime: RuntimeSettings = doc("where and how it computes (conf/runtime/)")
 
     @property
     def source(self) -> str:
@@ -312,19 +318,18 @@ class EngineCommand:
                 )
         if getattr(self, key) is None:
             raise UserError(f"pass {key}={_SOURCE_HINTS[key]}")
-        if self.engine == "ctranslate2" and self.precision != "auto":
+        if self.engine == "ctranslate2" and self.runtime.precision != "auto":
             raise UserError(
-                f"precision={self.precision} is for engine=torch; an exported model computes in "
-                "the quantization it was exported with (python -m translate.export quantization=)"
+                f"runtime.precision={self.runtime.precision} is for engine=torch; an exported "
+                "model computes in the quantization it was exported with (python -m "
+                "translate.export quantization=)"
             )
 
 
 def engine_command(cfg: DictConfig) -> EngineCommand:
-    keys = ("engine", "checkpoint", "model_dir", "device", "precision")
-    values = {k: plain(cfg.get(k), k) for k in keys}
+    values = {k: plain(cfg.get(k), k) for k in ("engine", "checkpoint", "model_dir")}
     values = {k: None if v is None else str(v) for k, v in values.items()}
-    values["keep_freed_memory"] = plain(cfg.get("keep_freed_memory"), "keep_freed_memory")
-    return build(EngineCommand, values, "")
+    return build(EngineCommand, {**values, "runtime": cfg.runtime}, "")
 
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")

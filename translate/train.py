@@ -14,7 +14,7 @@ import signal
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from translate.cli import exit_on_user_error, refuse_unusable_dirs, sweep_job, task_overrides
+from translate.cli import check_command_line, exit_on_user_error, sweep_job, task_overrides
 from translate.errors import UserError, override_word
 from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
@@ -189,5 +189,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    refuse_unusable_dirs()
+    check_command_line()
     main()

@@ -156,7 +156,7 @@ def test_dev_bleu_is_the_scored_checkpoints(tmp_path):
 def test_jobs_differing_beyond_the_axes_warn_but_not_in_how_they_ran(tmp_path):
     """A study split over commands with other thread counts or caches is one experiment; a job
     trained with another learning rate is not, and the report says so."""
-    make_job(tmp_path, 4, 1, 25.0, extra_overrides=("trainer.num_threads=1",))
+    make_job(tmp_path, 4, 1, 25.0, extra_overrides=("runtime.num_threads=1",))
     make_job(tmp_path, 8, 1, 27.0, extra_overrides=("data.cache_dir=/tmp/c", "trainer.resume=true"))
     assert build_report(tmp_path, bootstrap_samples=100).warnings == []
     make_job(tmp_path, 16, 1, 26.0, extra_overrides=("optim.lr=1e-3",))

@@ -208,7 +208,7 @@ def test_analyze_writes_json_heatmaps_pruning_curve_and_tensorboard(trained_run,
         [
             f"checkpoint={results['checkpoint']}",
             f"output_dir={tmp_path}",
-            "device=cpu",
+            "runtime.device=cpu",
             "analysis.max_sentences=16",
             "analysis.importance.bleu_sentences=3",
             "analysis.pruning.bleu_sentences=4",

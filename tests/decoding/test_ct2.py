@@ -210,8 +210,8 @@ def test_every_engine_name_has_a_loader():
             "checkpoint= is for engine=torch",
         ),
         (
-            ["engine=ctranslate2", "model_dir=m", "precision=bf16"],
-            "precision=bf16 is for engine=torch",
+            ["engine=ctranslate2", "model_dir=m", "runtime.precision=bf16"],
+            "runtime.precision=bf16 is for engine=torch",
         ),
         (["engine=onnx", "checkpoint=c.pt"], "engine=onnx is unknown"),
     ],

@@ -24,8 +24,8 @@ RECIPE = [
     "trainer.val_every_n_steps=2",
     "trainer.val_bleu_sentences=4",
     "trainer.latency_sentences=1",
-    "trainer.num_threads=1",
-    "trainer.device=cpu",
+    "runtime.num_threads=1",
+    "runtime.device=cpu",
     "decode.max_len_a=0",
     "decode.max_len_b=4",
 ]

@@ -59,8 +59,8 @@ def _differing(a: dict, b: dict) -> list[str]:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_same_run_twice_trains_bit_identical_weights(tmp_path, cache_dir, threads):
-    first = _trained(tmp_path, cache_dir, "a", f"trainer.num_threads={threads}")
-    again = _trained(tmp_path, cache_dir, "b", f"trainer.num_threads={threads}")
+    first = _trained(tmp_path, cache_dir, "a", f"runtime.num_threads={threads}")
+    again = _trained(tmp_path, cache_dir, "b", f"runtime.num_threads={threads}")
     assert _differing(first, again) == []
 
 

@@ -39,7 +39,7 @@ EXACT = [
     "model.dropout=0",
     "model.attention_dropout=0",
     "model.activation_dropout=0",
-    "trainer.num_threads=1",
+    "runtime.num_threads=1",
     "trainer.val_every_n_steps=3",
 ]
 TRACE = re.compile(r"rank (\d+) update: loss (\S+) \| params (\S+) \| examples (.*)$")
@@ -199,7 +199,7 @@ def ddp_vs_single(tmp_path_factory, cache_dir):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-        torch.set_num_threads(threads)  # trainer.num_threads=1 is global
+        torch.set_num_threads(threads)  # runtime.num_threads=1 is global
     ddp = root / "ddp"
     _torchrun(ddp, cache_dir, "trainer.max_steps=3")
     first_files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -272,7 +272,7 @@ def test_only_rank_0_writes_the_run_files(ddp_vs_single):
 def test_submitit_local_sweep_runs_one_job_per_head_count(tmp_path, cache_dir):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     overrides = [o for o in FAST if not o.startswith("heads=")]
-    overrides += [f"data.cache_dir={cache_dir}", "trainer.max_steps=2", "trainer.num_threads=1"]
+    overrides += [f"data.cache_dir={cache_dir}", "trainer.max_steps=2", "runtime.num_threads=1"]
     load_corpus(data_settings(compose_config("train", overrides).data))  # a warm shared cache
     sweep = tmp_path / "sweep"
     cmd = [

@@ -40,7 +40,7 @@ def checkpoint(trained_run) -> Path:
     [
         (["heads=3"], ["model.d_model=128 is not divisible by heads=3"]),
         (["model.attention_impl=fast"], ["model.attention_impl=fast is unknown"]),
-        (["trainer.precision=fp16"], ["fp16 needs a CUDA GPU"]),
+        (["runtime.precision=fp16"], ["fp16 needs a CUDA GPU"]),
         (["data.max_tokens=16"], ["data.max_tokens=16 is smaller than the longest allowed"]),
         (["data=multi30k", "data.dir=/nonexistent/m30k"], ["/nonexistent/m30k"]),
     ],
@@ -164,7 +164,7 @@ def test_run_stops_after_consecutive_nan_losses(tiny_train_cfg, monkeypatch):
     monkeypatch.setattr(trainer_module, "batch_loss", nan_loss)
     with pytest.raises(UserError, match="3 consecutive steps had a NaN/Inf loss") as err:
         train(tiny_train_cfg("trainer.max_bad_steps=3", "trainer.max_steps=50"))
-    assert "trainer.precision=bf16" in str(err.value)
+    assert "runtime.precision=bf16" in str(err.value)
 
 
 def test_skipped_updates_are_counted_in_the_results_and_the_closing_line(

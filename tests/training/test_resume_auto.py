@@ -21,8 +21,8 @@ STUDIES = sorted(path.stem for path in (CONF / "experiment").glob("*ablation*.ya
 def test_a_study_job_alone_into_a_new_dir_starts_from_step_0(preset, tmp_path, cache_dir, caplog):
     """The issue's command, shrunk: experiment=<study> seed=1 into a dir of its own."""
     run = tmp_path / "job"
-    shrink = ["data=sample", "decode=greedy", "trainer.device=cpu", "trainer.precision=32"]
-    shrink += ["trainer.num_threads=1", "trainer.average_last_n=0"]
+    shrink = ["data=sample", "decode=greedy", "runtime.device=cpu", "runtime.precision=32"]
+    shrink += ["runtime.num_threads=1", "trainer.average_last_n=0"]
     overrides = [f"experiment={preset}", *shrink, *TINY[1:], *SHORT, "seed=1"]
     cfg = compose_config("train", [*overrides, f"run_dir={run}", f"data.cache_dir={cache_dir}"])
     with caplog.at_level(logging.INFO):

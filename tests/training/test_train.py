@@ -235,8 +235,8 @@ def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode):
         ("heads=3", "model.d_model=32 is not divisible by heads=3"),
         ("heads=0", "heads=0 must be >= 1"),
         ("model.attention_impl=flash", "model.attention_impl=flash is unknown"),
-        ("trainer.precision=fp16", "fp16 needs a CUDA GPU"),
-        ("trainer.precision=int8", "trainer.precision=int8 is unknown"),
+        ("runtime.precision=fp16", "fp16 needs a CUDA GPU"),
+        ("runtime.precision=int8", "runtime.precision=int8 is unknown"),
         ("model.d_ff=-5", "model.d_ff=-5 must be > 0"),
     ],
 )

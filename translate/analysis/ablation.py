@@ -53,7 +53,11 @@ from translate.errors import UserError
 BASELINE_HEADS = 8
 # Overrides that change how or where a job runs, never what it trains: jobs that differ only in
 # these are still one experiment (a study split over commands with other thread counts, say).
-RUN_ONLY_KEYS = ("trainer.num_threads", "trainer.progress_bar", "trainer.resume", "data.cache_dir")
+# trainer.num_threads/device: their names before the runtime group, in older sweeps.
+RUN_ONLY_KEYS = (
+    *("runtime.num_threads", "runtime.device", "trainer.num_threads", "trainer.device"),
+    *("trainer.progress_bar", "trainer.resume", "data.cache_dir"),
+)
 # (swept_keys, one {key: value} per job) the sweep defines; see translate.sweeps.expected_jobs.
 ExpectedJobs = Callable[[Path], tuple[list[str], list[dict[str, str]]]]
 # results.json keys averaged over seeds -> whether the row also gets their standard deviation.

@@ -41,7 +41,6 @@ from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
-from translate.runtime.memory import keep_freed_memory
 from translate.schema import AnalysisSettings
 from translate.settings import CheckpointCommand
 
@@ -76,10 +75,10 @@ def analyze_heads(
     """Run every diagnostic on ``split`` (``valid`` or ``test``), write the outputs into
     ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source>
     data.dir=...`` on the command line) are merged over the checkpoint's data config."""
-    if command.keep_freed_memory:
-        keep_freed_memory()
+    r = command.runtime
+    r.apply_to_process()
     loaded = load_translator(
-        command.checkpoint, command.device, command.precision, data_overrides=data_overrides
+        command.checkpoint, r.device, r.precision, data_overrides=data_overrides
     )
     name, src_ids, tgt_ids, refs = _pairs(loaded, split, a.max_sentences)
     model, tr = loaded.model, loaded.translator

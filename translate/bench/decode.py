@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     with common.Session(args) as session:
         device = session.device
-        precision = resolve_precision(args.precision, device)
+        precision = resolve_precision(args.precision, device, key="--precision")
         load = random_models if args.checkpoint is None else trained_model
         models, sources, weights = load(args, device)
         groups, batches = make_batches(sources, args, device)

@@ -158,7 +158,7 @@ def train_overrides(args, run_dir: Path, precision: str, compile_: bool) -> list
     n, quick = args.steps, args.quick
     data = [f"data={args.data}", *([f"data.dir={args.data_dir}"] if args.data_dir else [])]
     short = (
-        f"trainer.device={args.device} trainer.precision={precision} "
+        f"runtime.device={args.device} runtime.precision={precision} "
         f"trainer.compile={str(compile_).lower()} trainer.max_steps={n} "
         f"trainer.val_every_n_steps={n} optim.warmup_steps={max(1, n // 4)} "
         "trainer.max_minutes=null trainer.early_stopping_patience=null "

@@ -130,7 +130,7 @@ def ddp(p: dict, run_dir: Path) -> dict:
     tokenizer was trained and each split encoded, how long rank 1 waited for rank 0 and
     against which limits (rank 1's log is shown through ``hydra.verbose``)."""
     verbose = "hydra.verbose=[translate.training.distributed,translate.data.tokenizer]"
-    argv = train_argv(p, run_dir, *SHORT_RUN, "trainer.num_threads=1", verbose)
+    argv = train_argv(p, run_dir, *SHORT_RUN, "runtime.num_threads=1", verbose)
     argv[1:2] = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     cmd = Command(argv, env={**env, "OMP_NUM_THREADS": "1"})
@@ -165,7 +165,7 @@ def sweep(p: dict, sweep_dir: Path) -> dict:
     except ImportError:
         launcher = "hydra/launcher=basic"
     tiny = [o for o in SHORT_RUN if not o.startswith("heads=")]
-    argv = train_argv(p, sweep_dir, *tiny, "trainer.num_threads=1", launcher, "heads=2,4")
+    argv = train_argv(p, sweep_dir, *tiny, "runtime.num_threads=1", launcher, "heads=2,4")
     argv = [a.replace("hydra.run.dir=", "hydra.sweep.dir=") for a in argv]
     argv.append("hydra.sweep.subdir=job${hydra.job.num}")
     argv.insert(3, "-m")

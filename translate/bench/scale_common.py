@@ -26,8 +26,8 @@ def recipe_overrides(p: dict) -> list[str]:
         "experiment=iwslt2017",
         f"data.path={p['data']}",
         f"data.cache_dir={p['cache']}",
-        f"trainer.device={p['device']}",
-        f"trainer.num_threads={p['threads']}",
+        f"runtime.device={p['device']}",
+        f"runtime.num_threads={p['threads']}",
         "trainer.progress_bar=false",
         *p["overrides"],
     ]

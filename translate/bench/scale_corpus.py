@@ -1,7 +1,7 @@
 """Write an IWSLT2017-sized stand-in corpus from real text, as a local release folder.
 
     python -m translate.bench.scale_corpus --pairs 206112 --out /tmp/iwslt-scale
-    python -m translate.train experiment=iwslt2017 data.path=/tmp/iwslt-scale trainer.device=cpu
+    python -m translate.train experiment=iwslt2017 data.path=/tmp/iwslt-scale runtime.device=cpu
 
 A cost, memory and failure-mode stand-in, NOT a training set for quality: its lines repeat
 Multi30k's 29,000 captions over and over, so a model trained on it learns captions, and its

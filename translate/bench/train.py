@@ -505,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     optim = load_optim(args.optim)
     with common.Session(args) as session:
         device = session.device
-        precision = resolve_precision(args.precision, device)
+        precision = resolve_precision(args.precision, device, key="--precision")
         batches, vocab = load_batches(args)
         trainers, params = make_trainers(args, vocab, optim, device, precision)
         gemm = common.Gemm.from_args(args, device)

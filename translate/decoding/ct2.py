@@ -244,7 +244,7 @@ def load_exported(
     data = data_settings(manifest["data"], data_overrides)
     decode = decode_over(manifest["decode"], decode)
     positions = int(manifest["max_positions"])
-    engine = CT2Engine(model_dir, resolve_device(device, key="device"), pieces, positions)
+    engine = CT2Engine(model_dir, resolve_device(device), pieces, positions)
     max_src_len = _source_cap(data.eval_cap, decode, positions)
     translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, max_src_len)
     return Loaded(translator, data, manifest, int(manifest["step"]))

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 from translate.decoding.ct2 import load_exported
 from translate.decoding.translator import Loaded, load_translator
-from translate.runtime.memory import keep_freed_memory
 from translate.schema import DecodeSettings
 from translate.settings import EngineCommand
 
 
 def _torch(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
-    return load_translator(
-        command.checkpoint, command.device, command.precision, decode, data_overrides
-    )
+    r = command.runtime
+    return load_translator(command.checkpoint, r.device, r.precision, decode, data_overrides)
 
 
 def _ctranslate2(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
-    return load_exported(command.model_dir, command.device, decode, data_overrides)
+    return load_exported(command.model_dir, command.runtime.device, decode, data_overrides)
 
 
 # engine= -> its loader; the keys are settings.ENGINE_SOURCES's.
@@ -38,8 +36,7 @@ def load_engine(
     """The command's engine, loaded: ``decode`` (whole settings, or the keys a command set)
     replaces the stored decode settings and ``data_overrides`` are merged over the stored
     data config."""
-    if command.keep_freed_memory:
-        keep_freed_memory()
+    command.runtime.apply_to_process()
     return ENGINES[command.engine](command, decode, data_overrides)
 
 

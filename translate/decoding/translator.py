@@ -244,8 +244,8 @@ def load_translator(
     keys to replace); ``data_overrides`` (a config node
     of ``data`` keys) are merged over the checkpoint's data config.
     """
-    torch_device = resolve_device(device, key="device")
-    precision = resolve_precision(precision, torch_device, key="precision")
+    torch_device = resolve_device(device)
+    precision = resolve_precision(precision, torch_device)
     ckpt = load_checkpoint(checkpoint)
     config = ckpt["config"]
     model, tokenizer = model_from_checkpoint(ckpt, Path(checkpoint))

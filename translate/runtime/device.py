@@ -16,7 +16,7 @@ PRECISIONS = ("auto", "bf16", "fp16", "32")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def resolve_device(name: str, key: str = "trainer.device") -> torch.device:
+def resolve_device(name: str, key: str = "runtime.device") -> torch.device:
     """``auto`` -> CUDA when available, else CPU; an unavailable GPU is a user error.
     ``key`` is the setting's name in the command's messages."""
     if name == "auto":
@@ -30,7 +30,7 @@ def resolve_device(name: str, key: str = "trainer.device") -> torch.device:
     return device
 
 
-def check_precision(name: str, key: str = "trainer.precision") -> str:
+def check_precision(name: str, key: str = "runtime.precision") -> str:
     """``name`` as one of :data:`PRECISIONS` (a config may give ``32`` as a number); anything
     else is a UserError naming ``key`` and the choices."""
     name = str(name)
@@ -39,7 +39,7 @@ def check_precision(name: str, key: str = "trainer.precision") -> str:
     return name
 
 
-def resolve_precision(name: str, device: torch.device, key: str = "trainer.precision") -> str:
+def resolve_precision(name: str, device: torch.device, key: str = "runtime.precision") -> str:
     """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU.
     ``key`` is the setting's name in the command's messages."""
     name = check_precision(name, key)

@@ -9,7 +9,8 @@ says what it means, its unit and its range (:func:`~translate.schema.checks.doc`
 ``python -m translate.train --help`` lists them.
 
 One module per config group: :mod:`.model`, :mod:`.training` (``optim``, ``trainer``),
-:mod:`.decoding`, :mod:`.data`, :mod:`.analysis`; :mod:`.checks` holds what they share.
+:mod:`.runtime`, :mod:`.decoding`, :mod:`.data`, :mod:`.analysis`; :mod:`.checks` holds what
+they share.
 """
 
 from translate.schema.analysis import (
@@ -21,6 +22,7 @@ from translate.schema.analysis import (
 from translate.schema.data import DataSettings, FilterSettings, HubSettings, TokenizerSettings
 from translate.schema.decoding import DecodeSettings
 from translate.schema.model import ModelSettings
+from translate.schema.runtime import RuntimeSettings
 from translate.schema.training import OptimSettings, TrainerSettings
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "ModelSettings",
     "OptimSettings",
     "PruningSettings",
+    "RuntimeSettings",
     "TokenizerSettings",
     "TrainerSettings",
 ]

@@ -5,41 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.runtime.device import PRECISIONS, check_precision
 from translate.schema.checks import doc, fraction, non_negative, positive
-
-
-def device_doc():
-    """The ``device`` field of training and of every command that loads a model."""
-    return doc(
-        "where it runs; auto: a CUDA GPU when there is one",
-        "device",
-        "auto | cpu | cuda | cuda:N",
-        mechanics=True,
-    )
-
-
-def precision_doc():
-    """The ``precision`` field of training and of every command that loads a model."""
-    return doc(
-        "the compute precision; auto: bf16 on a GPU that supports it, else 32; fp16 (with loss "
-        "scaling) needs a GPU",
-        "name",
-        " | ".join(PRECISIONS),
-    )
-
-
-def keep_freed_memory_doc(**kwargs):
-    """The ``keep_freed_memory`` field of training and of every command that loads a model."""
-    return doc(
-        "glibc's malloc keeps freed memory for reuse rather than mapping large tensors afresh "
-        "at every step (decoding and CPU training 10-15% faster; the process keeps its peak "
-        "memory until it exits; translate.runtime.memory)",
-        "flag",
-        "true | false",
-        mechanics=True,
-        **kwargs,
-    )
 
 
 @dataclass(frozen=True)
@@ -88,12 +54,7 @@ class OptimSettings:
 
 @dataclass(frozen=True)
 class TrainerSettings:
-    device: str = device_doc()
-    precision: str = precision_doc()
     compile: bool = doc("torch.compile the model", "flag", "true | false")
-    num_threads: int | None = doc(
-        "torch CPU threads", "threads", "; null = torch's default", check=positive, mechanics=True
-    )
     max_steps: int = doc(
         "updates to train for; training stops at whichever limit comes first",
         "updates",
@@ -174,7 +135,6 @@ class TrainerSettings:
         mechanics=True,
         default=True,  # older runs lack the key
     )
-    keep_freed_memory: bool = keep_freed_memory_doc(default=True)  # older runs lack the key
     deterministic: bool = doc(
         "torch's deterministic kernels (torch.use_deterministic_algorithms); an operation "
         "without one stops the run. The same weights again need the same code, CPU family, "
@@ -185,7 +145,6 @@ class TrainerSettings:
     )
 
     def validate(self) -> None:
-        check_precision(self.precision)
         if self.resume not in (True, False, "auto"):
             raise UserError(
                 f"trainer.resume={self.resume} is unknown; choose one of true, false, auto"

@@ -133,7 +133,7 @@ def nonfinite_causes(run: Run) -> str:
     """Why updates come out NaN/Inf, for every message that reports skipped ones."""
     return (
         f"likely causes: learning rate too high (optim.lr={run.settings.optim.lr}) or fp16 "
-        "overflow (try trainer.precision=bf16)"
+        "overflow (try runtime.precision=bf16)"
     )
 
 

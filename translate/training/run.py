@@ -21,8 +21,11 @@ from translate.decoding.translator import Translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
-from translate.runtime.device import device_name, resolve_device, resolve_precision
-from translate.runtime.memory import keep_freed_memory
+from translate.runtime.device import (
+    device_name,
+    resolve_device,
+    resolve_precision,
+)
 from translate.runtime.provenance import code_version
 from translate.runtime.rng import seed_everything, use_deterministic_algorithms
 from translate.settings import TrainSettings
@@ -71,10 +74,10 @@ class Run:
 def setup(settings: TrainSettings, dist: Dist) -> Run:
     """Device, the run dir (locked), data, model, optimizer, checkpoints (resumed if asked)
     and TensorBoard."""
-    t = settings.trainer
+    r = settings.runtime
     distributed.quiet_other_ranks(dist)
-    device = distributed.init(dist, resolve_device(t.device))
-    precision = resolve_precision(t.precision, device)
+    device = distributed.init(dist, resolve_device(r.device))
+    precision = resolve_precision(r.precision, device)
     run_dir, lock = _claim_run_dir(settings, dist)
     try:
         run = _build(settings, dist, device, precision, run_dir)
@@ -112,11 +115,8 @@ def _claim_run_dir(settings: TrainSettings, dist: Dist) -> tuple[Path, RunLock |
 
 def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir: Path) -> Run:
     t = settings.trainer
-    if t.num_threads:
-        torch.set_num_threads(t.num_threads)
+    settings.runtime.apply_to_process()
     use_deterministic_algorithms(t.deterministic)
-    if t.keep_freed_memory:
-        keep_freed_memory()
     seed_everything(settings.seed)
     with distributed.main_first(dist):  # rank 0 builds the caches, the others then read them
         corpus = load_corpus(settings.data)
