@@ -52,20 +52,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from torch import Tensor, nn
+from torch import nn
 
 from translate.bench import common
+from translate.bench.torch_baseline import TorchTransformer
 from translate.cli import exit_on_user_error
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
-from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
+from translate.nn.model import Seq2SeqTransformer, count_parameters
 from translate.runtime.device import resolve_precision, synchronize
 from translate.runtime.timing import rotated, timed, timed_cpu
 from translate.schema import OptimSettings
@@ -97,78 +97,6 @@ FLOP_COLUMNS = [
     ("matmul_efficiency", "of GEMM", ".3f"),
     ("mfu", "MFU", ".1%"),
 ]
-
-
-class TorchTransformer(nn.Module):
-    """The baseline: ``torch.nn.Transformer`` inside our :class:`TokenEmbedding`.
-
-    ``nn.Transformer`` uses one dropout rate for residuals, attention weights and the
-    feed-forward; the latter two are set afterwards to match our separate rates. Post-norm
-    stacks get no final LayerNorm, as ours.
-    """
-
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        num_heads: int,
-        num_encoder_layers: int,
-        num_decoder_layers: int,
-        d_ff: int,
-        dropout: float,
-        attention_dropout: float,
-        activation_dropout: float,
-        activation: str,
-        norm_first: bool,
-        pad_id: int,
-    ) -> None:
-        super().__init__()
-        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
-        with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": inference only
-            warnings.filterwarnings("ignore", message="enable_nested_tensor")
-            self.transformer = nn.Transformer(
-                d_model,
-                num_heads,
-                num_encoder_layers,
-                num_decoder_layers,
-                d_ff,
-                dropout,
-                activation,
-                batch_first=True,
-                norm_first=norm_first,
-            )
-        for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
-            layer.self_attn.dropout = attention_dropout
-            if hasattr(layer, "multihead_attn"):
-                layer.multihead_attn.dropout = attention_dropout
-            layer.dropout.p = activation_dropout  # between the two feed-forward linears
-        if not norm_first:
-            self.transformer.encoder.norm = None
-            self.transformer.decoder.norm = None
-        init_weights(self)
-
-    def forward(
-        self,
-        src: Tensor,
-        tgt_in: Tensor,
-        src_padding_mask: Tensor | None = None,
-        target_index: Tensor | None = None,
-    ) -> Tensor:
-        """Logits ``(B, T, V)``, or ``(N, V)`` at the flat positions ``target_index (N,)`` only,
-        as :meth:`Seq2SeqTransformer.forward` (what ``Trainer`` asks for)."""
-        T = tgt_in.size(1)
-        causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
-        out = self.transformer(
-            self.embedding(src),
-            self.embedding(tgt_in),
-            tgt_mask=causal,
-            src_key_padding_mask=src_padding_mask,
-            memory_key_padding_mask=src_padding_mask,
-            tgt_is_causal=True,
-        )  # (B, T, D)
-        if target_index is not None:
-            out = out.reshape(-1, out.size(-1)).index_select(0, target_index)  # (N, D)
-        return self.embedding.project(out)  # (B, T, V) or (N, V)
 
 
 # ---------------------------------------------------------------------------- batches
