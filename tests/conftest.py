@@ -14,6 +14,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+# Registers the resolvers and decode/from_run before a test composes a config, as every
+# command does on import.
+import translate.settings  # noqa: F401
 from translate.training.rundir import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,6 +18,7 @@ from translate.settings import (
     EngineCommand,
     ExportCommand,
     TrainSettings,
+    decode_overrides,
     mechanics_keys,
     train_settings,
 )
@@ -75,11 +76,14 @@ def test_every_preset_composes_into_valid_settings(preset):
 
 
 def test_from_run_names_every_decode_setting():
-    """evaluate and translate start from conf/decode/from_run.yaml: a DecodeSettings key it
-    lacks could not be set on their command line (Hydra: not in struct)."""
+    """evaluate and translate start from decode/from_run, which translate.settings makes from
+    DecodeSettings: a key it lacked could not be set on their command line (Hydra: not in
+    struct), and each key set replaces that one alone."""
     from_run = compose_config("evaluate", ["checkpoint=c.pt"]).decode
     fields = {f.name for f in dataclasses.fields(translate.schema.DecodeSettings)}
     assert set(from_run) == fields and all(v is None for v in from_run.values())
+    one = compose_config("translate", ["checkpoint=c.pt", "decode.max_len_b=7"]).decode
+    assert decode_overrides(one) == {"max_len_b": 7}
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
@@ -146,8 +147,19 @@ def decode_settings(node: Any) -> DecodeSettings:
     return settings
 
 
+# evaluate's and translate's decode group (``decode: from_run`` in their conf/*.yaml): every key
+# null, "as the run decoded"; a key set on the command line (decode.beam_size=5) replaces that
+# one alone, decode=beam or decode=greedy replaces them all. Made from DecodeSettings, so a new
+# key needs nothing here; registered on import, as the resolvers are.
+ConfigStore.instance().store(
+    group="decode",
+    name="from_run",
+    node={field.name: None for field in dataclasses.fields(DecodeSettings)},
+)
+
+
 def decode_overrides(node: Any) -> dict:
-    """The decode keys a command set (``conf/decode/from_run.yaml`` leaves the others null)."""
+    """The decode keys a command set (``decode: from_run`` leaves the others null)."""
     values = plain(node, "decode")
     if not isinstance(values, dict):
         raise UserError(f"config decode must be a group of keys, not {values!r}")

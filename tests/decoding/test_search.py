@@ -8,7 +8,7 @@ import torch
 
 from translate.data.batching import collate
 from translate.data.tokenizer import Tokenizer
-from translate.decoding.generate import STRATEGIES, generate
+from translate.decoding.generate import STRATEGIES, generate, taken_by
 from translate.decoding.search import beam_search, greedy_search, max_lengths
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import DecodeSettings
@@ -288,3 +288,13 @@ def test_generate_runs_the_strategy_named_and_rejects_empty_beams():
     assert set(STRATEGIES) == {"beam", "greedy"}
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(model, b.src, b.src_padding_mask, beam_size=0, **SPECIAL)
+
+
+def test_every_decode_setting_reaches_a_search_by_its_name():
+    """generate hands each search the settings it has a parameter for (taken_by): a setting
+    that no search takes (but strategy, which picks the search) would be silently ignored."""
+    settings = DecodeSettings(beam_size=4, length_penalty=0.7, max_len_a=1.2, max_len_b=3)
+    taken = {**taken_by(greedy_search, settings), **taken_by(beam_search, settings)}
+    every = {f.name for f in dataclasses.fields(DecodeSettings)} - {"strategy"}
+    assert set(taken) == every
+    assert taken == {k: getattr(settings, k) for k in every}

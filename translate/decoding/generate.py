@@ -7,7 +7,9 @@ one :data:`STRATEGIES` entry and one ``conf/decode/<name>.yaml`` (docs/extending
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 from translate.data.batching import Batch
@@ -19,13 +21,20 @@ from translate.schema import DecodeSettings
 SPECIAL_IDS = {"bos_id": Tokenizer.BOS, "eos_id": Tokenizer.EOS, "pad_id": Tokenizer.PAD}
 
 
+def taken_by(search: Callable, settings: DecodeSettings) -> dict[str, Any]:
+    """The decode settings ``search`` has a parameter for, by name (``max_len_a``, ...): a new
+    setting that a search takes reaches it with no change here, and one that no search takes
+    is caught by a test (tests/decoding/test_search.py)."""
+    params = inspect.signature(search).parameters
+    return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in params}
+
+
 def _greedy(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
     return greedy_search(
         model,
         batch.src,
         batch.src_padding_mask,
-        max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b,
+        **taken_by(greedy_search, settings),
         **SPECIAL_IDS,
     )
 
@@ -37,10 +46,7 @@ def _beam(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
         model,
         batch.src,
         batch.src_padding_mask,
-        beam_size=settings.beam_size,
-        length_penalty=settings.length_penalty,
-        max_len_a=settings.max_len_a,
-        max_len_b=settings.max_len_b,
+        **taken_by(beam_search, settings),
         **SPECIAL_IDS,
     )
 
