@@ -39,11 +39,12 @@ ALLOWED = {
     # Not settings: the settings reader checks data.source against the data layer's sources.
     "data": {"schema"},
     "decoding": {"nn", "data", "schema", "settings", "checkpoint"},
-    "analysis": {"nn", "data", "decoding", "schema", "settings"},
-    "training": {"nn", "data", "decoding", "analysis", "schema", "settings", "checkpoint"},
+    "analysis": {"nn", "data", "decoding", "schema", "settings", "scoring"},
+    "training": {"nn", "data", "decoding", "analysis", "schema", "settings", "checkpoint"}
+    | {"scoring"},
     # Benchmarks and the scale rehearsal: commands that measure every layer below them.
     "bench": {"nn", "data", "decoding", "analysis", "training", "schema", "settings", "checkpoint"}
-    | {"cli"},
+    | {"cli", "scoring"},
     # The heads study's commands: the sweep report (translate.sweeps) and the speed benchmark.
     "ablation": {"nn", "data", "decoding", "analysis", "training", "schema", "settings"}
     | {"checkpoint", "cli", "sweeps", "bench"},

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from translate.data.batching import TokenBatchSampler, collate, cut_batches, padding_ratio
-from translate.decoding.scoring import mean_nll
 from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import OptimSettings
+from translate.scoring import mean_nll
 from translate.training.step import Trainer
 
 V, PAD = 40, 0

@@ -36,12 +36,12 @@ from translate.analysis.figures import (
 from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
 from translate.analysis.importance import MaskedBleu, importance, pruning_curve
 from translate.data.corpus import load_raw_split
-from translate.decoding.scoring import mean_nll
 from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.io import atomic_write
 from translate.nn.model import count_parameters
 from translate.schema import AnalysisSettings
+from translate.scoring import mean_nll
 from translate.settings import CheckpointCommand
 
 log = logging.getLogger(__name__)

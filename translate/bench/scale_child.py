@@ -153,7 +153,7 @@ def stage_decode(p: dict) -> dict:
     split also the dev loss validation computes. Untrained, the model writes to the length
     limit (``decode.max_len_a * source + max_len_b``): a worst case per sentence, so the time
     per output token is given too."""
-    from translate.decoding.scoring import mean_nll
+    from translate.scoring import mean_nll
 
     run = setup_run(p)
     run.lock.release()

@@ -22,11 +22,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from translate.analysis.figures import log_attention
 from translate.checkpoint import non_finite
-from translate.decoding.scoring import mean_nll
 from translate.errors import UserError
 from translate.metrics import score
 from translate.runtime.memory import reset_peak_memory
 from translate.runtime.rng import rng_state
+from translate.scoring import mean_nll
 from translate.training import distributed
 from translate.training.batch_order import TrainBatches
 from translate.training.progress import TrainBar, budget_reached, early_stopped, limit_reached

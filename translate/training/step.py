@@ -13,9 +13,9 @@ import torch
 import torch.distributed as tdist
 
 from translate.data.batching import Batch
-from translate.decoding.scoring import batch_loss
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import OptimSettings
+from translate.scoring import batch_loss
 from translate.training.optim import make_optimizer
 
 log = logging.getLogger(__name__)

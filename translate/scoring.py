@@ -1,5 +1,7 @@
-"""Teacher-forced scoring: how well a model predicts reference translations. :func:`batch_loss`
-is the one loss of a batch, which training optimises and :func:`mean_nll` reports."""
+"""Teacher-forced scoring: how well a model predicts reference translations (where
+:mod:`translate.metrics` scores the translations it writes). :func:`batch_loss` is the one loss
+of a batch, which training optimises and :func:`mean_nll` reports as the dev and test loss; both
+sit below training, evaluation and analysis, which all use them."""
 
 from __future__ import annotations
 
