@@ -30,6 +30,7 @@ import torch
 
 from translate.errors import UserError
 from translate.io import WriteFailed, atomic_write_with
+from translate.schema.runtime import MOVED_KEYS
 
 FORMAT_VERSION = 3
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
@@ -140,8 +141,7 @@ def _add_runtime_group(config: dict) -> None:
     compares them with the new keys (a changed precision is logged)."""
     trainer = config.get("trainer")
     if isinstance(trainer, dict) and "runtime" not in config:
-        moved = ("device", "precision", "num_threads", "keep_freed_memory")
-        config["runtime"] = {k: trainer.pop(k) for k in moved if k in trainer}
+        config["runtime"] = {k: trainer.pop(k) for k in MOVED_KEYS if k in trainer}
 
 
 def _corrupt(path: Path, err: Exception) -> UserError:

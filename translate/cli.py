@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.io import file_in_the_way
+from translate.schema.runtime import MOVED_KEYS
 from translate.training.rundir import RunLock
 
 T = TypeVar("T")
@@ -156,8 +157,7 @@ _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
 # Keys of the runtime group by their names before it (the training and the other commands').
-_RUNTIME = ("device", "precision", "num_threads", "keep_freed_memory")
-_MOVED = {f"{group}{k}": f"runtime.{k}" for k in _RUNTIME for group in ("trainer.", "")}
+_MOVED = {f"{group}{k}": f"runtime.{k}" for k in MOVED_KEYS for group in ("trainer.", "")}
 
 
 def check_command_line() -> None:

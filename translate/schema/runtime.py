@@ -11,6 +11,11 @@ from translate.runtime.device import PRECISIONS, check_precision
 from translate.runtime.memory import keep_freed_memory
 from translate.schema.checks import doc, positive
 
+# The keys that were trainer.* in training (and, but num_threads, evaluate's, translate's and
+# analyze's own) before this group: an old checkpoint's config is read with them moved here, and
+# the old names on a command line get a pointer to the new ones.
+MOVED_KEYS = ("device", "precision", "num_threads", "keep_freed_memory")
+
 
 @dataclass(frozen=True)
 class RuntimeSettings:
