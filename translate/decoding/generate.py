@@ -7,6 +7,7 @@ one :data:`STRATEGIES` entry and one ``conf/decode/<name>.yaml`` (docs/extending
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import fields
@@ -21,11 +22,17 @@ from translate.schema import DecodeSettings
 SPECIAL_IDS = {"bos_id": Tokenizer.BOS, "eos_id": Tokenizer.EOS, "pad_id": Tokenizer.PAD}
 
 
+@functools.cache
+def _parameters(search: Callable) -> frozenset[str]:
+    """``search``'s parameter names, read once: generate runs for every batch."""
+    return frozenset(inspect.signature(search).parameters)
+
+
 def taken_by(search: Callable, settings: DecodeSettings) -> dict[str, Any]:
     """The decode settings ``search`` has a parameter for, by name (``max_len_a``, ...): a new
     setting that a search takes reaches it with no change here, and one that no search takes
     is caught by a test (tests/decoding/test_search.py)."""
-    params = inspect.signature(search).parameters
+    params = _parameters(search)
     return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in params}
 
 
