@@ -101,16 +101,18 @@ def test_each_job_has_its_commit_and_machine_and_a_mixed_sweep_says_so(tmp_path)
     assert row4["machine_seed2"] == MACHINE
     md = (tmp_path / "ablation.md").read_text()
     assert "WARNING" not in md and f"Code 012345678, on {MACHINE}." in md
-    other = {**PROVENANCE, "git_commit": "f" * 40, "git_dirty": True, "cpu_capability": "AVX512"}
+    other = {**PROVENANCE, "git_commit": "f" * 40, "git_dirty": True}
+    other.update(cpu_capability="AVX512", threads=1)
     make_job(tmp_path, 16, 1, 26.0, provenance=other)
     make_job(tmp_path, 16, 2, 26.0)  # from before provenance was recorded
     write_report(tmp_path, bootstrap_samples=100)
     lines = (tmp_path / "ablation.md").read_text().splitlines()
     assert lines[2].startswith(
-        "> **WARNING: the jobs ran on 3 commits (012345678: 4 jobs; fffffffff+dirty: 1 jobs; "
-        "not recorded: 1 jobs) and on 3 machines ("
+        "> **WARNING: the jobs ran on 3 commits (012345678: 4 jobs; fffffffff+dirty: 1 job; "
+        "not recorded: 1 job) and on 3 machines ("
     )
-    assert "AVX512" in lines[2] and "Code 012345678" not in "\n".join(lines)
+    assert "(2 logical CPUs), 1 thread, torch 2.13.0+cpu AVX512: 1 job" in lines[2]
+    assert "Code 012345678" not in "\n".join(lines)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from translate.analysis.ablation import Report, p_column, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.provenance import job_provenance
+from translate.analysis.provenance import counted, job_provenance
 from translate.analysis.seed_stats import LEVEL, detected, smallest_permutation_p
 from translate.analysis.speed_file import (
     CT2_METRICS,
@@ -236,10 +236,11 @@ def _speed_note(report: Report) -> list[str]:
         ]
     m, s = speed.get("machine", {}), speed.get("settings", {})
     memory = speed.get("peak_mem_mb")
+    threads = counted(m.get("threads"), "thread")
     return [
         "",
         f"Speed: from `{SPEED_FILE}`, every job timed side by side in one process on "
-        f"{m.get('device_name', '?')} ({m.get('threads', '?')} threads, {m.get('date', '?')}, "
+        f"{m.get('device_name', '?')} ({threads}, {m.get('date', '?')}, "
         f"precision {s.get('precision', '?')}): medians of {s.get('rounds', '?')} rounds that "
         f"visit every job in a rotated order, then the median over seeds; {_ratio_note(report)}. "
         "Latency: mean ms per sentence at "

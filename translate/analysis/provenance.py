@@ -24,10 +24,15 @@ def job_provenance(results: dict) -> tuple[str | None, str | None]:
     if commit:
         code = commit[:9] + ("+dirty" if p.get("git_dirty") else "")
     where = (
-        f"{p.get('device_name')}, {p.get('threads')} threads, torch {p.get('torch')} "
+        f"{p.get('device_name')}, {counted(p.get('threads'), 'thread')}, torch {p.get('torch')} "
         f"{p.get('cpu_capability')}"
     )
     return code, where
+
+
+def counted(n: int | None, noun: str) -> str:
+    """``1 thread``, ``2 threads``; ``? threads`` for a count that was not recorded."""
+    return f"1 {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
 
 
 def provenance_warning(results: list[dict]) -> str | None:
@@ -38,7 +43,7 @@ def provenance_warning(results: list[dict]) -> str | None:
     for i, what in enumerate(("commits", "machines")):
         counts = Counter(job_provenance(r)[i] or "not recorded" for r in results)
         if len(counts) > 1:
-            each = "; ".join(f"{value}: {n} jobs" for value, n in sorted(counts.items()))
+            each = "; ".join(f"{value}: {counted(n, 'job')}" for value, n in sorted(counts.items()))
             parts.append(f"{len(counts)} {what} ({each})")
     if not parts:
         return None
