@@ -181,7 +181,7 @@ def test_unequal_parameter_counts_fail_loudly(tmp_path, caplog, capsys):
 
 
 def test_expected_jobs_expand_config_and_command_line_sweeps(tmp_path):
-    write_multirun_yaml(tmp_path, {"heads": "1,4,8,16", "seed": "1,2,3"}, ["seed=1", "x=2"])
+    write_multirun_yaml(tmp_path, {"heads": "1,4,8,16", "seed": "1,2,3,4,5"}, ["seed=1", "x=2"])
     keys, jobs = expected_jobs(tmp_path)
     assert keys == ["heads"]  # seed=1 on the command line overrides the config's sweep
     assert [j["heads"] for j in jobs] == ["1", "4", "8", "16"]
@@ -229,7 +229,7 @@ def test_heads_ablation_preset_declares_the_sweep_on_the_iwslt_recipe():
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         cfg = compose("train", ["experiment=heads_ablation"], return_hydra_config=True)
         iwslt = compose("train", ["experiment=iwslt2017"])
-    assert dict(cfg.hydra.sweeper.params) == {"heads": "1,4,8,16", "seed": "1,2,3"}
+    assert dict(cfg.hydra.sweeper.params) == {"heads": "1,4,8,16", "seed": "1,2,3,4,5"}
     assert cfg.data.source == "iwslt2017" and cfg.model.d_model == 512
     assert cfg.trainer.max_steps == iwslt.trainer.max_steps and cfg.optim == iwslt.optim
     callbacks = cfg.hydra.callbacks.ablation_report
