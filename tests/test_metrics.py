@@ -1,5 +1,6 @@
 """sacreBLEU scoring and the paired bootstrap, checked against their definitions."""
 
+import logging
 import os
 import random
 
@@ -99,3 +100,15 @@ def test_paired_bootstrap_rejects_a_seed_sacrebleu_would_ignore():
     refs, noisy = corpus(4)
     with pytest.raises(ValueError, match="seed"):
         paired_bootstrap(refs, {"x": noisy(0.5)}, refs, seed=0)
+
+
+def test_paired_bootstrap_mutes_sacrebleus_progress_lines_for_the_call_only(caplog):
+    """sacreBLEU logs three INFO lines per test; the ablation report runs one per job."""
+    refs, noisy = corpus(5)
+    logger = logging.getLogger("sacrebleu")
+    with caplog.at_level(logging.INFO):
+        paired_bootstrap(noisy(0.5), {"better": noisy(0.9)}, refs, n_samples=50)
+        assert not [r for r in caplog.records if r.name.startswith("sacrebleu")]
+        assert logger.level == logging.NOTSET  # as before the call
+        logger.info("after the call")
+    assert [r.message for r in caplog.records] == ["after the call"]

@@ -7,6 +7,7 @@ comparable with published ones and the signature says exactly how they were comp
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,12 +46,18 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
 
 @contextmanager
 def _sacrebleu_seed(seed: int) -> Iterator[None]:
-    """sacreBLEU's tests read their seed from ``SACREBLEU_SEED`` only; set it for one call."""
+    """sacreBLEU's tests read their seed from ``SACREBLEU_SEED`` only; set it for one call.
+    Its INFO lines ("Pre-computing BLEU statistics ...", three per test) are muted meanwhile:
+    the ablation report runs one test per job, so they buried the report's own lines."""
     previous = os.environ.get("SACREBLEU_SEED")
     os.environ["SACREBLEU_SEED"] = str(seed)
+    logger = logging.getLogger("sacrebleu")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
     try:
         yield
     finally:
+        logger.setLevel(level)
         if previous is None:
             del os.environ["SACREBLEU_SEED"]
         else:
