@@ -13,7 +13,7 @@ from test_ablation import make_job
 
 from translate.sweeps import write_report
 
-# The study's per-seed test BLEU (docs/ablation-multi30k.md), seeds 1-3.
+# The first, three-seed heads study's per-seed test BLEU (2026-11-30, replaced since).
 STUDY = {4: [39.7311, 38.6124, 38.7103], 8: [37.9757, 38.0551, 37.9291]}
 PROVENANCE = {
     "git_commit": "0123456789abcdef0123456789abcdef01234567",
@@ -39,8 +39,8 @@ def _verdict(md: str, label: str) -> str:
     return line
 
 
-def test_the_study_as_committed_shows_no_seed_level_difference(tmp_path):
-    """4 against 8 heads with the study's three seeds: the paired bootstrap finds the 4-head
+def test_the_first_three_seed_study_shows_no_seed_level_difference(tmp_path):
+    """4 against 8 heads with the first study's three seeds: the paired bootstrap finds the 4-head
     output better (p < 0.05), but three seeds a side cannot show it across seeds."""
     report = write_report(_sweep(tmp_path, STUDY), bootstrap_samples=100)
     four = report.rows[0]
