@@ -149,7 +149,7 @@ def test_the_multi30k_heads_study_is_one_command_of_equal_update_counts():
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         full = compose("train", overrides, return_hydra_config=True)
     params = full.hydra.sweeper.params
-    assert params.heads == "1,4,8,16" and params.seed == "1,2,3"
+    assert params.heads == "1,4,8,16" and params.seed == "1,2,3,4,5"
 
 
 def test_the_multi30k_kv_heads_study_sweeps_kv_heads_at_8_heads_on_the_same_recipe():
