@@ -70,17 +70,18 @@ def train(cfg: DictConfig) -> dict:
             run.progress.step,
             run.progress.train_seconds / 60,
         )
-        if not dist.is_main:  # rank 0 alone scores the test split and writes results.json
-            return {
-                "status": "completed",
-                "rank": dist.rank,
-                "steps": run.progress.step,
-                "bleu": None,
-            }
-        results = _score(run)
-        _say_if_cut_short(run, stop_reason)
-        _say_if_updates_skipped(run)
-        return results
+        with distributed.main_last(dist):
+            if not dist.is_main:  # rank 0 alone scores the test split and writes results.json
+                return {
+                    "status": "completed",
+                    "rank": dist.rank,
+                    "steps": run.progress.step,
+                    "bleu": None,
+                }
+            results = _score(run)
+            _say_if_cut_short(run, stop_reason)
+            _say_if_updates_skipped(run)
+            return results
     except Stopped as stop:  # a second signal during training
         if run is None:
             raise SystemExit(128 + stop.signum) from None

@@ -138,6 +138,41 @@ def test_a_late_rank_moves_its_log_into_rank_0s_run_dir(tmp_path, monkeypatch):
     assert distributed.adopt_run_dir(Dist(0, 0, 2), main_dir) == main_dir
 
 
+MAIN_LAST = """
+import sys, time
+import torch.distributed as tdist
+from translate.training import distributed
+rank, store, log = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+tdist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+with distributed.main_last(distributed.Dist(rank, rank, 2)):
+    if rank == 0:
+        time.sleep(1)  # scoring the test split
+        with open(log, "a") as f:
+            print("rank 0 scored", file=f)
+with open(log, "a") as f:
+    print("rank", rank, "leaves", file=f)
+tdist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_the_other_ranks_leave_only_after_rank_0_has_scored(tmp_path):
+    """main_last: a rank that left the process group while rank 0 was still working aborted
+    now and then (SIGABRT), and torchrun then stopped rank 0 in the middle of scoring."""
+    store, log = str(tmp_path / "store"), tmp_path / "order.txt"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MAIN_LAST, str(rank), store, str(log)],
+            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        for rank in (1, 0)  # rank 1 first: it would leave first if nothing held it
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    lines = log.read_text().splitlines()
+    assert lines[0] == "rank 0 scored" and sorted(lines[1:]) == ["rank 0 leaves", "rank 1 leaves"]
+
+
 # ---------------------------------------------------------------- torchrun end to end
 
 
