@@ -302,3 +302,27 @@ def _speed_then_report_again(sweep: Path) -> None:
     assert "**Baseline:** no finished 8-head run: the 4-head row, the largest head count" in md
     assert "(x) = ratio to the 4-head row" in md and "p vs 8" not in md
     assert (sweep / "ablation.png").stat().st_size > 0
+
+
+def test_a_report_written_again_tests_only_the_pairs_that_changed(tmp_path, monkeypatch):
+    """The sweep writes the report after every job: each paired bootstrap is run once per
+    pair of hypothesis files, and a changed file is tested anew."""
+    import translate.metrics
+    from translate.analysis import ablation_stats
+
+    ablation_stats._paired_p.cache_clear()  # a test before this one may have run these pairs
+    calls = []
+    real = translate.metrics.paired_bootstrap
+    monkeypatch.setattr(
+        translate.metrics, "paired_bootstrap", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    for heads in (4, 8):
+        make_job(tmp_path, heads, 1, 25.0 + heads)
+    first = write_report(tmp_path, bootstrap_samples=97).rows[0]["p_vs_8"]
+    assert len(calls) == 1
+    assert write_report(tmp_path, bootstrap_samples=97).rows[0]["p_vs_8"] == first
+    assert len(calls) == 1
+    hyp = tmp_path / "heads=4,seed=1" / "test.hyp.txt"
+    hyp.write_text("".join(r + "\n" for r in REFS))  # now as good as the baseline
+    assert write_report(tmp_path, bootstrap_samples=97).rows[0]["p_vs_8"] == 1.0
+    assert len(calls) == 2
