@@ -272,12 +272,18 @@ def test_the_first_lines_say_what_the_run_does(tiny_train_cfg, monkeypatch, capl
     from translate.training import loop
 
     monkeypatch.setattr(loop, "ETA_AFTER_STEPS", 2)  # 200 updates in a real run
+    threads = torch.get_num_threads()
     with caplog.at_level("INFO", logger="translate.training"):
-        train(tiny_train_cfg("trainer.max_steps=4", "trainer.val_every_n_steps=4"))
+        try:
+            overrides = ("heads=1", "runtime.num_threads=1", "trainer.max_steps=4")
+            train(tiny_train_cfg(*overrides, "trainer.val_every_n_steps=4"))
+        finally:
+            torch.set_num_threads(threads)  # runtime.num_threads is process-wide
     text = caplog.text
-    assert "device: CPU (cpu, " in text and "precision 32" in text
+    assert "parameters, 1 head, d_model 32" in text
+    assert "device: CPU (cpu, 1 thread), precision 32" in text
     assert re.search(r"sdpa kernels: \w+ for causal self-attention, \w+ with padding masks", text)
-    assert "1,024 tokens per side x 1 accumulated x 1 processes = 1,024 padded" in text
+    assert "1,024 tokens per side x 1 accumulated x 1 process = 1,024 padded" in text
     assert re.search(
         r"step 2: [\d.]+ steps/s, [\d,]+ tokens/s; .* ends in about \d+:\d\d:\d\d", text
     )

@@ -31,8 +31,10 @@ def job_provenance(results: dict) -> tuple[str | None, str | None]:
 
 
 def counted(n: int | None, noun: str) -> str:
-    """``1 thread``, ``2 threads``; ``? threads`` for a count that was not recorded."""
-    return f"1 {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
+    """``1 thread``, ``2 threads``, ``2 processes``; ``? threads`` for a count that was not
+    recorded."""
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"1 {noun}" if n == 1 else f"{'?' if n is None else n} {plural}"
 
 
 def provenance_warning(results: list[dict]) -> str | None:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from translate.analysis.provenance import counted
 from translate.data.corpus import Corpus, load_corpus
 from translate.decoding.engine import TorchEngine
 from translate.decoding.translator import Translator
@@ -154,15 +155,15 @@ def _log_start(run: Run) -> None:
     m, t, device = run.settings.model, run.settings.trainer, run.trainer.device
     kv = "" if m.num_kv_heads == m.num_heads else f" sharing {m.num_kv_heads} key/value heads"
     log.info(
-        "model: %s parameters, %d heads%s, d_model %d, %s attention",
+        "model: %s parameters, %s%s, d_model %d, %s attention",
         f"{count_parameters(run.model):,}",
-        m.num_heads,
+        counted(m.num_heads, "head"),
         kv,
         m.d_model,
         m.attention_impl,
     )
     name = device_name(device, "CPU")
-    threads = "" if device.type == "cuda" else f", {torch.get_num_threads()} threads"
+    threads = "" if device.type == "cuda" else f", {counted(torch.get_num_threads(), 'thread')}"
     log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
     # Read now, as the run starts: results.json records the code this process imported.
     log.info("code: %s", code_version())
@@ -176,10 +177,10 @@ def _log_start(run: Run) -> None:
         )
     per_update = run.corpus.max_tokens * t.accumulate_grad_batches * run.dist.world_size
     log.info(
-        "batches: %s tokens per side x %d accumulated x %d processes = %s padded tokens/update",
+        "batches: %s tokens per side x %d accumulated x %s = %s padded tokens/update",
         f"{run.corpus.max_tokens:,}",
         t.accumulate_grad_batches,
-        run.dist.world_size,
+        counted(run.dist.world_size, "process"),
         f"{per_update:,}",
     )
     log.info(
