@@ -326,3 +326,14 @@ def test_a_report_written_again_tests_only_the_pairs_that_changed(tmp_path, monk
     hyp.write_text("".join(r + "\n" for r in REFS))  # now as good as the baseline
     assert write_report(tmp_path, bootstrap_samples=97).rows[0]["p_vs_8"] == 1.0
     assert len(calls) == 2
+
+
+def test_the_keys_that_do_not_split_a_row_are_the_settings_mechanics_keys():
+    """RUN_ONLY_KEYS is written out (the report must not import torch, which the settings
+    do): the mechanics keys, and the trainer.* names the runtime ones had before."""
+    from translate.analysis.ablation import RUN_ONLY_KEYS
+    from translate.schema.runtime import MOVED_KEYS
+    from translate.settings import mechanics_keys
+
+    old_names = {f"trainer.{k}" for k in MOVED_KEYS if f"runtime.{k}" in mechanics_keys()}
+    assert sorted(RUN_ONLY_KEYS) == sorted({*mechanics_keys(), *old_names})

@@ -53,10 +53,14 @@ from translate.errors import UserError
 BASELINE_HEADS = 8
 # Overrides that change how or where a job runs, never what it trains: jobs that differ only in
 # these are still one experiment (a study split over commands with other thread counts, say).
-# trainer.num_threads/device: their names before the runtime group, in older sweeps.
+# The settings' mechanics keys (translate.settings.mechanics_keys, which imports torch: this
+# module must not), and the trainer.* names of the runtime ones before the runtime group, in
+# older sweeps; tests/analysis/test_ablation.py checks that the two lists agree.
 RUN_ONLY_KEYS = (
-    *("runtime.num_threads", "runtime.device", "trainer.num_threads", "trainer.device"),
-    *("trainer.progress_bar", "trainer.resume", "data.cache_dir"),
+    *("trainer.resume", "trainer.overwrite", "trainer.progress_bar", "trainer.attention_heatmaps"),
+    *("runtime.device", "runtime.num_threads", "runtime.keep_freed_memory"),
+    *("data.cache_dir", "run_dir"),
+    *("trainer.device", "trainer.num_threads", "trainer.keep_freed_memory"),
 )
 # (swept_keys, one {key: value} per job) the sweep defines; see translate.sweeps.expected_jobs.
 ExpectedJobs = Callable[[Path], tuple[list[str], list[dict[str, str]]]]
