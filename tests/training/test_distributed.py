@@ -163,8 +163,12 @@ def test_the_other_ranks_leave_only_after_rank_0_has_scored(tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", MAIN_LAST, str(rank), store, str(log)],
-            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in (1, 0)  # rank 1 first: it would leave first if nothing held it
     ]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
