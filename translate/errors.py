@@ -7,6 +7,7 @@ to see the traceback instead.
 
 A command printed for the user to paste (a resume, an export's ``translate with:``, a re-export)
 quotes each path with :func:`override_word`: the shell and then Hydra read back the very path.
+A count in a message is :func:`counted` ("1 line", "2 lines").
 """
 
 from __future__ import annotations
@@ -42,3 +43,10 @@ def override_word(key: str, value: str) -> str:
     """``key=value`` as one shell word that Hydra reads back as exactly ``value``: quoted for
     Hydra, then for the shell."""
     return shlex.quote(f"{key}={hydra_quoted(value)}")
+
+
+def counted(n: int | None, noun: str) -> str:
+    """``1 thread``, ``2 threads``, ``2 processes``, in messages and logs; ``? threads`` for a
+    count that was not recorded."""
+    plural = noun + ("es" if noun.endswith("s") else "s")
+    return f"1 {noun}" if n == 1 else f"{'?' if n is None else n} {plural}"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from translate.analysis.ablation import Report, p_column, scored_dev_bleu
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.provenance import counted, job_provenance
+from translate.analysis.provenance import job_provenance
 from translate.analysis.seed_stats import LEVEL, detected, smallest_permutation_p
 from translate.analysis.speed_file import (
     CT2_METRICS,
@@ -29,6 +29,7 @@ from translate.analysis.speed_file import (
     ratio_key,
     shown_metrics,
 )
+from translate.errors import counted
 from translate.io import atomic_write
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from translate.errors import counted
+
 
 def job_provenance(results: dict) -> tuple[str | None, str | None]:
     """``(commit, machine)`` of a job as the report shows them: the short commit (``+dirty``
@@ -28,13 +30,6 @@ def job_provenance(results: dict) -> tuple[str | None, str | None]:
         f"{p.get('cpu_capability')}"
     )
     return code, where
-
-
-def counted(n: int | None, noun: str) -> str:
-    """``1 thread``, ``2 threads``, ``2 processes``; ``? threads`` for a count that was not
-    recorded."""
-    plural = noun + ("es" if noun.endswith("s") else "s")
-    return f"1 {noun}" if n == 1 else f"{'?' if n is None else n} {plural}"
 
 
 def provenance_warning(results: list[dict]) -> str | None:

@@ -26,7 +26,7 @@ from translate.data.tokenizer import (
     text_fingerprint,
     train_or_load_tokenizer,
 )
-from translate.errors import UserError
+from translate.errors import UserError, counted
 from translate.io import make_folder
 from translate.schema import DataSettings, FilterSettings
 
@@ -236,7 +236,7 @@ def _check_has_pairs(data: DataSettings, role: str, name: str, columns) -> None:
     if any(s and t for s, t in zip(src, tgt)):
         return
     files = ", ".join(dict.fromkeys(_where(data, name, lang) for lang in columns))
-    lines = f"{len(src)} line{'' if len(src) == 1 else 's'}"
+    lines = counted(len(src), "line")
     raise UserError(
         f"the {role} split {name!r} ({files}) has no pair with text on both sides ({lines}); "
         f"fill it, or set data.splits.{role} to another split"

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from translate.checkpoint import FORMAT_VERSION, load_checkpoint, non_finite, save_checkpoint
-from translate.errors import UserError
+from translate.errors import UserError, counted
 from translate.io import check_output_file
 from translate.training.resume import differences
 
@@ -45,8 +45,8 @@ def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     found = step_checkpoints(directory)
     if n > len(found):
         raise UserError(
-            f"n={n} but {directory} holds {len(found)} step_*.pt checkpoint"
-            f"{'' if len(found) == 1 else 's'} (training keeps trainer.keep_last_checkpoints); "
+            f"n={n} but {directory} holds {counted(len(found), 'step_*.pt checkpoint')} "
+            "(training keeps trainer.keep_last_checkpoints); "
             f"pass n<={len(found)}"
         )
     return found[len(found) - n :]

@@ -15,11 +15,10 @@ from typing import NamedTuple
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from translate.analysis.provenance import counted
 from translate.data.corpus import Corpus, load_corpus
 from translate.decoding.engine import TorchEngine
 from translate.decoding.translator import Translator
-from translate.errors import UserError
+from translate.errors import UserError, counted
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
 from translate.runtime.device import (
