@@ -45,10 +45,11 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
 
 
 @contextmanager
-def _sacrebleu_seed(seed: int) -> Iterator[None]:
-    """sacreBLEU's tests read their seed from ``SACREBLEU_SEED`` only; set it for one call.
-    Its INFO lines ("Pre-computing BLEU statistics ...", three per test) are muted meanwhile:
-    the ablation report runs one test per job, so they buried the report's own lines."""
+def _sacrebleu_test(seed: int) -> Iterator[None]:
+    """The surroundings of one sacreBLEU significance test. Its tests read their seed from
+    ``SACREBLEU_SEED`` only: set for the call. Its INFO lines ("Pre-computing BLEU statistics
+    ...", three per test) are muted meanwhile: the ablation report runs one test per job, so
+    they buried the report's own lines."""
     previous = os.environ.get("SACREBLEU_SEED")
     os.environ["SACREBLEU_SEED"] = str(seed)
     logger = logging.getLogger("sacrebleu")
@@ -115,7 +116,7 @@ def paired_bootstrap(
         return {}
     names = list(systems)
     named = [("baseline", baseline)] + [(f"system {i}", systems[n]) for i, n in enumerate(names)]
-    with _sacrebleu_seed(seed):
+    with _sacrebleu_test(seed):
         test = PairedTest(named, {"BLEU": BLEU()}, [references], "bs", n_samples)
         signatures, results = test()
     (metric,) = signatures  # "BLEU"

@@ -21,11 +21,7 @@ from translate.decoding.translator import Translator
 from translate.errors import UserError, counted
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
-from translate.runtime.device import (
-    device_name,
-    resolve_device,
-    resolve_precision,
-)
+from translate.runtime.device import device_name, resolve_device, resolve_precision
 from translate.runtime.provenance import code_version
 from translate.runtime.rng import seed_everything, use_deterministic_algorithms
 from translate.settings import TrainSettings
