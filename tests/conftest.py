@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 # Registers the resolvers and decode/from_run before a test composes a config, as every
 # command does on import.
 import translate.settings  # noqa: F401
+from translate.io import MARKS
 from translate.training.rundir import LOCK_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,12 @@ def short_config(run: Path, cache_dir: Path, *overrides: str):
     """The TINY config of a :data:`SHORT` run writing into ``run``."""
     base = [*TINY, *SHORT, f"run_dir={run}", f"data.cache_dir={cache_dir}"]
     return compose_config("train", [*base, *overrides])
+
+
+def listing(folder: Path) -> list[str]:
+    """The names in ``folder``, sorted, but the marks of the one door for writes
+    (translate.io.MARKS): what a user's ``ls`` shows."""
+    return sorted(p.name for p in Path(folder).iterdir() if p.name != MARKS)
 
 
 def snapshot(run: Path) -> dict[str, bytes]:

@@ -176,4 +176,3 @@ def test_a_checkpoint_from_before_the_runtime_group_reads_them_as_runtime(
     with caplog.at_level(logging.WARNING, logger="translate.training.resume"):
         check_same_experiment("the run", loaded, here, None)
     assert "runtime.precision=32 in the checkpoint, bf16 here" in caplog.text
-

@@ -4,7 +4,7 @@ and one output line per input line, the same for stdin and files."""
 from __future__ import annotations
 
 import pytest
-from conftest import SHORT_DECODE, assert_one_line_error, run_cli
+from conftest import SHORT_DECODE, assert_one_line_error, listing, run_cli
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_the_output_file_is_written_whole(ckpt, tmp_path):
     proc = translate(ckpt, f"output={target}", stdin="Der Hund.\n\nDie Katze.\n")
     assert proc.returncode == 0 and proc.stdout == ""
     assert target.read_text(encoding="utf-8").count("\n") == 3
-    assert [p.name for p in tmp_path.iterdir()] == ["out.en"]  # no temporary file left
+    assert listing(tmp_path) == ["out.en"]  # no temporary file left
 
 
 def test_non_utf8_stdin_names_the_line(ckpt):
@@ -61,9 +61,7 @@ def test_non_utf8_stdin_names_the_line(ckpt):
 
 def test_fp16_on_the_cpu_names_the_commands_own_key(ckpt):
     proc = translate(ckpt, "runtime.device=cpu", "runtime.precision=fp16", stdin="Hallo\n")
-    assert_one_line_error(
-        proc, "runtime.precision=fp16 needs a CUDA GPU", "runtime.precision=bf16"
-    )
+    assert_one_line_error(proc, "runtime.precision=fp16 needs a CUDA GPU", "runtime.precision=bf16")
     assert "trainer." not in proc.stderr
 
 

@@ -135,10 +135,8 @@ def test_average_refuses_to_write_over_a_file_that_is_not_an_average(
     shutil.copy(trained_run[0] / "results.json" if existing == "results.json" else steps[0], target)
     before = target.read_bytes()
     proc = run_cli("translate.average", f"checkpoints=[{steps[0]},{steps[1]}]", f"output={target}")
-    assert_one_line_error(
-        proc, f"output={target} already exists and is not an averaged checkpoint",
-        "pass another output=<file>",
-    )  # fmt: skip
+    what = "a file of the run" if existing == "results.json" else "a checkpoint"
+    assert_one_line_error(proc, f"output={target} is {what}", "pass another output=<file>")
     assert target.read_bytes() == before
 
 

@@ -1,12 +1,14 @@
-"""The one rule for every file a command writes (translate.io): never its own input, never a
-file a run keeps, devices and pipes written through, links followed, and a write the system
-refuses (a full disk, a file-size limit) one line with nothing earlier lost. The failures are
-real ones: a real device node, a real symbolic link, a real file-size limit (RLIMIT_FSIZE, the
-same EFBIG a full quota gives) on a real writer, torch's zip writer included."""
+"""The one rule for every file a command writes (translate.io): a new file, or an earlier
+output of the same kind that is unchanged since it was written; never the command's own input,
+a file a run keeps, a device or a symbolic link; a named pipe written through; and a write the
+system refuses (a full disk, a file-size limit) one line with nothing earlier lost. The failures
+are real ones: a real device node, a real symbolic link, a real file-size limit (RLIMIT_FSIZE,
+the same EFBIG a full quota gives) on a real writer, torch's zip writer included."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -17,10 +19,11 @@ import torch
 from conftest import ROOT, SHORT_DECODE, assert_one_line_error, file_size_limit, run_cli
 from scale_fixture import synthetic_dev
 
+from translate import io
 from translate.checkpoint import save_checkpoint
 from translate.data.sources import sample_dir
 from translate.errors import UserError
-from translate.io import Output, check_output_file, check_output_folder, make_folder
+from translate.io import MARKS, check_output_file, check_output_folder, make_folder
 
 
 def _translate(ckpt: Path, *args: str, **kwargs):
@@ -58,13 +61,13 @@ def test_translate_refuses_to_write_over_its_own_input(trained_run, source):
     assert source.read_bytes() == before
 
 
-def test_translate_refuses_a_link_to_its_own_input(trained_run, source, tmp_path):
+def test_translate_refuses_a_hard_link_to_its_own_input(trained_run, source, tmp_path):
     link = tmp_path / "link.txt"
-    link.symlink_to(source)
+    os.link(source, link)
     before = source.read_bytes()
     proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={link}")
     assert_one_line_error(proc, "is also this command's input")
-    assert source.read_bytes() == before and link.is_symlink()
+    assert source.read_bytes() == before and os.path.samefile(source, link)
 
 
 def _other_checkpoint(run: Path, ckpt: str) -> Path:
@@ -82,7 +85,7 @@ def test_translate_never_replaces_a_file_of_a_run(trained_run, source, name):
         target.write_text("model: {}\n")
     before = target.read_bytes()
     proc = _translate(results["checkpoint"], f"input={source}", f"output={target}")
-    assert_one_line_error(proc, f"output={target} would replace", "pass another output=")
+    assert_one_line_error(proc, f"output={target} is", "nothing was written", "pass another")
     assert target.read_bytes() == before
 
 
@@ -90,41 +93,71 @@ def test_a_checkpoint_outside_any_run_is_not_replaced_either(trained_run, tmp_pa
     copy = tmp_path / "model.bin.bak"  # a checkpoint under a name that does not say so
     copy.write_bytes(Path(trained_run[1]["checkpoint"]).read_bytes())
     with pytest.raises(UserError, match="a checkpoint"):
-        check_output_file(copy, "output")
+        check_output_file(copy, "output", "translation")
 
 
-def test_an_ordinary_earlier_output_is_replaced(trained_run, source, tmp_path):
+def test_an_earlier_translation_is_replaced_a_file_translate_did_not_write_is_not(
+    trained_run, source, tmp_path
+):
     out = tmp_path / "out.en"
-    out.write_text("old\n")
+    out.write_text("the user's own notes\n")
     proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={out}")
-    assert proc.returncode == 0, proc.stderr
-    assert len(out.read_text().splitlines()) == 2
+    assert_one_line_error(proc, "a file this command did not write", "pass another output=")
+    assert out.read_text() == "the user's own notes\n"
+    out.unlink()
+    for _ in range(2):  # a new file, then the same command's earlier output
+        proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={out}")
+        assert proc.returncode == 0, proc.stderr
+        assert len(out.read_text().splitlines()) == 2
+
+
+def test_an_earlier_output_edited_since_or_of_another_kind_is_not_replaced(tmp_path):
+    out = tmp_path / "out.json"
+    io.write(out, "{}\n", "decode benchmark result")
+    with pytest.raises(UserError, match="the decode benchmark result output of an earlier"):
+        check_output_file(out, "--json", "attention benchmark result")
+    out.write_text('{"edited": true}\n')
+    with pytest.raises(UserError, match="changed since it was written"):
+        check_output_file(out, "--json", "decode benchmark result")
+    assert out.read_text() == '{"edited": true}\n'
+
+
+def test_a_copy_of_an_earlier_output_is_not_replaced(tmp_path):
+    """A mark vouches for the file it was written with, not for one copied over it."""
+    out, other = tmp_path / "a" / "out.en", tmp_path / "b" / "out.en"
+    io.write(out, "one\n", "translation")
+    io.write(other, "two\n", "translation")
+    shutil.copyfile(other, out)
+    with pytest.raises(UserError, match="changed since it was written"):
+        io.write(out, "three\n", "translation")
 
 
 # -- devices, pipes, links --------------------------------------------------------------------
 
 
-def test_a_symbolic_link_is_followed_and_kept(trained_run, source, tmp_path):
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_symbolic_link_is_refused_and_what_it_points_to_kept(
+    trained_run, source, tmp_path, dangling
+):
+    """This package never makes a link, so a link at an output path is someone else's:
+    writing through it would replace a file the command was not given."""
     target, link = tmp_path / "real.en", tmp_path / "link.en"
-    target.write_text("old\n")
+    if not dangling:
+        io.write(target, "old\n", "translation")  # even an earlier translation
     link.symlink_to(target)
     proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={link}")
-    assert proc.returncode == 0, proc.stderr
+    assert_one_line_error(proc, f"output={link} is a symbolic link")
     assert link.is_symlink() and os.readlink(link) == str(target)
-    assert len(target.read_text().splitlines()) == 2
+    assert target.exists() != dangling and (dangling or target.read_text() == "old\n")
 
 
-def test_dev_null_is_written_through_not_replaced(trained_run, source):
-    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", "output=/dev/null")
-    assert proc.returncode == 0, proc.stderr
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
-
-
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
-def test_a_full_device_is_one_line_and_stays_a_device(trained_run, source):
-    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", "output=/dev/full")
-    assert_one_line_error(proc, "could not write /dev/full: no space left on the device")
-    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/full"])
+def test_a_device_is_refused_in_one_line_and_stays_a_device(trained_run, source, device):
+    if not Path(device).exists():
+        pytest.skip(f"no {device} on this system")
+    proc = _translate(trained_run[1]["checkpoint"], f"input={source}", f"output={device}")
+    assert_one_line_error(proc, f"output={device} is a device", "nothing was written")
+    assert stat.S_ISCHR(os.stat(device).st_mode)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
@@ -148,8 +181,8 @@ def test_stdout_on_a_full_device_is_one_line(trained_run, source):
 def test_a_fifo_is_written_through(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    output = check_output_file(fifo, "output")
-    assert output == Output(fifo, through=True)
+    output = check_output_file(fifo, "output", "translation")
+    assert output.path == fifo and output.through
     reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
     output.write("through\n")
     assert reader.communicate(timeout=60)[0] == b"through\n"
@@ -158,9 +191,9 @@ def test_a_fifo_is_written_through(tmp_path):
 
 def test_a_folder_or_a_missing_folder_is_refused_before_any_work(tmp_path):
     with pytest.raises(UserError, match="is a folder"):
-        check_output_file(tmp_path, "output")
+        check_output_file(tmp_path, "output", "translation")
     with pytest.raises(UserError, match="does not exist; create it first"):
-        check_output_file(tmp_path / "no" / "out.txt", "output")
+        check_output_file(tmp_path / "no" / "out.txt", "output", "translation")
 
 
 # -- a write the system refuses ---------------------------------------------------------------
@@ -168,13 +201,13 @@ def test_a_folder_or_a_missing_folder_is_refused_before_any_work(tmp_path):
 
 def test_a_translation_larger_than_the_file_limit_is_one_line(trained_run, source, tmp_path):
     out = tmp_path / "out.en"
-    out.write_text("earlier\n")
-    code = "from translate.io import check_output_file as c; c({!r}, 'output').write('x' * 4096)"
-    proc = _run_limited(1024, "-c", code.format(str(out)))
+    io.write(out, "earlier\n", "translation")
+    code = "from translate.io import check_output_file as c; c({!r}, 'output', 'translation')"
+    proc = _run_limited(1024, "-c", code.format(str(out)) + ".write('x' * 4096)")
     assert proc.returncode != 0
     assert "could not write" in proc.stderr and "ulimit -f" in proc.stderr
     assert out.read_text() == "earlier\n"  # the earlier output is still whole
-    assert [p.name for p in tmp_path.iterdir()] == ["in.de", "out.en"]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKS, "in.de", "out.en"]  # no temp
 
 
 def test_a_checkpoint_save_that_the_disk_refuses_keeps_the_earlier_one(tmp_path):
@@ -195,7 +228,7 @@ def test_a_checkpoint_save_that_the_disk_refuses_keeps_the_earlier_one(tmp_path)
     assert f"no space left in {tmp_path} while saving last.pt" in proc.stderr
     assert "the checkpoints already there are intact" in proc.stderr
     assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MARKS, "last.pt"]  # no temporary
 
 
 # -- folders: caches, run dirs, the corpus script ---------------------------------------------

@@ -28,11 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from translate import io
 from translate.errors import UserError
-from translate.io import WriteFailed, atomic_write_with
+from translate.io import WriteFailed
 from translate.schema.runtime import MOVED_KEYS
 
 FORMAT_VERSION = 3
+# What the one door for writes (translate.io) knows a training checkpoint as.
+CHECKPOINT = "training checkpoint"
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
 # Format 1 renamed on load: the token table moved into Seq2SeqTransformer.embedding.
 _RENAMED_V1 = {"embed.weight": "embedding.embed.weight"}
@@ -44,11 +47,12 @@ def _numpy_array_globals() -> list:
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
-def save_checkpoint(state: dict, path: Path) -> None:
-    """``torch.save`` atomically: a crash while saving never leaves a truncated file, and a
-    full disk is one line that names the folder, the space needed and what is still intact."""
+def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT) -> None:
+    """``torch.save`` through the one door for writes (:func:`translate.io.write`, as a
+    ``kind`` output): a crash while saving never leaves a truncated file, and a full disk is
+    one line that names the folder, the space needed and what is still intact."""
     try:
-        atomic_write_with(path, lambda f: torch.save(state, f))
+        io.write(path, lambda f: torch.save(state, f), kind)
     except WriteFailed as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise

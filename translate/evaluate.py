@@ -18,12 +18,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from translate import io
 from translate.cli import check_command_line, exit_on_user_error, own_output_dir
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
 from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.errors import UserError
-from translate.io import atomic_write
 from translate.metrics import score
 from translate.runtime.provenance import provenance
 from translate.settings import ENGINE_SOURCES, decode_overrides, engine_command, optional_path
@@ -62,7 +62,7 @@ def evaluate(cfg: DictConfig) -> dict:
         name, sources, references = _texts(cfg, loaded)
         hyps = loaded.translator.translate(sources, progress=True)
         scores = score(hyps, references)
-        atomic_write(out_dir / "hyp.txt", "".join(h + "\n" for h in hyps))
+        io.write(out_dir / "hyp.txt", "".join(h + "\n" for h in hyps), "evaluation hypotheses")
         result = {
             "engine": command.engine,
             ENGINE_SOURCES[command.engine]: command.source,
@@ -73,7 +73,7 @@ def evaluate(cfg: DictConfig) -> dict:
             **scores,
             "provenance": provenance(loaded.translator.device),  # what made these scores
         }
-        atomic_write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n")
+        io.write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n", "evaluation scores")
     print(
         f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({name}, {len(sources)} sentences, "
         f"{decode.search})"

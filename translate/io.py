@@ -1,21 +1,33 @@
-"""Files written whole or not at all, and the one rule for where a command may write.
+"""The one door every file the package writes goes through: :func:`write`.
 
-Every file the package writes that another process may read while it is written (checkpoints,
-the tokenizer and encoding caches, the ablation report of parallel sweep jobs) goes through
-:func:`atomic_write`: a temporary file beside the target, flushed to disk, then renamed over it,
-so a reader sees the old file or the new one, never half of one.
+The rule, the same for a checkpoint, a report, a benchmark's ``--json`` and a translation:
 
-Every file or folder a user names as a command's output goes through :func:`check_output_file`
-or :func:`check_output_folder` before any work, and is written through :meth:`Output.write`.
-The rule: never one of the command's own inputs, never a file a run keeps as its record (a
-checkpoint, results, config, an export), never over a folder or a non-regular file by renaming
-(a device or pipe such as ``/dev/null`` is written through; ``-`` is stdout), never into a
-non-empty folder; a symbolic link is followed and its target replaced, the link kept.
+- a new path is written;
+- an existing file is replaced only when this package wrote it as the same kind of output and
+  it is unchanged since (its *mark*, below), or when the writer derived the path itself and
+  vouches for what is there (``adopt``: a cache file named by its key, found unusable);
+- never a file the command reads (``inputs``, also through a link or another hard link), a
+  folder, a device, or a symbolic link (which this package never makes: writing through one
+  replaces a file it did not name);
+- always atomically: a temporary file beside the target, flushed to disk, renamed over it, so
+  a full disk, a crash or a signal leaves the old file whole and a reader never sees half of
+  one;
+- a refusal is one line naming the path, what is there and what to do (:class:`UserError`);
+  a write the system refuses (a full disk, a file-size limit, no permission) is
+  :class:`WriteFailed`, one line with the free space where it matters. Torch's zip writer
+  reports such a failure as a ``RuntimeError`` raised while handling the ``OSError``, which is
+  found in its context.
 
-A write the system refuses (a full disk, a file-size limit, no permission) is
-:class:`WriteFailed`, a :class:`UserError` with one line that names the file and what to do;
-torch's zip writer reports such a failure as a ``RuntimeError`` raised while handling the
-``OSError``, which is found in its context.
+A mark is a small JSON file ``<folder>/.translate-marks/<name>.json`` holding the kind and the
+SHA-256 of what was written: a copy of another output, a hand edit or another program's file
+is not ours to replace. Marks are written under a lock on the marks folder, so the parallel
+jobs of a sweep that rewrite one report never refuse each other.
+
+A user-named output (``output=``, ``--json``) is checked with :func:`check_output_file`
+before any work and written through :meth:`Output.write` (``-`` is standard output; a named
+pipe is written through). Folders: :func:`write_folder` (an export), :func:`check_output_folder`
+(new or empty), :func:`make_folder`; TensorBoard's event files: :func:`summary_writer`.
+tests/test_write_door.py finds no other write in the package.
 """
 
 from __future__ import annotations
@@ -23,7 +35,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
+import hashlib
+import json
 import os
+import re
 import shutil
 import stat
 import sys
@@ -35,11 +51,12 @@ from typing import BinaryIO
 from translate.errors import UserError
 
 STDOUT = "-"
-# A folder holding one of these is a run's dir (or an export's): files already in it are its
-# record, which no output replaces; so is everything in a run's checkpoints/ and .hydra/.
-_RUN_MARKERS = (".hydra", "checkpoints", "results.json", "translate.json")
+MARKS = ".translate-marks"
+Data = bytes | str | Callable[[BinaryIO], None]
+# A folder holding one of these is a run's dir (or an export's): named in a refusal.
+_RUN_MARKERS = (".hydra", "checkpoints", "results.json", "translate.json", "multirun.yaml")
 _RUN_FOLDERS = (".hydra", "checkpoints")
-# Torch checkpoints (and every zip archive): a text output never replaces one.
+# Torch checkpoints (and every zip archive).
 _ZIP_MAGIC = b"PK\x03\x04"
 # Errors of the system refusing a write, as opposed to a bug.
 _WRITE_ERRORS = {
@@ -111,6 +128,113 @@ def mapped_write_errors(path: Path) -> Iterator[None]:
         raise _write_failed(path, err) from None
 
 
+# -- the door ---------------------------------------------------------------------------------
+
+
+def write(
+    path: str | os.PathLike,
+    data: Data,
+    kind: str,
+    *,
+    inputs: Iterable[str | os.PathLike] = (),
+    key: str | None = None,
+    adopt: bool = False,
+) -> Path:
+    """Write ``data`` (bytes, text as UTF-8, or a function that writes into a binary file,
+    e.g. ``torch.save``) to ``path`` as an output of ``kind``, by the rule in this module's
+    docstring; returns the path. ``key`` names the setting that chose the path (for the
+    refusal); ``adopt``: the writer derived ``path`` itself and found what is there unusable,
+    so an unmarked or changed file there is an earlier copy of this output (a cache file named
+    by its key); a file marked as another kind is still refused."""
+    path = Path(path)
+    _check_replace(path, kind, inputs, key, adopt)  # first: a refusal leaves nothing behind
+    with _marks_locked(path.parent) as marks:
+        _check_replace(path, kind, inputs, key, adopt)  # again: another writer may have come
+        digest = _atomic(path, data)
+        _mark(marks, path, kind, digest)
+    return path
+
+
+def link(src: Path, dst: Path, kind: str) -> None:
+    """Make ``dst`` the same file as ``src`` (a hard link; a copy where links are unsupported),
+    by :func:`write`'s rule (``last.pt`` and ``best.pt`` naming a step checkpoint)."""
+    _check_replace(dst, kind, (), None, False)
+    with _marks_locked(dst.parent) as marks:
+        _check_replace(dst, kind, (), None, False)
+        tmp = dst.with_name(f".{dst.name}.link.tmp")
+        with mapped_write_errors(dst):
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        _mark(marks, dst, kind, _sha256_file(dst))
+
+
+def remove(path: Path) -> None:
+    """Delete ``path``, an output this package wrote (an old step checkpoint), and its mark."""
+    path.unlink(missing_ok=True)
+    _mark_path(path).unlink(missing_ok=True)
+
+
+def mark(path: Path, kind: str) -> None:
+    """Mark ``path``, a file its writer has just checked to be its own output of ``kind`` (a
+    run's checkpoint that a resume verified), as if :func:`write` had written it."""
+    with _marks_locked(path.parent) as marks:
+        _mark(marks, path, kind, _sha256_file(path))
+
+
+def marked_kind(path: Path) -> str | None:
+    """The kind ``path`` was written as, if it is unchanged since; None otherwise."""
+    found = _read_mark(path)
+    if found is None or found.get("sha256") != _sha256_file(path):
+        return None
+    return found.get("kind")
+
+
+def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool) -> None:
+    if path.is_symlink():
+        _refuse(path, key, "a symbolic link (only the file it points to may be named)")
+    if not path.exists():
+        return
+    if path.is_dir():
+        _refuse(path, key, "a folder; name a file to write")
+    if not stat.S_ISREG(path.stat().st_mode):
+        _refuse(path, key, "a device or another special file, not a regular file")
+    for source in inputs:
+        if Path(source).exists() and os.path.samefile(path, source):
+            _refuse(path, key, f"also this command's input ({source}): writing it would destroy it")
+    found = _read_mark(path)
+    if found is None:
+        if not adopt:
+            _refuse(path, key, _what_is(path))
+        return
+    if found.get("kind") != kind:
+        _refuse(path, key, f"the {found.get('kind')} output of an earlier command")
+    if not adopt and found.get("sha256") != _sha256_file(path):
+        _refuse(path, key, f"a {kind} output changed since it was written")
+
+
+def _refuse(path: Path, key: str | None, what: str) -> None:
+    named = f"{key}={path}" if key else str(path)
+    todo = f"pass another {key}=<file>" if key else "move it away and run the command again"
+    raise UserError(f"{named} is {what}; nothing was written; {todo}")
+
+
+def _what_is(path: Path) -> str:
+    """What an existing file this package did not write (or whose mark is gone) is."""
+    with open(path, "rb") as f:
+        if f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC:
+            return "a checkpoint (or another zip archive) this command did not write"
+    folder = path.parent
+    if folder.name in _RUN_FOLDERS or _RUN_FOLDERS[0] in folder.parts:
+        return f"a file of a run's {folder.name}/ folder"
+    if any((folder / marker).exists() for marker in _RUN_MARKERS):
+        return f"a file of the run, sweep or export in {folder}"
+    return "a file this command did not write (delete it first to replace it)"
+
+
 @contextlib.contextmanager
 def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, Path]]:
     with mapped_write_errors(path):
@@ -128,29 +252,175 @@ def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, Path]]:
             raise
 
 
-def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` atomically."""
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    with _temp_beside(Path(path)) as (f, _):
+def _atomic(path: Path, data: Data) -> str:
+    """Write ``data`` to ``path`` through a temporary file; returns its SHA-256."""
+    with _temp_beside(path) as (f, tmp):
+        if callable(data):
+            data(f)
+            f.flush()
+            return _sha256_file(tmp)
+        payload = data.encode("utf-8") if isinstance(data, str) else data
         f.write(payload)
+        return hashlib.sha256(payload).hexdigest()
 
 
-def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
-    """``write(file)`` into a temporary file, then rename it over ``path`` (e.g. torch.save)."""
-    with _temp_beside(Path(path)) as (f, _):
-        write(f)
+# -- marks ------------------------------------------------------------------------------------
 
 
-def atomic_link(src: Path, dst: Path) -> None:
-    """Make ``dst`` the same file as ``src`` (hard link; a copy where links are unsupported)."""
-    tmp = dst.with_name(f".{dst.name}.link.tmp")
-    with mapped_write_errors(dst):
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            tmp.write_bytes(src.read_bytes())
-        os.replace(tmp, dst)
+def _mark_path(path: Path) -> Path:
+    return path.parent / MARKS / f"{path.name}.json"
+
+
+@contextlib.contextmanager
+def _marks_locked(folder: Path) -> Iterator[Path]:
+    """The marks folder of ``folder``, locked against other writers of the same folder."""
+    marks = folder / MARKS
+    with mapped_write_errors(marks):
+        marks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(marks / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield marks
+    finally:
+        os.close(fd)
+
+
+def _mark(marks: Path, path: Path, kind: str, digest: str) -> None:
+    record = json.dumps({"kind": kind, "sha256": digest}).encode()
+    with _temp_beside(marks / f"{path.name}.json") as (f, _):
+        f.write(record)
+
+
+def _read_mark(path: Path) -> dict | None:
+    try:
+        found = json.loads(_mark_path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- outputs a user names ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """Where a command writes one output file, as :func:`check_output_file` allows."""
+
+    path: Path | None  # None: standard output
+    kind: str = ""
+    key: str = "output"
+    inputs: tuple = ()
+    through: bool = False  # a named pipe: written in place, never renamed over
+
+    def write(self, data: str | bytes) -> None:
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        if self.path is None:
+            _write_stdout(payload)
+        elif self.through:
+            with mapped_write_errors(self.path), open(self.path, "wb") as f:
+                f.write(payload)
+        else:
+            write(self.path, payload, self.kind, inputs=self.inputs, key=self.key)
+
+
+def _write_stdout(payload: bytes) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(payload)
+        sys.stdout.flush()
+    except OSError as err:
+        # Nothing more can reach stdout: point it at /dev/null so Python's own flush at exit
+        # does not print a second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise WriteFailed(f"could not write to standard output: {_why(err)}", err.errno) from None
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    key: str,
+    kind: str,
+    inputs: Iterable[str | os.PathLike] = (),
+) -> Output:
+    """``path`` (``key=path`` on the command line) as an output file of ``kind``, checked
+    before any work by :func:`write`'s rule; ``-`` is standard output, a named pipe is
+    written through. ``inputs`` are the files the command reads."""
+    if str(path) == STDOUT:
+        return Output(None)
+    given, inputs = Path(path), tuple(inputs)
+    if given.exists() and stat.S_ISFIFO(given.stat().st_mode) and not given.is_symlink():
+        return Output(given, kind, key, inputs, through=True)
+    _check_replace(given, kind, inputs, key, False)
+    if not given.parent.is_dir():
+        raise UserError(f"{key}={given}: the folder {given.parent} does not exist; create it first")
+    if not os.access(given.parent, os.W_OK):
+        raise UserError(f"{key}={given}: the folder {given.parent} is not writable")
+    return Output(given, kind, key, inputs)
+
+
+# -- folders ----------------------------------------------------------------------------------
+
+
+def write_folder(
+    path: Path, fill: Callable[[str], None], key: str, files: dict[str, bytes | str]
+) -> Path:
+    """A new (or empty) folder ``path`` made whole or not at all: ``fill(folder)`` (a library's
+    own save, e.g. CTranslate2's) and then ``files`` (name: content) are written into a
+    temporary folder beside it, which is then renamed to ``path``."""
+    check_output_folder(path, key)
+    make_folder(path.parent, key)
+    _remove_stale_partials(path)
+    partial = path.parent / f".{path.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)  # left by an earlier process with our pid
+    try:
+        with mapped_write_errors(path):
+            partial.mkdir()
+            fill(str(partial))
+            for name, content in files.items():
+                _atomic(partial / name, content)
+            shutil.rmtree(path / MARKS, ignore_errors=True)  # all an empty output may hold
+            os.replace(partial, path)  # rename(2) replaces an empty folder
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return path
+
+
+# Where process PID writes folder NAME until it is complete: .NAME.partial-PID.
+_PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,9})")
+
+
+def _remove_stale_partials(path: Path) -> None:
+    """Remove what writers of ``path`` killed mid-write (SIGKILL, a crash) left behind: the
+    partial folders of processes that are gone. A live writer's folder is left alone."""
+    for found in path.parent.iterdir():
+        match = _PARTIAL.fullmatch(found.name)
+        if match and match[1] == path.name and not _alive(int(match[2])):
+            shutil.rmtree(found, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, as another user's process
+    return True
+
+
+def summary_writer(folder: Path, **kwargs):
+    """TensorBoard's writer into ``folder``: each event file gets a new name of its own
+    (time, host, pid), so no earlier file is replaced."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(str(make_folder(folder, "tensorboard")), **kwargs)
 
 
 def make_folder(path: str | os.PathLike, key: str) -> Path:
@@ -181,108 +451,12 @@ def _no_file_in_the_way(path: Path, key: str) -> Path:
     return path
 
 
-@dataclasses.dataclass(frozen=True)
-class Output:
-    """Where a command writes one output file, as :func:`check_output_file` allows."""
-
-    path: Path | None  # None: standard output
-    through: bool = False  # a device or pipe: written in place, never renamed over
-
-    def write(self, data: str | bytes) -> None:
-        payload = data.encode("utf-8") if isinstance(data, str) else data
-        if self.path is None:
-            _write_stdout(payload)
-        elif self.through:
-            with mapped_write_errors(self.path), open(self.path, "wb") as f:
-                f.write(payload)
-        else:
-            atomic_write(self.path, payload)
-
-
-def _write_stdout(payload: bytes) -> None:
-    try:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(payload)
-        sys.stdout.flush()
-    except OSError as err:
-        # Nothing more can reach stdout: point it at /dev/null so Python's own flush at exit
-        # does not print a second error.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise WriteFailed(f"could not write to standard output: {_why(err)}", err.errno) from None
-
-
-def check_output_file(
-    path: str | os.PathLike,
-    key: str,
-    inputs: Iterable[str | os.PathLike] = (),
-    may_replace: Callable[[Path], bool] | None = None,
-) -> Output:
-    """``path`` (``key=path`` on the command line) as an output file, checked before any work
-    against the rule in this module's docstring. ``inputs`` are the files the command reads;
-    ``may_replace(file)`` allows replacing a run's record the command itself wrote (an earlier
-    average)."""
-    if str(path) == STDOUT:
-        return Output(None)
-    given = Path(path)
-    real = Path(os.path.realpath(given))  # a link's target is written; the link stays
-    if real.is_dir():
-        raise UserError(f"{key}={given} is a folder; name a file to write")
-    if real.exists():
-        _refuse_replacing(given, real, key, inputs, may_replace)
-        if not stat.S_ISREG(real.stat().st_mode):
-            return Output(real, through=True)  # _refuse_replacing let only devices and pipes by
-    if not real.parent.is_dir():
-        raise UserError(f"{key}={given}: the folder {real.parent} does not exist; create it first")
-    if not os.access(real.parent, os.W_OK):
-        raise UserError(f"{key}={given}: the folder {real.parent} is not writable")
-    return Output(real)
-
-
-def _refuse_replacing(
-    given: Path, real: Path, key: str, inputs: Iterable, may_replace: Callable | None
-) -> None:
-    """One line if the existing ``real`` is something ``key`` must not replace."""
-    mode = real.stat().st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
-        raise UserError(f"{key}={given} is not a regular file, a device or a pipe; name a file")
-    if not stat.S_ISREG(mode):
-        if not os.access(real, os.W_OK):
-            raise UserError(f"{key}={given} is not writable")
-        return
-    for source in inputs:
-        if Path(source).exists() and os.path.samefile(real, source):
-            raise UserError(
-                f"{key}={given} is also this command's input ({source}): writing it would "
-                f"destroy what is read; pass another {key}=<file>"
-            )
-    what = run_record(real)
-    if what and not (may_replace and may_replace(real)):
-        raise UserError(
-            f"{key}={given} would replace {what}; nothing was written; pass another {key}=<file>"
-        )
-
-
-def run_record(path: Path) -> str | None:
-    """What ``path`` (an existing file) is, if it is a file a run keeps: a checkpoint or other
-    archive, a file of a run's or an export's folder, or of its checkpoints/ or .hydra/. None
-    for any other file."""
-    with open(path, "rb") as f:
-        if f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC:
-            return f"{path}, a checkpoint (or another zip archive)"
-    folder = path.parent
-    if folder.name in _RUN_FOLDERS or _RUN_FOLDERS[0] in folder.parts:
-        return f"{path}, a file of a run's {folder.name}/ folder"
-    if any((folder / marker).exists() for marker in _RUN_MARKERS):
-        return f"{path}, a file of the run or export in {folder}"
-    return None
-
-
 def check_output_folder(path: str | os.PathLike, key: str) -> Path:
     """``path`` as a folder for a command's files, checked before any work: new or empty
     (files already there are not this command's), no file in the way. :func:`make_folder`
     creates it when the files are ready."""
     path = _no_file_in_the_way(Path(path), key)
-    if path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(p.name != MARKS for p in path.iterdir()):
         raise UserError(
             f"{key}={path} is not empty; its files would be replaced or mixed with new ones; "
             f"pass a new or empty folder"

@@ -27,11 +27,11 @@ from pathlib import Path
 import yaml
 from hydra.experimental.callback import Callback
 
+from translate import io
 from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
 from translate.analysis.ablation_files import write_files
 from translate.cli import fail
 from translate.errors import UserError, debug_enabled
-from translate.io import atomic_write
 from translate.training.rundir import RunLock
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None
 
 def _write_error(job_dir: Path, error: BaseException) -> None:
     try:  # read by translate.analysis.ablation as the job's failure reason
-        atomic_write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n")
+        io.write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n", "sweep job error")
     except OSError:
         log.exception("could not write %s", job_dir / "error.txt")
 

@@ -38,7 +38,9 @@ def main(cfg: DictConfig) -> None:
     source = optional_path(cfg, "input")
     # A bad output fails now, not after all the decoding; it never replaces what is read.
     inputs = [p for p in (source, cfg.get("checkpoint")) if p]
-    output = check_output_file(optional_path(cfg, "output") or STDOUT, "output", inputs)
+    output = check_output_file(
+        optional_path(cfg, "output") or STDOUT, "output", "translation", inputs
+    )
     # One output line per input line: both split on \n (and \r\n) only.
     lines = read_input_lines(Path(source)) if source else decode_input(sys.stdin.buffer.read())
     output.write("".join(line + "\n" for line in translate_lines(cfg, lines)))

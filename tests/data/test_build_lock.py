@@ -10,6 +10,8 @@ import logging
 import threading
 import time
 
+from conftest import listing
+
 from translate.data.sources import read_lines, sample_dir
 from translate.data.tokenizer import (
     Tokenizer,
@@ -49,7 +51,7 @@ def test_a_second_process_waits_for_the_first_tokenizer_build_and_reads_it(tmp_p
     (a, path_a), (b, path_b) = results
     assert path_a == path_b and a.model_proto == b.model_proto
     assert "waited" in caplog.text and str(path_a) in caplog.text
-    assert [p.name for p in tmp_path.iterdir()] == [path_a.name]  # no lock file left behind
+    assert listing(tmp_path) == [path_a.name]  # no lock file left behind
 
 
 def test_a_second_process_waits_for_the_first_encoding_and_reads_it(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import sentencepiece as spm
+from conftest import listing
 
 from translate.data.sources import read_lines, sample_dir
 from translate.data.tokenizer import (
@@ -88,9 +89,9 @@ def test_an_encoded_split_replaced_by_another_splits_file_is_encoded_again(tmp_p
     tok, _ = tokenizer(tmp_path / "spm")
     cache = tmp_path / "cache"
     _encode(tok, "validation", cache)
-    (valid_file,) = cache.iterdir()
+    (valid_file,) = (cache / name for name in listing(cache))
     _encode(tok, "test", cache)
-    (test_file,) = set(cache.iterdir()) - {valid_file}
+    (test_file,) = {cache / name for name in listing(cache)} - {valid_file}
     shutil.copy(valid_file, test_file)  # same sentence counts (200), other sentences
 
     with caplog.at_level("WARNING", logger=LOGGER):

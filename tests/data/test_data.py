@@ -13,7 +13,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import data_config
+from conftest import data_config, listing
 
 from translate.data import iwslt, sources
 from translate.data.batching import Batch, TokenBatchSampler, collate, make_loader
@@ -172,7 +172,7 @@ def test_load_raw_split_reads_the_test_split_only(tmp_path):
 def test_second_load_reuses_tokenizer_and_encodings(tmp_path, monkeypatch):
     first = load_corpus(text_cfg(tmp_path))
     mtime = Path(first.tokenizer_path).stat().st_mtime_ns
-    cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    cached = listing(tmp_path / "cache")
     assert sum(name.startswith("encoded-") for name in cached) == 3
 
     def fail(*args, **kwargs):
@@ -181,7 +181,7 @@ def test_second_load_reuses_tokenizer_and_encodings(tmp_path, monkeypatch):
     monkeypatch.setattr(Tokenizer, "encode", fail)
     second = load_corpus(text_cfg(tmp_path))
     assert Path(second.tokenizer_path).stat().st_mtime_ns == mtime
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == cached
+    assert listing(tmp_path / "cache") == cached
     for role, split in first.splits.items():
         assert [x.tolist() for x in second.splits[role].tgt_ids] == [
             x.tolist() for x in split.tgt_ids

@@ -3,13 +3,15 @@ writes with its defaults, byte for byte: the generator in the package is its sou
 
 from __future__ import annotations
 
+from conftest import listing
+
 from translate.data import sample_corpus
 from translate.data.sources import sample_dir
 
 
 def test_the_generator_rewrites_the_committed_sample_corpus(tmp_path, capsys):
     sample_corpus.main(["--out", str(tmp_path)])
-    written = sorted(p.name for p in tmp_path.iterdir())
+    written = listing(tmp_path)
     assert written == [
         f"{s}.{lang}" for s in ("test", "train", "validation") for lang in ("de", "en")
     ]

@@ -118,7 +118,7 @@ def test_tokenizer_on_blank_text_is_a_user_error(tmp_path):
             blank, cache_dir=tmp_path, key_parts={"source": "blank"}, vocab_size=20
         )
     assert "\n" not in str(err.value)
-    assert not list(tmp_path.iterdir())  # nothing cached
+    assert not list(tmp_path.iterdir())  # nothing cached, nor marked
 
 
 # ------------------------------------------------------------------ input lines

@@ -6,6 +6,7 @@ import io
 
 import pytest
 import sentencepiece as spm
+from conftest import listing
 
 from translate.data.tokenizer import Tokenizer, train_or_load_tokenizer
 from translate.errors import UserError
@@ -74,7 +75,7 @@ def test_cache_is_reused_not_retrained(tmp_path, monkeypatch):
     assert path2 == path and path.stat().st_mtime_ns == mtime
     assert calls == [1]  # the training text was read once
     assert tok2.model_proto == tok.model_proto
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary files left
+    assert listing(tmp_path) == [path.name]  # no temporary files left
 
 
 def test_cache_key_covers_data_and_tokenizer_settings(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, TINY, assert_one_line_error, compose_config, run_cli
+from conftest import ROOT, TINY, assert_one_line_error, compose_config, listing, run_cli
 from torch import nn
 
 from translate.data.batching import collate
@@ -229,7 +229,7 @@ def test_export_refuses_what_it_would_overwrite_or_cut(runs, tmp_path):
     (taken / "notes.txt").write_text("mine")
     with pytest.raises(UserError, match="is not empty"):
         export_checkpoint(run.checkpoint, taken, "float32", None)
-    assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # nothing else written
+    assert listing(tmp_path) == ["taken"]  # nothing else written
     assert [p.name for p in taken.iterdir()] == ["notes.txt"]
     cap = run.theirs.data.eval_cap
     with pytest.raises(UserError, match=f"max_positions={cap} or more"):
@@ -242,7 +242,7 @@ def test_export_makes_the_folders_above_its_output(runs, tmp_path):
     checkpoint = runs("pre-norm relu").checkpoint
     out = export_checkpoint(checkpoint, tmp_path / "deploy" / "de-en", "float32", None)
     assert out == tmp_path / "deploy" / "de-en" and (out / "model.bin").is_file()
-    assert [p.name for p in (tmp_path / "deploy").iterdir()] == ["de-en"]
+    assert listing(tmp_path / "deploy") == ["de-en"]
 
 
 def test_commands_with_ctranslate2_give_our_hypotheses(runs, tmp_path):

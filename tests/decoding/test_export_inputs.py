@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, SHORT_DECODE, assert_one_line_error, compose_config, run_cli
+from conftest import ROOT, SHORT_DECODE, assert_one_line_error, compose_config, listing, run_cli
 
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.data.tokenizer import train_or_load_tokenizer
@@ -129,7 +129,7 @@ def test_non_finite_weights_are_neither_exported_nor_decoded(checkpoint, tmp_pat
     refusal = re.escape(f"checkpoint {bad} has non-finite weights ({first} and 1 more)")
     with pytest.raises(UserError, match=refusal):
         export_checkpoint(bad, tmp_path / "model", "float32", None)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["diverged.pt"]  # nothing written
+    assert listing(tmp_path) == ["diverged.pt"]  # nothing written
     with pytest.raises(UserError, match=refusal):
         load_translator(bad, "cpu", "32")
     proc = run_cli("translate.translate", f"checkpoint={bad}", *SHORT_DECODE, stdin="Ein Haus.\n")
@@ -235,7 +235,7 @@ def test_a_signal_mid_export_removes_its_partial_folder_and_says_so(checkpoint, 
     said = f"error: {sig.name} interrupted the export; nothing was written to {out}"
     assert errors == [said], stderr
     assert "Traceback" not in stderr + stdout
-    assert list(tmp_path.iterdir()) == []  # neither the output nor the partial folder
+    assert listing(tmp_path) == []  # neither the output nor the partial folder
 
 
 def test_a_killed_export_s_partial_folder_goes_with_the_next_export(checkpoint, tmp_path):
@@ -247,4 +247,4 @@ def test_a_killed_export_s_partial_folder_goes_with_the_next_export(checkpoint, 
     live.mkdir()
     assert stale.is_dir()  # what SIGKILL leaves: nothing can remove it but a later export
     assert export_checkpoint(checkpoint, out, "float32", None) == out
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name])
+    assert listing(tmp_path) == sorted([out.name, live.name])

@@ -37,6 +37,8 @@ def _sample(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
         pick=_draw,
         **SPECIAL_IDS,
     )
+
+
 # recipe: end sample
 
 

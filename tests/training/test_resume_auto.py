@@ -43,4 +43,3 @@ def test_auto_refuses_results_without_a_checkpoint_as_true_does(tiny_train_cfg, 
         message = str(err.value)
         assert f"trainer.resume={mode} but" in message and "holds no run to resume" in message
     assert [p.name for p in run.iterdir() if p.name != ".lock"] == ["results.json"]
-

@@ -30,7 +30,7 @@ from translate.analysis.speed_file import (
     shown_metrics,
 )
 from translate.errors import counted
-from translate.io import atomic_write
+from translate.io import write
 
 log = logging.getLogger(__name__)
 FIGURE = "ablation.png"
@@ -481,6 +481,6 @@ def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
         **({out / FIGURE: png} if png is not None else {}),
     }
     for path, data in files.items():
-        atomic_write(path, data)
+        write(path, data, "ablation report")
     report.written = list(files)
     return report.written

@@ -24,8 +24,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from torch.utils.tensorboard import SummaryWriter
-
+from translate import io
 from translate.analysis.figures import (
     figure_pixels,
     heads_figure,
@@ -38,7 +37,6 @@ from translate.analysis.importance import MaskedBleu, importance, pruning_curve
 from translate.data.corpus import load_raw_split
 from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
-from translate.io import atomic_write
 from translate.nn.model import count_parameters
 from translate.schema import AnalysisSettings
 from translate.scoring import mean_nll
@@ -117,7 +115,7 @@ def analyze_heads(
         out_dir, loaded, stats, result, list(zip(src_ids, tgt_ids))[: a.heatmap_sentences]
     )
     result["seconds"] = time.perf_counter() - start
-    atomic_write(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n")
+    io.write(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n", "head analysis")
     _log_summary(result, out_dir)
     return result
 
@@ -149,12 +147,11 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
 def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
     """Heatmaps of ``examples`` (ids), ``heads.png``, ``pruning.png``; also to TensorBoard."""
     plt = pyplot()
-    writer = SummaryWriter(out_dir / "tensorboard")
+    writer = io.summary_writer(out_dir / "tensorboard")
 
     def save(fig, path: Path, tag: str) -> None:
         pixels = figure_pixels(fig)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        plt.imsave(path, pixels)
+        io.write(path, lambda f: plt.imsave(f, pixels, format="png"), "head analysis figure")
         writer.add_image(tag, pixels, dataformats="HWC")
 
     model, tok, device = loaded.model, loaded.tokenizer, loaded.translator.device

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from translate import io
 from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
 from translate.analysis.ablation_stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
@@ -44,7 +45,6 @@ from translate.decoding.ct2 import import_ctranslate2, load_exported
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
-from translate.io import atomic_write
 from translate.nn.model import count_parameters
 from translate.runtime.memory import peak_memory_mb, reset_peak_memory
 from translate.runtime.provenance import machine
@@ -329,6 +329,8 @@ def run_speed(
 ) -> tuple[dict, Path]:
     """Load, measure and write the speed file (``out``, default in the sweep dir)."""
     sweep_dir, warnings = Path(sweep_dir), []
+    path = Path(out) if out is not None else sweep_dir / SPEED_FILE
+    output = io.check_output_file(path, "--json", "ablation speed")  # before any timing
     jobs = load_jobs(sweep_dir, settings, warnings)
     test_split = prepare_inputs(jobs, settings, warnings)
     with tempfile.TemporaryDirectory(prefix="ablation_speed_ct2_") as folder:
@@ -353,6 +355,5 @@ def run_speed(
         "jobs": entries,
         "heads": heads_rows(entries, baseline),
     }
-    path = Path(out) if out is not None else sweep_dir / SPEED_FILE
-    atomic_write(path, json.dumps(payload, indent=2) + "\n")
+    output.write(json.dumps(payload, indent=2) + "\n")
     return payload, path

@@ -221,7 +221,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m translate.bench.attention", description=__doc__.split("\n\n")[0]
     )
-    common.add_common_args(parser)
+    common.add_common_args(parser, "attention")
     parser.add_argument("--d-model", type=common.number(), default=512)
     parser.add_argument(
         "--lengths", type=common.number(), nargs="+", help="with --heads/--dtypes: a grid"

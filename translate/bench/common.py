@@ -20,6 +20,9 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
+from translate import io
+from translate.errors import UserError
+from translate.io import STDOUT
 from translate.runtime.device import device_name, synchronize
 from translate.runtime.memory import keep_freed_memory
 from translate.runtime.provenance import machine
@@ -88,13 +91,29 @@ def check_heads(parser: argparse.ArgumentParser, d_model: int, heads: Sequence[i
             )
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
+def json_output(name: str) -> Callable[[str], io.Output]:
+    """An argparse ``type``: where benchmark ``name`` writes its JSON, checked before any work
+    by the one rule for every write (:func:`translate.io.check_output_file`): a new file or an
+    earlier result of the same benchmark, never a checkpoint, a run's file or a device."""
+
+    def parse(text: str) -> io.Output:
+        try:
+            return io.check_output_file(text, "--json", f"{name} benchmark result")
+        except UserError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
+
+
+def add_common_args(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)"
     )
     parser.add_argument("--threads", type=number(), default=2, help="torch.set_num_threads (CPU)")
     parser.add_argument("--seed", type=number(low=0), default=0)
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write results")
+    parser.add_argument(
+        "--json", type=json_output(name), default=None, metavar="PATH", help="write results"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="a reduced grid that finishes in under a minute"
     )
@@ -330,17 +349,24 @@ def report(
         "benchmark": name,
         "machine": machine(device),
         "command": shlex.join(["python", "-m", f"translate.bench.{name}", *argv]),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": {k: _plain(v) for k, v in vars(args).items()},
         **sections,
     }
 
 
-def write_json(path: Path | None, payload: dict) -> None:
-    if path is None:
+def _plain(value):
+    """An argument as the JSON records it: a path (or a checked output) as its text."""
+    if isinstance(value, io.Output):
+        return STDOUT if value.path is None else str(value.path)
+    return str(value) if isinstance(value, Path) else value
+
+
+def write_json(output: io.Output | None, payload: dict) -> None:
+    if output is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print(f"wrote {path}")
+    output.write(json.dumps(payload, indent=2, default=str) + "\n")
+    if output.path is not None:
+        print(f"wrote {output.path}")
 
 
 def fmt(value, spec: str = ".3g") -> str:

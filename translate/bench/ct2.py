@@ -67,29 +67,27 @@ def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict
     jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
     times: dict[tuple, list[float]] = {}
     outputs: dict[tuple, list] = {}
-    with tempfile.TemporaryDirectory(prefix="bench_decode_worker_") as tmp:
-        for r in range(args.rounds):
-            for threads, engine in rotated(jobs, r):
-                job = {**spec, "threads": threads, "engine": engine}
-                job["model_dir"] = None if engine == "ours" else str(exports[engine[4:]])
-                for (batch, mode), (seconds, hyps) in _run_worker(job, Path(tmp)).items():
-                    key = (threads, batch, mode, engine)
-                    times.setdefault(key, []).append(seconds)
-                    outputs[key] = hyps
+    for r in range(args.rounds):
+        for threads, engine in rotated(jobs, r):
+            job = {**spec, "threads": threads, "engine": engine}
+            job["model_dir"] = None if engine == "ours" else str(exports[engine[4:]])
+            for (batch, mode), (seconds, hyps) in _run_worker(job).items():
+                key = (threads, batch, mode, engine)
+                times.setdefault(key, []).append(seconds)
+                outputs[key] = hyps
     return times, outputs
 
 
-def _run_worker(job: dict, tmp: Path) -> dict[tuple, tuple[float, list]]:
-    job_file, out_file = tmp / "job.json", tmp / "out.json"
-    job_file.write_text(json.dumps(job))
+def _run_worker(job: dict) -> dict[tuple, tuple[float, list]]:
     proc = subprocess.run(
-        [sys.executable, "-m", "translate.bench.ct2", str(job_file), str(out_file)],
+        [sys.executable, "-m", "translate.bench.ct2"],
+        input=json.dumps(job),
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
         raise UserError(f"the {job['engine']} timing process failed: {proc.stderr.strip()[-500:]}")
-    return {tuple(k.split("|")): tuple(v) for k, v in json.loads(out_file.read_text()).items()}
+    return {tuple(k.split("|")): tuple(v) for k, v in json.loads(proc.stdout).items()}
 
 
 def worker(job: dict) -> dict[str, tuple[float, list]]:
@@ -216,6 +214,5 @@ def section(args, sources: list[np.ndarray], device) -> dict:
     }
 
 
-if __name__ == "__main__":  # a timing process of time_engines
-    job_path, out_path = sys.argv[1:3]
-    Path(out_path).write_text(json.dumps(worker(json.loads(Path(job_path).read_text()))))
+if __name__ == "__main__":  # a timing process of time_engines: the job in, the times out
+    print(json.dumps(worker(json.load(sys.stdin))))

@@ -296,7 +296,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m translate.bench.decode", description=__doc__.split("\n\n")[0]
     )
-    common.add_common_args(parser)
+    common.add_common_args(parser, "decode")
     parser.add_argument("--impls", nargs="+", choices=["sdpa", "manual"], default=["sdpa"])
     parser.add_argument("--checkpoint", type=Path, default=None, help="a trained model")
     parser.add_argument(

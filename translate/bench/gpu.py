@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from translate import io
 from translate.runtime import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,21 +80,26 @@ def part(status: str, reason: str | None = None, **details) -> dict:
 
 
 def run(cmd: list[str], log: Path, timeout: int, env: dict | None = None) -> tuple[int, float]:
-    """Run ``cmd`` in the checkout, output to ``log``; ``(exit status, seconds)``, 124 = timeout."""
-    log.parent.mkdir(parents=True, exist_ok=True)
+    """Run ``cmd`` in the checkout, output to ``log`` (written whole when it ends);
+    ``(exit status, seconds)``, 124 = timeout."""
     drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TRANSLATE_DEBUG")
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in drop}
-    start = time.perf_counter()
-    with log.open("w") as f:
-        f.write(f"$ {shlex.join(cmd)}\n")
+    start, status = time.perf_counter(), []
+
+    def into(f) -> None:
+        f.write(f"$ {shlex.join(cmd)}\n".encode())
         f.flush()
         try:
-            rc = subprocess.run(
-                cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout
-            ).returncode
+            status.append(
+                subprocess.run(
+                    cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout
+                ).returncode
+            )
         except subprocess.TimeoutExpired:
-            rc = 124
-    return rc, round(time.perf_counter() - start, 1)
+            status.append(124)
+
+    io.write(log, into, "GPU check log")
+    return status[0], round(time.perf_counter() - start, 1)
 
 
 def tail(log: Path, lines: int = 3) -> str:
@@ -211,7 +217,6 @@ def check_run(args, run_dir: Path, precision: str) -> tuple[str | None, dict]:
 
 def launch_training(args, name: str, launcher: list[str], precision: str, compile_: bool):
     run_dir = args.out / "runs" / name
-    shutil.rmtree(run_dir, ignore_errors=True)  # ours: a rerun into --out starts afresh
     cmd = [*launcher, "-m", "translate.train", *train_overrides(args, run_dir, precision, compile_)]
     log = args.out / "logs" / f"{name}.log"
     rc, seconds = run(cmd, log, args.timeout, env={"HYDRA_FULL_ERROR": "1"})
@@ -264,7 +269,7 @@ def bench(args, name: str) -> dict:
     module = f"translate.bench.{name.removeprefix('bench_')}"
     script = [sys.executable, "-m", module, "--device", str(args.device), "--quick"]
     cmd = [*script, *extra, "--json", str(out)]
-    out.unlink(missing_ok=True)
+    io.make_folder(out.parent, "--out")  # --out is new, so the JSON is too
     log = args.out / "logs" / f"{name}.log"
     rc, seconds = run(cmd, log, args.timeout)
     info = {"command": shlex.join(cmd), "seconds": seconds, "log": str(log), "json": str(out)}
@@ -346,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.cuda and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA GPU is visible; use --device cpu")
-    args.out.mkdir(parents=True, exist_ok=True)
+    io.make_folder(io.check_output_folder(args.out, "--out"), "--out")  # a run's dirs are new
     start = time.perf_counter()
     details = {}
     for name in PARTS:
@@ -361,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         "overrides": args.override,
         "details": details,
     }
-    (args.out / "gpu_acceptance.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (args.out / "gpu_acceptance.md").write_text(markdown(doc))
+    io.write(args.out / "gpu_acceptance.json", json.dumps(doc, indent=2) + "\n", "GPU check")
+    io.write(args.out / "gpu_acceptance.md", markdown(doc), "GPU check")
     print(
         f"[gpu_acceptance] {'passed' if doc['passed'] else 'FAILED'} in {doc['seconds']} s; "
         f"{args.out / 'gpu_acceptance.md'}"

@@ -252,7 +252,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--work", type=Path, default=common.ROOT / "outputs" / "rehearse_scale")
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH")
+    parser.add_argument("--json", type=common.json_output("scale"), default=None, metavar="PATH")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--threads",
@@ -293,8 +293,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     done = {}
-    if args.json is not None and args.json.is_file():
-        done = json.loads(args.json.read_text()).get("stages", {})
+    if args.json is not None and args.json.path is not None and args.json.path.is_file():
+        done = json.loads(args.json.path.read_text()).get("stages", {})
     for stage in (s for s in STAGES if s in args.stages):
         done[stage] = run_stage(args, stage, argv)
         write(args, argv, done, quiet=True)  # after every stage: a stop loses little
@@ -317,10 +317,9 @@ def write(args, argv: list[str], done: dict, quiet: bool) -> dict:
         stages=done,
     )
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        args.json.write(json.dumps(result, indent=2, default=str) + "\n")
         if not quiet:
-            print(f"wrote {args.json}")
+            print(f"wrote {args.json.path}")
     return result
 
 

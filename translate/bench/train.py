@@ -370,7 +370,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m translate.bench.train", description=__doc__.split("\n\n")[0]
     )
-    common.add_common_args(parser)
+    common.add_common_args(parser, "train")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
     parser.add_argument("--compile", action="store_true", help="torch.compile every model")

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from translate import io
 from translate.data.iwslt import TEST_SETS, train_file, xml_file
-from translate.io import atomic_write
 
 
 def write_release(
@@ -37,13 +37,13 @@ def write_release(
             if any(s.startswith("<") for s in columns[first]):
                 raise ValueError(f"train.{first}: a sentence starts with '<' (read as markup)")
             for lang, lines in columns.items():
-                atomic_write(out / train_file(pair, lang), _train_text(lines, talk_lines))
+                io.write(out / train_file(pair, lang), _train_text(lines, talk_lines), "corpus")
         elif name in ("validation", "test"):
             sets = ["dev2010"] if name == "validation" else list(TEST_SETS)
             for set_name, part in zip(sets, _cut(columns, len(sets))):
                 for lang, lines in part.items():
                     text = _xml_text(set_name, lines, pair, lang)
-                    atomic_write(out / xml_file(set_name, pair, lang), text)
+                    io.write(out / xml_file(set_name, pair, lang), text, "corpus")
         else:
             raise ValueError(f"unknown split {name!r}: use train, validation or test")
     return out

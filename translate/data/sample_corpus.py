@@ -16,6 +16,7 @@ import argparse
 import random
 from pathlib import Path
 
+from translate import io
 from translate.data.sample_lexicon import (
     ADJECTIVES,
     BE,
@@ -43,8 +44,10 @@ from translate.data.sample_lexicon import (
     Noun,
     Verb,
 )
+from translate.errors import EXIT_USER_ERROR, UserError
 
 OUT = Path(__file__).resolve().parents[1] / "resources" / "sample"
+
 
 def a_or_an(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
@@ -356,18 +359,30 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m translate.data.sample_corpus", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--train", type=int, default=3000)
-    parser.add_argument("--validation", type=int, default=200)
-    parser.add_argument("--test", type=int, default=200)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--train", type=_pairs, default=3000)
+    parser.add_argument("--validation", type=_pairs, default=200)
+    parser.add_argument("--test", type=_pairs, default=200)
+    parser.add_argument(
+        "--out", type=Path, required=True, help=f"a new or empty folder (the committed one: {OUT})"
+    )
     args = parser.parse_args(argv)
     sizes = {"train": args.train, "validation": args.validation, "test": args.test}
-    args.out.mkdir(parents=True, exist_ok=True)
-    for split, pairs in generate(args.seed, sizes).items():
-        for i, lang in enumerate(("de", "en")):
-            text = "".join(pair[i] + "\n" for pair in pairs)
-            (args.out / f"{split}.{lang}").write_text(text, encoding="utf-8")
-        print(f"{split}: {len(pairs)} pairs")
+    try:
+        io.check_output_folder(args.out, "--out")  # never mixed into another corpus
+        for split, pairs in generate(args.seed, sizes).items():
+            for i, lang in enumerate(("de", "en")):
+                text = "".join(pair[i] + "\n" for pair in pairs)
+                io.write(args.out / f"{split}.{lang}", text, "sample corpus", key="--out")
+            print(f"{split}: {len(pairs)} pairs")
+    except UserError as err:
+        parser.exit(EXIT_USER_ERROR, f"error: {err}\n")
+
+
+def _pairs(text: str) -> int:
+    """An argparse ``type``: a split's size, at least one pair (an empty split is no corpus)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of pairs >= 1")
+    return int(text)
 
 
 if __name__ == "__main__":

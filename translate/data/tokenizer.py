@@ -40,7 +40,7 @@ import numpy as np
 import sentencepiece as spm
 
 from translate.errors import UserError
-from translate.io import atomic_write
+from translate.io import write
 
 T = TypeVar("T")
 
@@ -162,7 +162,7 @@ def train_or_load_tokenizer(
             "tokenizer: training SentencePiece %s, vocab %d -> %s", model_type, vocab_size, path
         )
         proto = _train(train_texts(), settings)
-        atomic_write(path, proto)
+        write(path, proto, "tokenizer cache", adopt=True)  # a path named by its key
         return Tokenizer(proto)
 
     reuse = functools.partial(_reuse, path, settings["vocab_size"])
@@ -341,7 +341,7 @@ def _encode_all(
         arrays[f"{lang}.ids"] = np.fromiter(itertools.chain.from_iterable(ids), np.int32)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    atomic_write(path, buffer.getvalue())
+    write(path, buffer.getvalue(), "encoded cache", adopt=True)  # named by its key
     return arrays
 
 

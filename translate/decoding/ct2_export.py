@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +40,7 @@ from translate.decoding.ct2 import (
 )
 from translate.decoding.translator import model_from_checkpoint
 from translate.errors import UserError
-from translate.io import check_output_folder, make_folder
+from translate.io import check_output_folder, write_folder
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import ModelSettings
 from translate.settings import data_settings, decode_settings, model_settings
@@ -186,41 +183,14 @@ def _manifest(
     }
 
 
-# Where process PID writes its export to NAME until it is complete: .NAME.partial-PID.
-_PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,9})")
-
-
-def _partial(output: Path) -> Path:
-    return output.parent / f".{output.name}.partial-{os.getpid()}"
-
-
-def _remove_stale_partials(output: Path) -> None:
-    """Remove what exports to ``output`` killed mid-write (SIGKILL, a crash) left behind: the
-    partial folders of processes that are gone. A live export's folder is left alone."""
-    for path in output.parent.iterdir():
-        match = _PARTIAL.fullmatch(path.name)
-        if match and match[1] == output.name and not _alive(int(match[2])):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, as another user's process
-    return True
-
-
 def export_checkpoint(
     checkpoint: str | Path, output: str | Path, quantization: str, max_positions: int | None
 ) -> Path:
     """Write ``checkpoint`` as a CTranslate2 model folder ``output``; returns its path.
 
-    The folder is written beside ``output`` under a temporary name and renamed when complete,
-    so ``output`` never holds half an export; the next export to ``output`` removes what a
-    killed one left under such a name.
+    The folder is written beside ``output`` under a temporary name and renamed when complete
+    (:func:`translate.io.write_folder`), so ``output`` never holds half an export; the next
+    export to ``output`` removes what a killed one left under such a name.
     """
     import_ctranslate2()  # a missing package is the first thing said
     checkpoint, output = Path(checkpoint), Path(output)
@@ -232,21 +202,11 @@ def export_checkpoint(
     spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)
     spec.validate()
     spec.optimize(quantization=quantization)
-    make_folder(output.parent, "output")
-    _remove_stale_partials(output)
-    partial = _partial(output)
-    shutil.rmtree(partial, ignore_errors=True)  # left by an earlier process with our pid
     manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows, tokenizer)
+    files = {SENTENCEPIECE: tokenizer.model_proto, MANIFEST: json.dumps(manifest, indent=2) + "\n"}
     try:
-        partial.mkdir()
-        spec.save(str(partial))
-        (partial / SENTENCEPIECE).write_bytes(tokenizer.model_proto)
-        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        os.replace(partial, output)
+        return write_folder(output, spec.save, "output", files)
     except OSError as err:
         raise UserError(
             f"cannot write output={output} ({err.strerror or err}); nothing was written"
         ) from None
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return output

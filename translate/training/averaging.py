@@ -23,6 +23,8 @@ from translate.io import check_output_file
 from translate.training.resume import differences
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt")
+# What the one door for writes (translate.io) knows an average as.
+AVERAGE = "averaged checkpoint"
 # What training's CheckpointManager owns in a checkpoints folder: never an averaging output.
 _RESERVED = ("last.pt", "best.pt")
 
@@ -54,32 +56,18 @@ def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
 
 def check_output(output: str | Path, inputs: list[Path]) -> Path:
     """Where an average may be written: under a name training does not own (``step_*.pt``,
-    ``last.pt``, ``best.pt``), over nothing but an earlier average, and by the rule of
-    :func:`translate.io.check_output_file` (never an input, a device or a pipe)."""
+    ``last.pt``, ``best.pt``), by the one rule for every write
+    (:func:`translate.io.check_output_file`: a new file or an earlier average)."""
     output = Path(output)
     if output.name in _RESERVED or _STEP_FILE.fullmatch(output.name):
         raise UserError(
             f"output={output}: {output.name} is a name training's checkpoints use; "
             "choose another, e.g. averaged.pt"
         )
-    earlier_average = output.is_file() and _is_average(output)  # loads it: once
-    if output.is_file() and not earlier_average:
-        raise UserError(
-            f"output={output} already exists and is not an averaged checkpoint; "
-            "pass another output=<file> (only an earlier average is replaced)"
-        )
-    target = check_output_file(output, "output", inputs, may_replace=lambda _: earlier_average)
+    target = check_output_file(output, "output", AVERAGE, inputs)
     if target.path is None or target.through:
         raise UserError(f"output={output}: an average is written to a file; name one")
     return target.path
-
-
-def _is_average(path: Path) -> bool:
-    """Whether ``path`` is a checkpoint this averaging wrote (it names its inputs)."""
-    try:
-        return "averaged_from" in load_checkpoint(path)
-    except UserError:  # not a readable translate checkpoint: a run's results, anything else
-        return False
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict:
@@ -128,7 +116,7 @@ def average_into(paths: list[str | Path], output: str | Path) -> dict:
             f"({broken}): an input holds NaN or infinity; nothing is written; average "
             "checkpoints from before the run diverged"
         )
-    save_checkpoint(averaged, Path(output))
+    save_checkpoint(averaged, Path(output), AVERAGE)
     return averaged
 
 

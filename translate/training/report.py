@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
+from translate import io
 from translate.analysis.ablation import parse_overrides
 from translate.analysis.figures import log_hparams
 from translate.analysis.heads import head_summary
 from translate.checkpoint import load_checkpoint
 from translate.errors import UserError
-from translate.io import atomic_write
 from translate.metrics import score
 from translate.nn.model import count_parameters
 from translate.runtime.device import device_name
@@ -63,8 +63,9 @@ def finish_run(run: Run) -> dict:
     hyps = run.corpus.tokenizer.decode(hyp_ids)
     scores = score(hyps, test.tgt_text)
     scores["bleu_greedy"] = _greedy_bleu(run) if run.settings.decode.beam_size > 1 else None
-    atomic_write(run.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps))
-    atomic_write(run.run_dir / "test.ref.txt", "".join(r + "\n" for r in test.tgt_text))
+    io.write(run.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps), "test hypotheses")
+    refs = "".join(r + "\n" for r in test.tgt_text)
+    io.write(run.run_dir / "test.ref.txt", refs, "test references")
     speed = {
         "peak_mem_mb": train_peak_mb,
         "latency_ms": run.translator.latency_ms(test.src_ids[: t.latency_sentences]),
@@ -72,7 +73,7 @@ def finish_run(run: Run) -> dict:
         "sentences_per_s": sentences_per_s,
     }
     results = _results(run, scores, speed, _heads(run), scored)
-    atomic_write(run.run_dir / "results.json", json.dumps(results, indent=2) + "\n")
+    io.write(run.run_dir / "results.json", json.dumps(results, indent=2) + "\n", "run results")
     _log_hparams(run, results)
     run.writer.close()
     log.info(

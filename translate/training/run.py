@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
+from translate import io
 from translate.data.corpus import Corpus, load_corpus
 from translate.decoding.engine import TorchEngine
 from translate.decoding.translator import Translator
@@ -55,7 +55,7 @@ class Run:
     trainer: Trainer
     translator: Translator
     ckpts: CheckpointManager
-    writer: SummaryWriter | distributed.NullWriter
+    writer: object  # TensorBoard's SummaryWriter, or a distributed.NullWriter
     progress: Progress = field(default_factory=Progress)
     window: Window = field(default_factory=lambda: Window(0, time.perf_counter()))
     lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
@@ -135,7 +135,7 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     # Hide the events a killed run logged after its last checkpoint (all of them when it
     # was killed before its first), so the curves continue cleanly.
     writer = (
-        SummaryWriter(run_dir / "tensorboard", purge_step=progress.step + 1)
+        io.summary_writer(run_dir / "tensorboard", purge_step=progress.step + 1)
         if dist.is_main
         else distributed.NullWriter()
     )

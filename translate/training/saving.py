@@ -9,9 +9,9 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from translate.checkpoint import FORMAT_VERSION, save_checkpoint
+from translate import io
+from translate.checkpoint import CHECKPOINT, FORMAT_VERSION, save_checkpoint
 from translate.data.tokenizer import Tokenizer
-from translate.io import atomic_link
 from translate.runtime.rng import rng_state
 from translate.training.progress import Progress
 from translate.training.step import Trainer
@@ -41,11 +41,11 @@ class CheckpointManager:
     def save(self, state: dict, step: int, is_best: bool) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
         save_checkpoint(state, path)
-        atomic_link(path, self.last)
+        io.link(path, self.last, CHECKPOINT)
         if is_best:
-            atomic_link(path, self.best)
+            io.link(path, self.best, CHECKPOINT)
         for old in sorted(self.directory.glob("step_*.pt"))[: -self.keep_last]:
-            old.unlink()
+            io.remove(old)
         log.debug("saved %s%s", path, " (best)" if is_best else "")
         return path
 
