@@ -29,6 +29,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import nn
 
 from translate.checkpoint import load_checkpoint
@@ -36,7 +37,9 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.ct2 import (
     MANIFEST,
     MANIFEST_FORMAT,
+    MODEL_BIN,
     SENTENCEPIECE,
+    SPECIAL_IDS,
     import_ctranslate2,
     output_limit,
     tokenizer_identity,
@@ -45,6 +48,7 @@ from translate.decoding.translator import model_from_checkpoint
 from translate.errors import UserError
 from translate.io import check_output_folder, make_folder
 from translate.nn.model import Seq2SeqTransformer
+from translate.runtime.provenance import file_sha256
 from translate.schema import ModelSettings
 from translate.settings import data_settings, decode_settings, model_settings
 
@@ -142,6 +146,26 @@ def build_spec(model: Seq2SeqTransformer, settings: ModelSettings, pieces: list[
     return spec
 
 
+# Quantizations that store every float weight in a narrower type than float32 -> that type.
+_NARROW = {"float16": torch.float16}
+
+
+def _check_range(model: Seq2SeqTransformer, quantization: str) -> None:
+    """Refuse, naming the tensor, weights that ``quantization`` cannot hold: float16 stores
+    values beyond 65,504 as infinity, an export that decodes to empty lines."""
+    dtype = _NARROW.get(quantization)
+    if dtype is None:
+        return
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor.to(dtype)).all():
+            largest = tensor.abs().max().item()
+            raise UserError(
+                f"quantization={quantization} cannot hold the weight {name} (largest magnitude "
+                f"{largest:.3g}, beyond {torch.finfo(dtype).max:,.0f}); nothing was written; "
+                "export with quantization=float32 or int8"
+            )
+
+
 def _positions(ckpt: dict, max_positions: int | None) -> int:
     """Rows of the position table: ``max_positions``, or by default the longest source the
     run evaluates (``data.eval_max_len``) and the longest output its decode settings allow."""
@@ -162,10 +186,10 @@ def _positions(ckpt: dict, max_positions: int | None) -> int:
 
 
 def _manifest(
-    ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer
+    ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer, model: Path
 ) -> dict:
     """What our commands need to decode as the run did (:data:`MANIFEST`), and what the
-    tokenizer beside the model must be."""
+    tokenizer and the weights (``model``, the saved ``model.bin``) beside it must be."""
     data = dict(ckpt["config"]["data"])
     data["eval_max_len"] = data_settings(data).eval_cap  # explicit for an older checkpoint
     return {
@@ -174,15 +198,11 @@ def _manifest(
         "step": int(ckpt["step"]),
         "quantization": quantization,
         "max_positions": rows,
-        "special_ids": {
-            "pad": Tokenizer.PAD,
-            "unk": Tokenizer.UNK,
-            "bos": Tokenizer.BOS,
-            "eos": Tokenizer.EOS,
-        },
+        "special_ids": SPECIAL_IDS,
         "decode": ckpt["config"]["decode"],
         "data": data,
         "tokenizer": tokenizer_identity(tokenizer),
+        "model_bin": {"sha256": file_sha256(model)},
     }
 
 
@@ -228,6 +248,7 @@ def export_checkpoint(
     ckpt = load_checkpoint(checkpoint)
     model, tokenizer = model_from_checkpoint(ckpt, checkpoint)
     rows = _positions(ckpt, max_positions)
+    _check_range(model, quantization)
     pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)
     spec.validate()
@@ -236,11 +257,12 @@ def export_checkpoint(
     _remove_stale_partials(output)
     partial = _partial(output)
     shutil.rmtree(partial, ignore_errors=True)  # left by an earlier process with our pid
-    manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows, tokenizer)
     try:
         partial.mkdir()
         spec.save(str(partial))
         (partial / SENTENCEPIECE).write_bytes(tokenizer.model_proto)
+        model = partial / MODEL_BIN
+        manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows, tokenizer, model)
         (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         os.replace(partial, output)
     except OSError as err:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -119,6 +120,16 @@ def provenance(device: torch.device) -> dict:
         "device_name": device_name(device, f"{cpu} ({os.cpu_count()} logical CPUs)"),
         "argv": list(sys.argv),
     }
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (read in chunks: a checkpoint may not fit in memory twice),
+    which names exactly what was exported or scored."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def machine(device: torch.device) -> dict:
