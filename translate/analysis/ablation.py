@@ -294,24 +294,30 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
     return groups
 
 
-def _existing(sweep_dir: str | Path) -> Path:
+SWEEP_DIR_HINT = "give the dir a multirun made, e.g. outputs/multirun/<date_time>"
+
+
+def existing_sweep_dir(sweep_dir: str | Path) -> Path:
+    """``sweep_dir`` as a folder; one line for a path that is missing or is a file."""
     sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
+    if not sweep_dir.exists():
         raise UserError(f"sweep dir {sweep_dir} does not exist")
+    if not sweep_dir.is_dir():
+        raise UserError(f"{sweep_dir} is a file, not a sweep dir: {SWEEP_DIR_HINT}")
     return sweep_dir
 
 
 def check_sweep_dir(sweep_dir: str | Path) -> None:
     """Refuse in one line a folder that is none or holds no sweep job (a single run's dir, an
     empty or mistyped folder): its report would be an empty one, written into it."""
-    sweep_dir = _existing(sweep_dir)
+    sweep_dir = existing_sweep_dir(sweep_dir)
     if find_jobs(sweep_dir):
         return
     single = (sweep_dir / "results.json").is_file()
     raise UserError(
         f"{sweep_dir} holds no sweep jobs (no job dir with .hydra/overrides.yaml or "
-        f"results.json below it{'; it is a single run' if single else ''}): give the dir a "
-        "multirun made, e.g. outputs/multirun/<date_time>; nothing written"
+        f"results.json below it{'; it is a single run' if single else ''}): {SWEEP_DIR_HINT}; "
+        "nothing written"
     )
 
 
@@ -327,7 +333,7 @@ def build_report(
     ``expected_jobs(sweep_dir)`` lists the jobs the sweep defines, so that the ones without a
     job dir are reported as missing; without it no job is missing.
     """
-    sweep_dir = _existing(sweep_dir)
+    sweep_dir = existing_sweep_dir(sweep_dir)
     jobs = find_jobs(sweep_dir)
     warnings: list[str] = []
     missing = _missing(sweep_dir, jobs, expected_jobs, warnings)
