@@ -152,7 +152,7 @@ def _edit(manifest: dict, path: str, value) -> None:
         ("tokenizer.sha256", 7, "field 'tokenizer.sha256' is 7, not a SHA-256"),
         ("model_bin.sha256", "abc", "field 'model_bin.sha256' is \"abc\", not a SHA-256"),
         ("quantization", "float8", "field 'quantization' is \"float8\", not one of float32"),
-        ("decode.beam_size", "x", "field 'decode' holds a bad setting (decode.beam_size='x' must be"),
+        ("decode.beam_size", "x", "field 'decode' holds a bad setting (decode.beam_size='x'"),
         ("data", "multi30k", "field 'data' is \"multi30k\", not an object"),
         # Before, blamed on the tokenizer's SHA-256, which is the one recorded.
         ("tokenizer.vocab_size", 500, "field 'tokenizer.vocab_size' is 500, but"),
