@@ -33,7 +33,7 @@ ENTRY_LAYER = {
     "translate.bench.train",
 }
 # Each package may import only the packages listed for it (and the base modules and package).
-BASE = {"errors", "io", "runtime", "metrics"}
+BASE = {"errors", "fields", "io", "runtime", "metrics"}
 ALLOWED = {
     "nn": set(),
     # Not settings: the settings reader checks data.source against the data layer's sources.

@@ -210,6 +210,28 @@ def test_a_translation_larger_than_the_file_limit_is_one_line(trained_run, sourc
     assert sorted(p.name for p in tmp_path.iterdir()) == [MARKS, "in.de", "out.en"]  # no temp
 
 
+def test_evaluate_refused_its_scores_leaves_a_dir_that_the_rerun_it_asks_for_uses(
+    trained_run, source, tmp_path
+):
+    """Before, hyp.txt stayed without scores.json, and the rerun the message asks for was
+    refused: 'already holds the outputs of an earlier evaluate (hyp.txt)'."""
+    ref = tmp_path / "ref.en"
+    ref.write_text("A dog runs.\nTwo men.\n", encoding="utf-8")
+    out = tmp_path / "eval"
+    args = [
+        "-m", "translate.evaluate", f"checkpoint={trained_run[1]['checkpoint']}", *SHORT_DECODE,
+        f"src={source}", f"ref={ref}", f"hydra.run.dir={out}",
+    ]  # fmt: skip
+    # 1 KiB: the two lines' hyp.txt fits, scores.json (its provenance) does not; no .hydra
+    # record, which is larger.
+    proc = _run_limited(1024, *args, "hydra.output_subdir=null")
+    assert_one_line_error(proc, f"could not write {out / 'scores.json'}", "run the command again")
+    assert not (out / "hyp.txt").exists() and not (out / "scores.json").exists()
+    again = run_cli(*args[1:])
+    assert again.returncode == 0, again.stderr
+    assert (out / "hyp.txt").read_text().count("\n") == 2 and (out / "scores.json").is_file()
+
+
 def test_a_checkpoint_save_that_the_disk_refuses_keeps_the_earlier_one(tmp_path):
     """torch's zip writer turns the write error into a RuntimeError; the line still comes."""
     path = tmp_path / "last.pt"

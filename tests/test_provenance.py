@@ -5,17 +5,22 @@ evaluate's scores.json and the benchmarks' machine section."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, SHORT_DECODE, compose_config
 
+from translate.checkpoint import load_checkpoint
+from translate.errors import UserError
 from translate.runtime.provenance import git_state, machine, provenance
 
 CPU = torch.device("cpu")
@@ -102,3 +107,39 @@ def test_results_json_and_scores_json_record_it(trained_run, tmp_path):
     evaluate(compose_config("evaluate", overrides))
     scores = json.loads((tmp_path / "scores.json").read_text())["provenance"]
     assert set(scores) == set(written) and scores["device"] == "cpu"
+
+
+def test_scores_json_names_the_scored_checkpoint_by_its_bytes(trained_run, tmp_path):
+    """Before, scores.json named the checkpoint only by the path given: a file replaced since
+    (a run writing best.pt anew, a copy) left nothing to tell which weights were scored."""
+    checkpoint = Path(trained_run[1]["checkpoint"])
+    overrides = [f"checkpoint={checkpoint}", f"output_dir={tmp_path}", *SHORT_DECODE]
+    from translate.evaluate import evaluate
+
+    evaluate(compose_config("evaluate", overrides))
+    scored = json.loads((tmp_path / "scores.json").read_text())["scored"]
+    digest = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    step = load_checkpoint(checkpoint)["step"]
+    assert scored == {"path": str(checkpoint.resolve()), "sha256": digest, "step": step}
+
+
+def test_a_checkpoint_replaced_while_evaluate_loads_it_is_refused(
+    trained_run, tmp_path, monkeypatch
+):
+    """The hash is of the file loaded: one replaced meanwhile would record other bytes."""
+    from translate import evaluate as command
+
+    checkpoint = Path(shutil.copy(trained_run[1]["checkpoint"], tmp_path / "best.pt"))
+    real = command.load_engine
+
+    def load_then_replace(*args, **kwargs):
+        loaded = real(*args, **kwargs)
+        shutil.copy(checkpoint, tmp_path / "new.pt")
+        os.replace(tmp_path / "new.pt", checkpoint)  # as training replaces best.pt
+        return loaded
+
+    monkeypatch.setattr(command, "load_engine", load_then_replace)
+    overrides = [f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'eval'}", *SHORT_DECODE]
+    with pytest.raises(UserError, match=re.escape(f"{checkpoint} was replaced while it was")):
+        command.evaluate(compose_config("evaluate", overrides))
+    assert not (tmp_path / "eval" / "scores.json").exists()

@@ -43,6 +43,7 @@ EXCEPTIONS = {
     ("translate.training.loop", "run.ckpts.save"): "CheckpointManager.save writes through io",
     ("translate.bench.scale_child", "run.ckpts.save"): "CheckpointManager.save, as above",
     ("translate.analysis.ablation_files", "fig.savefig"): "into an in-memory BytesIO",
+    ("translate.decoding.ct2_export", "spec.save"): "into io.write_folder's temporary folder",
     ("translate.data.tokenizer", "np.savez"): "into an in-memory BytesIO",
     ("translate.training.rundir", "os.open"): "the run dir's lock file, never renamed over",
     ("translate.data.tokenizer", "os.open"): "the tokenizer build's lock file, likewise",

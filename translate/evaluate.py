@@ -4,7 +4,8 @@ or an exported model: ``engine=ctranslate2 model_dir=<dir>``
 
 Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (override
 it with ``data=<source> data.dir=...``). Hypotheses go to ``hyp.txt`` in this command's Hydra
-run dir; BLEU, chrF and the sacreBLEU signature are printed and written to ``scores.json``.
+run dir; BLEU, chrF and the sacreBLEU signature are printed and written to ``scores.json``,
+with what was scored: the checkpoint or the export's ``model.bin``, by path and SHA-256.
 That dir is held (locked) while the command runs, and one that already holds another
 evaluation's outputs is refused rather than overwritten.
 """
@@ -22,11 +23,20 @@ from translate import io
 from translate.cli import check_command_line, exit_on_user_error, own_output_dir
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
+from translate.decoding.ct2 import MODEL_BIN
 from translate.decoding.engine_switch import describe_decode, load_engine
+from translate.decoding.translator import Loaded
 from translate.errors import UserError
+from translate.io import file_sha256
 from translate.metrics import score
 from translate.runtime.provenance import provenance
-from translate.settings import ENGINE_SOURCES, decode_overrides, engine_command, optional_path
+from translate.settings import (
+    ENGINE_SOURCES,
+    EngineCommand,
+    decode_overrides,
+    engine_command,
+    optional_path,
+)
 
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")
@@ -52,20 +62,66 @@ def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
     return Path(src).name, sources, references
 
 
+def _weights(command: EngineCommand) -> Path:
+    """The file whose bytes are the scored model: the checkpoint, or the export's model.bin."""
+    if command.engine == "torch":
+        return Path(command.checkpoint)
+    return Path(command.model_dir) / MODEL_BIN
+
+
+def _stat(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None  # the loader says what is wrong with it
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _load(command: EngineCommand, overrides: dict, data) -> tuple[Loaded, dict]:
+    """The engine loaded, and what it loaded, by the bytes of its weights: their path and
+    SHA-256 (and, for an export, the checkpoint it was made from), hashed from the very file
+    loaded: one replaced meanwhile (a best.pt a live run writes anew) is refused."""
+    weights = _weights(command)
+    before = _stat(weights)
+    loaded = load_engine(command, overrides, data)
+    digest = file_sha256(weights)
+    if _stat(weights) != before:
+        raise UserError(
+            f"{weights} was replaced while it was loaded (a run still writing it?); run the "
+            "command again to score one version of it"
+        )
+    scored = {"path": str(weights.resolve()), "sha256": digest, "step": loaded.step}
+    if command.engine == "ctranslate2":
+        scored["exported_from"] = loaded.config.get("checkpoint")
+    return loaded, scored
+
+
+def _write_outputs(out_dir: Path, hyps: list[str], result: dict) -> None:
+    """hyp.txt and scores.json, both or neither: a hyp.txt left alone (scores.json refused by a
+    full disk) would make a rerun into this dir refuse to replace an earlier evaluation's."""
+    hyp = out_dir / "hyp.txt"
+    io.write(hyp, "".join(h + "\n" for h in hyps), "evaluation hypotheses")
+    try:
+        io.write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n", "evaluation scores")
+    except BaseException:
+        io.remove(hyp)
+        raise
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
     command, overrides = engine_command(cfg), decode_overrides(cfg.decode)
     with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "evaluate") as out_dir:
-        loaded = load_engine(command, overrides, cfg.get("data"))
+        loaded, scored = _load(command, overrides, cfg.get("data"))
         decode = loaded.translator.decode  # the run's, with the command's keys in place
         print(describe_decode(decode, overrides))
         name, sources, references = _texts(cfg, loaded)
         hyps = loaded.translator.translate(sources, progress=True)
         scores = score(hyps, references)
-        io.write(out_dir / "hyp.txt", "".join(h + "\n" for h in hyps), "evaluation hypotheses")
         result = {
             "engine": command.engine,
             ENGINE_SOURCES[command.engine]: command.source,
+            "scored": scored,  # what was scored, by its bytes
             "test": name,
             "sentences": len(sources),
             "beam_size": decode.beam_size,
@@ -73,7 +129,7 @@ def evaluate(cfg: DictConfig) -> dict:
             **scores,
             "provenance": provenance(loaded.translator.device),  # what made these scores
         }
-        io.write(out_dir / "scores.json", json.dumps(result, indent=2) + "\n", "evaluation scores")
+        _write_outputs(out_dir, hyps, result)
     print(
         f"BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  ({name}, {len(sources)} sentences, "
         f"{decode.search})"

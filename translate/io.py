@@ -169,7 +169,7 @@ def link(src: Path, dst: Path, kind: str) -> None:
             except OSError:
                 shutil.copyfile(src, tmp)
             os.replace(tmp, dst)
-        _mark(marks, dst, kind, _sha256_file(dst))
+        _mark(marks, dst, kind, file_sha256(dst))
 
 
 def remove(path: Path) -> None:
@@ -182,13 +182,13 @@ def mark(path: Path, kind: str) -> None:
     """Mark ``path``, a file its writer has just checked to be its own output of ``kind`` (a
     run's checkpoint that a resume verified), as if :func:`write` had written it."""
     with _marks_locked(path.parent) as marks:
-        _mark(marks, path, kind, _sha256_file(path))
+        _mark(marks, path, kind, file_sha256(path))
 
 
 def marked_kind(path: Path) -> str | None:
     """The kind ``path`` was written as, if it is unchanged since; None otherwise."""
     found = _read_mark(path)
-    if found is None or found.get("sha256") != _sha256_file(path):
+    if found is None or found.get("sha256") != file_sha256(path):
         return None
     return found.get("kind")
 
@@ -212,7 +212,7 @@ def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, ado
         return
     if found.get("kind") != kind:
         _refuse(path, key, f"the {found.get('kind')} output of an earlier command")
-    if not adopt and found.get("sha256") != _sha256_file(path):
+    if not adopt and found.get("sha256") != file_sha256(path):
         _refuse(path, key, f"a {kind} output changed since it was written")
 
 
@@ -258,7 +258,7 @@ def _atomic(path: Path, data: Data) -> str:
         if callable(data):
             data(f)
             f.flush()
-            return _sha256_file(tmp)
+            return file_sha256(tmp)
         payload = data.encode("utf-8") if isinstance(data, str) else data
         f.write(payload)
         return hashlib.sha256(payload).hexdigest()
@@ -299,7 +299,9 @@ def _read_mark(path: Path) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def _sha256_file(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in blocks (a checkpoint may not fit in memory
+    twice): what a mark, an export's manifest and an evaluation's scores name a file by."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -368,12 +370,11 @@ def check_output_file(
 # -- folders ----------------------------------------------------------------------------------
 
 
-def write_folder(
-    path: Path, fill: Callable[[str], None], key: str, files: dict[str, bytes | str]
-) -> Path:
-    """A new (or empty) folder ``path`` made whole or not at all: ``fill(folder)`` (a library's
-    own save, e.g. CTranslate2's) and then ``files`` (name: content) are written into a
-    temporary folder beside it, which is then renamed to ``path``."""
+def write_folder(path: Path, fill: Callable[[str], dict[str, bytes | str]], key: str) -> Path:
+    """A new (or empty) folder ``path`` made whole or not at all: ``fill(folder)`` writes into
+    a temporary folder beside it (a library's own save, e.g. CTranslate2's) and returns the
+    files of ours to add (name: content), which are written there; then it is renamed to
+    ``path``."""
     check_output_folder(path, key)
     make_folder(path.parent, key)
     _remove_stale_partials(path)
@@ -382,8 +383,7 @@ def write_folder(
     try:
         with mapped_write_errors(path):
             partial.mkdir()
-            fill(str(partial))
-            for name, content in files.items():
+            for name, content in fill(str(partial)).items():
                 _atomic(partial / name, content)
             shutil.rmtree(path / MARKS, ignore_errors=True)  # all an empty output may hold
             os.replace(partial, path)  # rename(2) replaces an empty folder

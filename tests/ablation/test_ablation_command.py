@@ -40,3 +40,21 @@ def test_each_command_has_its_own_help_and_refuses_a_missing_sweep_dir(command, 
     missing = run(command, str(tmp_path / "nope"))
     assert missing.returncode == 2
     assert missing.stderr.startswith("error: ") and len(missing.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["report", "speed"])
+def test_a_file_as_sweep_dir_is_called_a_file(command, tmp_path):
+    """Before: 'sweep dir <file> does not exist'."""
+    given = tmp_path / "ablation.md"
+    given.write_text("# a report\n")
+    proc = run(command, str(given))
+    assert proc.returncode == 2
+    hint = "give the dir a multirun made, e.g. outputs/multirun/<date_time>"
+    assert proc.stderr == f"error: {given} is a file, not a sweep dir: {hint}\n"
+
+
+def test_speed_refuses_zero_threads_before_any_work(tmp_path):
+    """Before, --threads 0 was taken as 'not given' and the timing ran at torch's default."""
+    proc = run("speed", str(tmp_path), "--threads", "0")
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --threads 0 must be >= 1\n"

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
+from conftest import ROOT, assert_one_line_error, file_size_limit
 from test_ablation import make_job
 
 from translate.sweeps import write_report
@@ -128,11 +131,58 @@ def test_a_hand_edited_results_json_is_one_line_naming_the_file_and_field(tmp_pa
     edited.write_text(json.dumps({**json.loads(edited.read_text()), "heads": "two"}))
     assert script.main([str(tmp_path), "--bootstrap-samples", "100"]) == 0
     out = capsys.readouterr().out
-    line = f"{edited}: field 'heads' is \"two\", not a whole number as training writes it"
+    line = f"{edited}: field 'heads' is \"two\", not a whole number >= 1"
     assert f"- `heads=4,seed=2`: failed: {line}; fix it and report again" in out
     assert "1 failed and 0 missing jobs" in out
     rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
     assert [(r["heads"], r["n"]) for r in rows] == [("4", "1"), ("8", "2")]
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        ('"bleu": NaN', "field 'bleu' is NaN, not a number in [0, 100]"),
+        ('"bleu": Infinity', "field 'bleu' is Infinity, not a number in [0, 100]"),
+        ('"chrf": -5', "field 'chrf' is -5, not a number in [0, 100]"),
+        ('"steps": -1', "field 'steps' is -1, not a whole number >= 0"),
+        ('"head_summary": {"entropy": {"encoder": NaN}}', "field 'head_summary.entropy' is"),
+    ],
+)
+def test_a_results_json_with_a_score_out_of_range_is_a_failed_job(
+    tmp_path, edit, said, script, capsys
+):
+    """Before, NaN and infinity (which json reads) or a negative chrF made a completed job
+    and a row of "+nan BLEU" / "+inf BLEU"."""
+    _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})
+    edited = tmp_path / "heads=4,seed=2" / "results.json"
+    text = edited.read_text()
+    edited.write_text(text[:-1] + ", " + edit + "}")  # the edited key last: json keeps it
+    assert script.main([str(tmp_path), "--bootstrap-samples", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"- `heads=4,seed=2`: failed: {edited}: {said}" in out
+    assert "nan BLEU" not in out and "inf BLEU" not in out
+    rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
+    assert [(r["heads"], r["n"]) for r in rows] == [("4", "1"), ("8", "2")]
+
+
+def test_a_figure_the_disk_refuses_after_the_tables_says_they_were_replaced(tmp_path):
+    """Before: 'could not write …/ablation.png: …; nothing was replaced', after ablation.csv and
+    ablation.md had been. A real file-size limit that the tables fit and the figure does not."""
+    _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})
+    proc = subprocess.run(
+        [sys.executable, "-m", "translate.ablation", "report", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        preexec_fn=file_size_limit(16 * 1024),
+    )  # fmt: skip
+    assert_one_line_error(
+        proc,
+        f"could not write {tmp_path / 'ablation.png'} (File too large) after ablation.csv and "
+        "ablation.md had been replaced by the new report; ablation.png is still the earlier one",
+        f"then run python -m translate.ablation report {tmp_path}",
+    )
+    assert "nothing was replaced" not in proc.stderr
+    assert "| 4 |" in (tmp_path / "ablation.md").read_text()  # the new tables are there
+    assert not (tmp_path / "ablation.png").exists()
 
 
 def test_a_folder_without_sweep_jobs_is_refused_and_nothing_written(tmp_path, script, capsys):

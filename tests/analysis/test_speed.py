@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,32 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     assert rows[8]["peak_mem_mb_vs_8"] is None
     assert "(1.00x)" in out and f"wrote {speed_sweep / SPEED_FILE}" in out
     assert "CT2" not in out
+
+
+def test_a_copied_sweep_times_only_its_own_checkpoints_and_lists_the_others(
+    speed_sweep, tmp_path, capsys
+):
+    """Before, a copy whose checkpoint was missing timed the original sweep's, named by the
+    absolute path in its results.json, without a word."""
+    copy = Path(shutil.copytree(speed_sweep, tmp_path / "copy"))
+    (copy / "heads=1,seed=1" / "checkpoints" / "best.pt").unlink()
+    (copy / "heads=4,seed=1" / ".hydra" / "overrides.yaml").write_text("- heads=4\n- seed=1\n")
+    argv = [str(copy), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
+    assert _script().main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads((copy / SPEED_FILE).read_text())
+    timed = {j["name"]: j["checkpoint"] for j in data["jobs"]}
+    assert sorted(timed) == ["heads=2,seed=1", "heads=8,seed=1", "heads=8,seed=2"]
+    assert all(path == str(copy / name / "checkpoints" / "best.pt") for name, path in timed.items())
+    gone = copy / "heads=1,seed=1" / "checkpoints" / "best.pt"
+    original = speed_sweep / "heads=1,seed=1" / "checkpoints" / "best.pt"
+    reasons = {j["name"]: j["reason"] for j in data["not_timed"]}
+    assert reasons["heads=1,seed=1"] == (
+        f"its checkpoint {gone} does not exist (results.json names {original}, outside this "
+        "sweep dir, which is not timed)"
+    )
+    assert reasons["heads=4,seed=1"].startswith("it did not complete (no results.json")
+    assert f"not timed: heads=1,seed=1: its checkpoint {gone} does not exist" in out
 
 
 def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):

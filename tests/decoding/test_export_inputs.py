@@ -97,11 +97,89 @@ def test_a_foreign_tokenizer_is_one_line_from_the_command(exported, tmp_path):
     assert proc.stdout == ""
 
 
-def test_the_export_records_its_tokenizer_and_loads_it(exported):
-    recorded = json.loads((exported / MANIFEST).read_text())["tokenizer"]
+def test_the_export_records_its_tokenizer_and_model_and_loads_them(exported):
+    manifest = json.loads((exported / MANIFEST).read_text())
     proto = (exported / SENTENCEPIECE).read_bytes()
-    assert recorded == {"sha256": hashlib.sha256(proto).hexdigest(), "vocab_size": 300}
+    assert manifest["tokenizer"] == {"sha256": hashlib.sha256(proto).hexdigest(), "vocab_size": 300}
+    weights = (exported / "model.bin").read_bytes()
+    assert manifest["model_bin"] == {"sha256": hashlib.sha256(weights).hexdigest()}
     assert load_exported(exported, "cpu").tokenizer.vocab_size == 300
+
+
+# ------------------------------------------------------------------- the export's own files
+
+
+@pytest.fixture(scope="module")
+def int8_export(checkpoint, tmp_path_factory) -> Path:
+    """The same checkpoint exported with other weights' bytes: another model.bin."""
+    return export_checkpoint(checkpoint, tmp_path_factory.mktemp("int8") / "model", "int8", None)
+
+
+def test_a_model_bin_from_another_export_is_refused_naming_it(exported, int8_export, tmp_path):
+    """Before, evaluate scored the other export's weights under this translate.json's name, and
+    scores.json recorded only the folder."""
+    model_dir = Path(shutil.copytree(exported, tmp_path / "model"))
+    shutil.copyfile(int8_export / "model.bin", model_dir / "model.bin")
+    out = tmp_path / "eval"
+    proc = run_cli(
+        "translate.evaluate", "engine=ctranslate2", f"model_dir={model_dir}", *SHORT_DECODE,
+        f"hydra.run.dir={out}",
+    )  # fmt: skip
+    said = f"{model_dir / 'model.bin'} is not the model {model_dir} was exported with"
+    assert_one_line_error(proc, said, "export the checkpoint again")
+    assert not (out / "scores.json").exists() and not (out / "hyp.txt").exists()
+
+
+def _edit(manifest: dict, path: str, value) -> None:
+    """Set the field ``path`` (dotted) of ``manifest``; None removes it."""
+    *parents, key = path.split(".")
+    for parent in parents:
+        manifest = manifest[parent]
+    if value is None:
+        del manifest[key]
+    else:
+        manifest[key] = value
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("step", "abc", "field 'step' is \"abc\", not a whole number >= 0"),
+        ("step", None, "no field 'step'"),
+        ("max_positions", 0, "field 'max_positions' is 0, not a whole number in [1, 65536]"),
+        ("special_ids.eos", 5, "field 'special_ids.eos' is 5, not 3"),  # before: ignored
+        ("special_ids", [0, 1, 2, 3], "field 'special_ids' is [0, 1, 2, 3], not an object"),
+        ("tokenizer.sha256", 7, "field 'tokenizer.sha256' is 7, not a SHA-256"),
+        ("model_bin.sha256", "abc", "field 'model_bin.sha256' is \"abc\", not a SHA-256"),
+        ("quantization", "float8", "field 'quantization' is \"float8\", not one of float32"),
+        ("decode.beam_size", "x", "field 'decode' holds a bad setting (decode.beam_size='x'"),
+        ("data", "multi30k", "field 'data' is \"multi30k\", not an object"),
+        # Before, blamed on the tokenizer's SHA-256, which is the one recorded.
+        ("tokenizer.vocab_size", 500, "field 'tokenizer.vocab_size' is 500, but"),
+    ],
+)
+def test_every_field_of_the_manifest_is_checked_on_load(exported, tmp_path, field, value, said):
+    model_dir = Path(shutil.copytree(exported, tmp_path / "model"))
+    manifest = json.loads((model_dir / MANIFEST).read_text())
+    _edit(manifest, field, value)
+    (model_dir / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(UserError) as err:
+        load_exported(model_dir, "cpu")
+    message = str(err.value)
+    assert message.startswith(f"{model_dir / MANIFEST}") and said in message, message
+    assert "\n" not in message and "export the checkpoint again" in message
+
+
+def test_a_hand_edited_step_is_one_line_from_the_command(exported, tmp_path):
+    """Before, a ValueError traceback."""
+    model_dir = Path(shutil.copytree(exported, tmp_path / "model"))
+    manifest = json.loads((model_dir / MANIFEST).read_text())
+    (model_dir / MANIFEST).write_text(json.dumps({**manifest, "step": "abc"}))
+    proc = run_cli(
+        "translate.translate", "engine=ctranslate2", f"model_dir={model_dir}", stdin="Ein Haus.\n"
+    )
+    assert_one_line_error(proc, f"{model_dir / MANIFEST}: field 'step' is \"abc\"")
+    assert proc.stdout == ""
 
 
 # ------------------------------------------------------------------- broken checkpoints
@@ -163,6 +241,21 @@ def test_missing_and_unexpected_weights_are_one_line(checkpoint, tmp_path):
     assert f"checkpoint {bad}: its weights do not fit its own model config" in message
     assert f"missing {', '.join(names)} and 2 more; unexpected extra.weight" in message
     assert "\n" not in message and "Error(s)" not in message
+
+
+def test_float16_refuses_weights_beyond_its_range_naming_the_tensor(checkpoint, tmp_path):
+    """Before, 1e38 was written as infinity, and the export translated to empty lines."""
+    name = "encoder_layers.0.ffn.fc1.weight"
+
+    def huge(ckpt: dict) -> None:
+        ckpt["model"][name][0, 0] = 1e38
+
+    bad = write_altered(checkpoint, tmp_path / "huge.pt", huge)
+    out = tmp_path / "model"
+    proc = run_cli("translate.export", f"checkpoint={bad}", f"output={out}", "quantization=float16")
+    assert_one_line_error(proc, f"quantization=float16 cannot hold the weight {name}", "1e+38")
+    assert not out.exists()
+    assert export_checkpoint(bad, out, "float32", None) == out  # float32 holds it
 
 
 # ------------------------------------------------------------------- sizes and hints

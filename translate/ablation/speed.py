@@ -7,8 +7,9 @@ batched sentences/s and training tokens/s, plus peak memory on CUDA; medians ove
 exported (float32) into a temporary folder and timed in the same rounds, at as many threads as
 torch (``--threads``); ``--no-ct2``, or ``ctranslate2`` not installed, leaves it out. Writes
 ``ablation_speed.json`` into the sweep dir (or ``--json``), where
-``python -m translate.ablation report`` takes the report's speed columns from. Exits 2 with a
-one-line error when the sweep dir does not exist or has no completed job.
+``python -m translate.ablation report`` takes the report's speed columns from; the jobs not
+timed (failed, or without their checkpoint inside the sweep dir) are listed with the reason.
+Exits 2 with a one-line error when the sweep dir does not exist or has no completed job.
 """
 
 from __future__ import annotations
@@ -97,19 +98,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     )
     common.add_malloc_arg(parser)
     args = parser.parse_args(argv)
-    if args.threads:  # recorded in the file's machine section
-        torch.set_num_threads(args.threads)
-    if not args.system_malloc:  # recorded there too
-        keep_freed_memory()
     settings = SpeedSettings(
         args.rounds, args.sentences, args.batch_sentences, args.train_steps, args.device,
         args.precision, not args.no_ct2,
     )  # fmt: skip
     try:
-        if min(args.rounds, args.sentences, args.batch_sentences, args.train_steps) < 1:
-            raise UserError(
-                "--rounds, --sentences, --batch-sentences and --train-steps must be >= 1"
-            )
+        counts = {
+            "--rounds": args.rounds, "--sentences": args.sentences,
+            "--batch-sentences": args.batch_sentences, "--train-steps": args.train_steps,
+            "--threads": args.threads,  # None: torch's default
+        }  # fmt: skip
+        for option, count in counts.items():
+            if count is not None and count < 1:
+                raise UserError(f"{option} {count} must be >= 1")
+        if args.threads is not None:  # recorded in the file's machine section
+            torch.set_num_threads(args.threads)
+        if not args.system_malloc:  # recorded there too
+            keep_freed_memory()
         payload, path = run_speed(args.sweep_dir, settings, Trainer, args.json)
     except UserError as err:
         if debug_enabled():
@@ -117,6 +122,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     print(format_table(payload))
+    for job in payload["not_timed"]:
+        print(f"not timed: {job['name']}: {job['reason']}")
     for warning in payload["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"wrote {path}")

@@ -49,6 +49,7 @@ from translate.analysis.provenance import job_provenance, provenance_warning
 from translate.analysis.seed_stats import ci_of_mean, permutation_p, welch_p
 from translate.analysis.speed_file import read_speed, speed_cells
 from translate.errors import UserError
+from translate.fields import Field, field_problem, number, of_type, whole
 
 BASELINE_HEADS = 8
 # Overrides that change how or where a job runs, never what it trains: jobs that differ only in
@@ -140,34 +141,34 @@ def parse_overrides(lines) -> dict[str, str]:
     return out
 
 
-# results.json fields the report computes with -> the types a training run writes there.
-_NUMBER = (int, float)
-FIELD_TYPES = {
-    "heads": int,
-    "kv_heads": int,
-    "seed": int,
-    "params": int,
-    "averaged_dev_bleu": _NUMBER,
-    **{key: _NUMBER for key in METRICS},
-    "head_summary": dict,
-    "provenance": dict,
+_SCORE = Field(number(0, 100), "a number in [0, 100]", null=True)
+_COUNT = Field(whole(0), "a whole number >= 0", null=True)
+# results.json fields the report computes with -> what a training run writes there: scores
+# in [0, 100] (or null: not computed), counts, never NaN or infinity (which json reads).
+RESULTS_FIELDS = {
+    "heads": Field(whole(1), "a whole number >= 1", required=True),
+    "kv_heads": Field(whole(1), "a whole number >= 1", null=True),
+    "seed": Field(whole(), "a whole number", null=True),
+    "params": _COUNT,
+    "steps": _COUNT,
+    **{key: _SCORE for key in ("bleu", "chrf", "dev_bleu", "bleu_greedy", "averaged_dev_bleu")},
+    "head_summary": Field(of_type(dict), "an object", null=True),
+    "head_summary.entropy": Field(
+        lambda v: isinstance(v, dict) and all(map(number(0), v.values())),
+        "an object of numbers >= 0",
+    ),
+    "head_summary.degenerate_heads": _COUNT,
+    "head_summary.total_heads": _COUNT,
+    "provenance": Field(of_type(dict), "an object", null=True),
 }
 
 
 def field_error(results) -> str | None:
     """What in a results.json the report cannot compute with (a hand-edited file), naming the
-    field; None when every field it reads is of the type training writes (or null)."""
+    field; None when every field it reads is what training writes there."""
     if not isinstance(results, dict):
         return "not a JSON object"
-    for key, kinds in FIELD_TYPES.items():
-        value = results.get(key)
-        if (value is None and key != "heads") or (
-            isinstance(value, kinds) and not isinstance(value, bool)
-        ):
-            continue
-        kind = "a whole number" if kinds is int else "an object" if kinds is dict else "a number"
-        return f"field {key!r} is {json.dumps(value)}, not {kind} as training writes it"
-    return None
+    return field_problem(results, RESULTS_FIELDS)
 
 
 def _failure_reason(job_dir: Path) -> str:
@@ -293,24 +294,30 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
     return groups
 
 
-def _existing(sweep_dir: str | Path) -> Path:
+SWEEP_DIR_HINT = "give the dir a multirun made, e.g. outputs/multirun/<date_time>"
+
+
+def existing_sweep_dir(sweep_dir: str | Path) -> Path:
+    """``sweep_dir`` as a folder; one line for a path that is missing or is a file."""
     sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
+    if not sweep_dir.exists():
         raise UserError(f"sweep dir {sweep_dir} does not exist")
+    if not sweep_dir.is_dir():
+        raise UserError(f"{sweep_dir} is a file, not a sweep dir: {SWEEP_DIR_HINT}")
     return sweep_dir
 
 
 def check_sweep_dir(sweep_dir: str | Path) -> None:
     """Refuse in one line a folder that is none or holds no sweep job (a single run's dir, an
     empty or mistyped folder): its report would be an empty one, written into it."""
-    sweep_dir = _existing(sweep_dir)
+    sweep_dir = existing_sweep_dir(sweep_dir)
     if find_jobs(sweep_dir):
         return
     single = (sweep_dir / "results.json").is_file()
     raise UserError(
         f"{sweep_dir} holds no sweep jobs (no job dir with .hydra/overrides.yaml or "
-        f"results.json below it{'; it is a single run' if single else ''}): give the dir a "
-        "multirun made, e.g. outputs/multirun/<date_time>; nothing written"
+        f"results.json below it{'; it is a single run' if single else ''}): {SWEEP_DIR_HINT}; "
+        "nothing written"
     )
 
 
@@ -326,7 +333,7 @@ def build_report(
     ``expected_jobs(sweep_dir)`` lists the jobs the sweep defines, so that the ones without a
     job dir are reported as missing; without it no job is missing.
     """
-    sweep_dir = _existing(sweep_dir)
+    sweep_dir = existing_sweep_dir(sweep_dir)
     jobs = find_jobs(sweep_dir)
     warnings: list[str] = []
     missing = _missing(sweep_dir, jobs, expected_jobs, warnings)

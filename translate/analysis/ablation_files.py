@@ -16,6 +16,8 @@ import csv
 import io
 import logging
 import math
+import os
+import shlex
 from pathlib import Path
 
 from translate.analysis.ablation import Report, p_column, scored_dev_bleu
@@ -30,7 +32,7 @@ from translate.analysis.speed_file import (
     shown_metrics,
 )
 from translate.errors import counted
-from translate.io import write
+from translate.io import WriteFailed, write
 
 log = logging.getLogger(__name__)
 FIGURE = "ablation.png"
@@ -471,7 +473,8 @@ def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
     """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png``
     into the sweep dir; returns them, also as :attr:`Report.written`.
 
-    Each atomically: the jobs of a sweep running in parallel may report at once.
+    Each atomically: the jobs of a sweep running in parallel may report at once. A write the
+    system refuses after an earlier file was replaced says which were.
     """
     out = report.sweep_dir
     png = _figure_or_warning(report)  # first: its warning belongs in the .md
@@ -480,7 +483,26 @@ def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
         out / "ablation.md": to_markdown(report, bootstrap_samples),
         **({out / FIGURE: png} if png is not None else {}),
     }
+    report.written = []
     for path, data in files.items():
-        write(path, data, "ablation report")
-    report.written = list(files)
+        try:
+            write(path, data, "ablation report")
+        except WriteFailed as err:
+            if not report.written:
+                raise  # nothing was replaced, as its message says
+            raise _half_written(report, path, err) from None
+        report.written.append(path)
     return report.written
+
+
+def _half_written(report: Report, path: Path, err: WriteFailed) -> WriteFailed:
+    """A refused write after others replaced their files: which ones, and how to make the
+    files agree again."""
+    done = " and ".join(p.name for p in report.written)
+    command = f"python -m translate.ablation report {shlex.quote(str(report.sweep_dir))}"
+    return WriteFailed(
+        f"could not write {path} ({os.strerror(err.errno)}) after {done} had been replaced by "
+        f"the new report; {path.name} is still the earlier one (if any); free some space or "
+        f"fix the permissions, then run {command}",
+        err.errno,
+    )

@@ -1,6 +1,8 @@
 """Side-by-side speed of a heads sweep: every finished job's scored checkpoint loaded into one
 process and timed in turns, so that whatever else the machine does falls on all jobs alike
 (each job's own ``results.json`` speed fields were measured at another time, beside other work).
+Only checkpoints inside the sweep dir are timed; every job that is not (failed, or without its
+checkpoint there) is listed in the file's ``not_timed`` with the reason.
 
 Every round visits every job once per measurement, one job later than the round before (round
 ``r``: jobs ``r, r+1, ..., r-1``); a job's figure is the median over rounds. Measured: batch-1
@@ -35,7 +37,7 @@ from pathlib import Path
 import torch
 
 from translate import io
-from translate.analysis.ablation import BASELINE_HEADS, Job, find_jobs
+from translate.analysis.ablation import BASELINE_HEADS, Job, existing_sweep_dir, find_jobs
 from translate.analysis.ablation_stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
 from translate.analysis.speed_file import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
@@ -102,28 +104,37 @@ class SpeedJob:
         return self.loaded.translator.device
 
 
-def _checkpoint(job: Job) -> Path | None:
-    """The job's scored checkpoint; looked for beside the job too, as the sweep dir may have
-    been moved since training wrote the absolute path."""
-    ckpt = job.results.get("checkpoint")
-    if not ckpt:
-        return None
-    for path in (Path(ckpt), job.path / "checkpoints" / Path(ckpt).name):
-        if path.is_file():
-            return path
-    return None
+def _checkpoint(job: Job, sweep_dir: Path) -> tuple[Path | None, str]:
+    """The job's scored checkpoint inside ``sweep_dir``, or None and why not. The absolute path
+    results.json records is used where it lies inside the sweep dir; outside it (a sweep dir
+    copied or moved since training), it names the original sweep's file, so the job's own
+    ``checkpoints/`` is looked in instead: never a checkpoint of another sweep."""
+    recorded = job.results.get("checkpoint")
+    if not isinstance(recorded, str) or not recorded:
+        return None, "its results.json names no checkpoint"
+    path = Path(recorded) if Path(recorded).is_absolute() else job.path / recorded
+    outside = not path.resolve().is_relative_to(sweep_dir.resolve())
+    if outside:
+        path = job.path / "checkpoints" / path.name
+    if path.is_file():
+        return path, ""
+    why = f"its checkpoint {path} does not exist"
+    if outside:
+        why += f" (results.json names {recorded}, outside this sweep dir, which is not timed)"
+    return None, why
 
 
-def load_jobs(sweep_dir: Path, settings: SpeedSettings, warnings: list[str]) -> list[SpeedJob]:
-    """Every completed job with a checkpoint, loaded on ``settings.device``."""
-    if not Path(sweep_dir).is_dir():
-        raise UserError(f"sweep dir {sweep_dir} does not exist")
+def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -> list[SpeedJob]:
+    """Every completed job with a checkpoint in ``sweep_dir``, loaded on ``settings.device``;
+    every other job is added to ``not_timed`` with the reason."""
+    sweep_dir = existing_sweep_dir(sweep_dir)
     jobs = []
-    for job in (j for j in find_jobs(Path(sweep_dir)) if j.completed):
-        path = _checkpoint(job)
+    for job in find_jobs(sweep_dir):
+        path, why = (None, f"it did not complete ({job.error})")
+        if job.completed:
+            path, why = _checkpoint(job, sweep_dir)
         if path is None:
-            ckpt = job.results.get("checkpoint")
-            warnings.append(f"{job.name} left out: its checkpoint {ckpt} does not exist")
+            not_timed.append({"name": job.name, "reason": why})
             continue
         loaded = load_translator(path, settings.device, settings.precision)
         jobs.append(SpeedJob(job, path, loaded))
@@ -328,10 +339,10 @@ def run_speed(
     out: str | Path | None = None,
 ) -> tuple[dict, Path]:
     """Load, measure and write the speed file (``out``, default in the sweep dir)."""
-    sweep_dir, warnings = Path(sweep_dir), []
+    sweep_dir, warnings, not_timed = existing_sweep_dir(sweep_dir), [], []
     path = Path(out) if out is not None else sweep_dir / SPEED_FILE
     output = io.check_output_file(path, "--json", "ablation speed")  # before any timing
-    jobs = load_jobs(sweep_dir, settings, warnings)
+    jobs = load_jobs(sweep_dir, settings, not_timed)
     test_split = prepare_inputs(jobs, settings, warnings)
     with tempfile.TemporaryDirectory(prefix="ablation_speed_ct2_") as folder:
         if settings.ct2:
@@ -352,6 +363,7 @@ def run_speed(
         "order": order,
         "metrics": timed_metrics(jobs),  # each round's, in the order measured
         "warnings": warnings,
+        "not_timed": not_timed,  # {"name", "reason"} of each job of the sweep dir not timed
         "jobs": entries,
         "heads": heads_rows(entries, baseline),
     }

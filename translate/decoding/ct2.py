@@ -3,8 +3,9 @@
 An exported model is a folder: ``model.bin`` (CTranslate2's weights) with its vocabulary
 (:data:`VOCABULARY`), ``sentencepiece.model`` (our tokenizer) and ``translate.json``
 (:data:`MANIFEST`: the run's decode and data settings, the special ids, the rows of the position
-table and the identity of the tokenizer). A tokenizer that is not the model's own is refused
-(:func:`check_tokenizer`). :func:`load_exported` makes it a
+table and the SHA-256 of the tokenizer and of ``model.bin``). Every field of the manifest is
+checked on load, and a tokenizer or ``model.bin`` that is not the export's own is refused
+(:func:`check_tokenizer`, :func:`check_model`). :func:`load_exported` makes it a
 :class:`~translate.decoding.translator.Translator` like :func:`load_translator` does a
 checkpoint, so batching (``data.eval_max_tokens``), truncation (``data.eval_max_len``) and
 tokenization are ours; :class:`CT2Engine` only decodes each batch. Inference needs
@@ -39,8 +40,10 @@ How CTranslate2 is asked to search as :mod:`translate.decoding.search` does:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -50,15 +53,23 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.search import max_length
 from translate.decoding.translator import Loaded, Translator
 from translate.errors import UserError, override_word
+from translate.fields import Field, field_problem, of_type, whole
+from translate.io import file_sha256
 from translate.runtime.device import resolve_device
 from translate.schema import DecodeSettings
-from translate.settings import data_settings, decode_over
+from translate.settings import (
+    MAX_POSITIONS,
+    QUANTIZATIONS,
+    data_settings,
+    decode_over,
+    decode_settings,
+)
 
 MANIFEST = "translate.json"
 SENTENCEPIECE = "sentencepiece.model"
 VOCABULARY = "shared_vocabulary.json"  # the model's pieces, as CTranslate2 saves them
+MODEL_BIN = "model.bin"  # CTranslate2's weights; the manifest's model_bin.sha256 is theirs
 MANIFEST_FORMAT = 1
-MANIFEST_KEYS = ("format_version", "decode", "data", "special_ids", "max_positions", "step")
 INSTALL = 'pip install -e ".[ct2]"'
 
 
@@ -142,7 +153,8 @@ class CT2Engine:
 
 
 def read_manifest(model_dir: Path) -> dict:
-    """The exported model's :data:`MANIFEST`; every way it can be missing or bad is one line."""
+    """The exported model's :data:`MANIFEST`, every field checked (:func:`_check_manifest`);
+    every way it can be missing or bad is one line."""
     hint = "export one with python -m translate.export checkpoint=<ckpt> output=<dir>"
     if not model_dir.is_dir():
         raise UserError(f"exported model not found: {model_dir} is not a folder; {hint}")
@@ -153,11 +165,68 @@ def read_manifest(model_dir: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{path} is unreadable or corrupt ({type(err).__name__}); {hint}") from None
-    if not isinstance(manifest, dict) or any(k not in manifest for k in MANIFEST_KEYS):
+    if not isinstance(manifest, dict):
         raise UserError(f"{path} is not a translate export manifest; {hint}")
-    if manifest["format_version"] != MANIFEST_FORMAT:
+    if manifest.get("format_version", MANIFEST_FORMAT) != MANIFEST_FORMAT:
         raise UserError(f"{path} was written by another translate version; {hint}")
+    _check_manifest(path, manifest)
     return manifest
+
+
+def _sha256(value) -> bool:
+    return isinstance(value, str) and re.fullmatch("[0-9a-f]{64}", value) is not None
+
+
+# The ids decoding uses (Tokenizer's, which Tokenizer.from_file checks the tokenizer has).
+SPECIAL_IDS = {name.lower(): getattr(Tokenizer, name) for name in ("PAD", "UNK", "BOS", "EOS")}
+_IDS = ", ".join(f"{k} {v}" for k, v in SPECIAL_IDS.items())
+_OBJECT = Field(of_type(dict), "an object", required=True)
+_HASH = Field(_sha256, "a SHA-256 in hex", required=True)
+# What an export writes; tokenizer and model_bin are absent from exports made before they were
+# recorded, checkpoint and quantization are only said, never used.
+MANIFEST_FIELDS = {
+    "format_version": Field(whole(MANIFEST_FORMAT, MANIFEST_FORMAT), "1", required=True),
+    "checkpoint": Field(of_type(str), "a path"),
+    "step": Field(whole(0), "a whole number >= 0", required=True),
+    "quantization": Field(lambda v: v in QUANTIZATIONS, f"one of {', '.join(QUANTIZATIONS)}"),
+    "max_positions": Field(
+        whole(1, MAX_POSITIONS), f"a whole number in [1, {MAX_POSITIONS}]", required=True
+    ),
+    "special_ids": _OBJECT,
+    **{
+        f"special_ids.{name}": Field(whole(i, i), f"{i} ({_IDS}: the tokenizer's)", required=True)
+        for name, i in SPECIAL_IDS.items()
+    },
+    "decode": _OBJECT,
+    "data": _OBJECT,
+    "tokenizer": dataclasses.replace(_OBJECT, required=False),
+    "tokenizer.sha256": _HASH,
+    "tokenizer.vocab_size": Field(whole(1), "a whole number >= 1", required=True),
+    "model_bin": dataclasses.replace(_OBJECT, required=False),
+    "model_bin.sha256": _HASH,
+}
+
+
+def _check_manifest(path: Path, manifest: dict) -> None:
+    """Refuse, naming the field, a manifest field that is missing or not what an export writes
+    (a hand-edited or damaged file): decoding would use it, or trust it, as written."""
+    problem = field_problem(manifest, MANIFEST_FIELDS)
+    if problem is not None:
+        raise UserError(f"{path}: {problem}; {_redo(manifest)}")
+    for name, settings in (("decode", decode_settings), ("data", data_settings)):
+        try:
+            settings(manifest[name])
+        except UserError as err:
+            raise UserError(
+                f"{path}: field {name!r} holds a bad setting ({err}); {_redo(manifest)}"
+            ) from None
+
+
+def _redo(manifest: dict) -> str:
+    """How to make a good export again: from the checkpoint the manifest names."""
+    checkpoint = manifest.get("checkpoint")
+    again = override_word("checkpoint", checkpoint if isinstance(checkpoint, str) else "<ckpt>")
+    return f"export the checkpoint again: python -m translate.export {again} output=<new folder>"
 
 
 def tokenizer_identity(tokenizer: Tokenizer) -> dict:
@@ -174,14 +243,18 @@ def check_tokenizer(
     subwords: wrong hypotheses without a word, or a piece it cannot look up. An export from
     before :data:`MANIFEST` recorded :func:`tokenizer_identity` is checked against the model's
     vocabulary only (the same subwords in the same order)."""
-    path = model_dir / SENTENCEPIECE
-    again = override_word("checkpoint", str(manifest.get("checkpoint", "<ckpt>")))
-    redo = f"export the checkpoint again: python -m translate.export {again} output=<new folder>"
-    recorded = manifest.get("tokenizer")
-    if recorded is not None and recorded != tokenizer_identity(tokenizer):
+    path, redo = model_dir / SENTENCEPIECE, _redo(manifest)
+    recorded, found = manifest.get("tokenizer"), tokenizer_identity(tokenizer)
+    if recorded is not None and recorded["sha256"] != found["sha256"]:
         raise UserError(
             f"{path} is not the tokenizer {model_dir} was exported with (its SHA-256 differs "
             f"from the one {MANIFEST} records); {redo}"
+        )
+    if recorded is not None and recorded["vocab_size"] != found["vocab_size"]:
+        raise UserError(
+            f"{model_dir / MANIFEST}: field 'tokenizer.vocab_size' is {recorded['vocab_size']}, "
+            f"but {path}, the tokenizer whose SHA-256 it records, has {found['vocab_size']} "
+            f"subwords; {redo}"
         )
     vocabulary = _vocabulary(model_dir, redo)
     if vocabulary != pieces:
@@ -190,6 +263,23 @@ def check_tokenizer(
             differ = "other subwords than the model's"
         raise UserError(
             f"{path} is not the tokenizer of the model in {model_dir} ({differ}); {redo}"
+        )
+
+
+def check_model(model_dir: Path, manifest: dict) -> None:
+    """Refuse a ``model.bin`` that is not the one exported with this manifest (copied from
+    another export: it would decode another model under this one's name and settings). An
+    export from before :data:`MANIFEST` recorded its SHA-256 is not checked."""
+    recorded = manifest.get("model_bin")
+    if recorded is None:
+        return
+    path = model_dir / MODEL_BIN
+    if not path.is_file():
+        raise UserError(f"{path} is missing; {_redo(manifest)}")
+    if file_sha256(path) != recorded["sha256"]:
+        raise UserError(
+            f"{path} is not the model {model_dir} was exported with (its SHA-256 differs from "
+            f"the one {MANIFEST} records; copied from another export?); {_redo(manifest)}"
         )
 
 
@@ -241,10 +331,11 @@ def load_exported(
     tokenizer = Tokenizer.from_file(model_dir / SENTENCEPIECE)
     pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     check_tokenizer(model_dir, manifest, tokenizer, pieces)
+    check_model(model_dir, manifest)
     data = data_settings(manifest["data"], data_overrides)
     decode = decode_over(manifest["decode"], decode)
-    positions = int(manifest["max_positions"])
+    positions = manifest["max_positions"]
     engine = CT2Engine(model_dir, resolve_device(device), pieces, positions)
     max_src_len = _source_cap(data.eval_cap, decode, positions)
     translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, max_src_len)
-    return Loaded(translator, data, manifest, int(manifest["step"]))
+    return Loaded(translator, data, manifest, manifest["step"])

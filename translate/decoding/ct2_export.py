@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import nn
 
 from translate.checkpoint import load_checkpoint
@@ -33,14 +34,16 @@ from translate.data.tokenizer import Tokenizer
 from translate.decoding.ct2 import (
     MANIFEST,
     MANIFEST_FORMAT,
+    MODEL_BIN,
     SENTENCEPIECE,
+    SPECIAL_IDS,
     import_ctranslate2,
     output_limit,
     tokenizer_identity,
 )
 from translate.decoding.translator import model_from_checkpoint
 from translate.errors import UserError
-from translate.io import check_output_folder, write_folder
+from translate.io import check_output_folder, file_sha256, write_folder
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import ModelSettings
 from translate.settings import data_settings, decode_settings, model_settings
@@ -139,6 +142,26 @@ def build_spec(model: Seq2SeqTransformer, settings: ModelSettings, pieces: list[
     return spec
 
 
+# Quantizations that store every float weight in a narrower type than float32 -> that type.
+_NARROW = {"float16": torch.float16}
+
+
+def _check_range(model: Seq2SeqTransformer, quantization: str) -> None:
+    """Refuse, naming the tensor, weights that ``quantization`` cannot hold: float16 stores
+    values beyond 65,504 as infinity, an export that decodes to empty lines."""
+    dtype = _NARROW.get(quantization)
+    if dtype is None:
+        return
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor.to(dtype)).all():
+            largest = tensor.abs().max().item()
+            raise UserError(
+                f"quantization={quantization} cannot hold the weight {name} (largest magnitude "
+                f"{largest:.3g}, beyond {torch.finfo(dtype).max:,.0f}); nothing was written; "
+                "export with quantization=float32 or int8"
+            )
+
+
 def _positions(ckpt: dict, max_positions: int | None) -> int:
     """Rows of the position table: ``max_positions``, or by default the longest source the
     run evaluates (``data.eval_max_len``) and the longest output its decode settings allow."""
@@ -159,10 +182,10 @@ def _positions(ckpt: dict, max_positions: int | None) -> int:
 
 
 def _manifest(
-    ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer
+    ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer, model: Path
 ) -> dict:
     """What our commands need to decode as the run did (:data:`MANIFEST`), and what the
-    tokenizer beside the model must be."""
+    tokenizer and the weights (``model``, the saved ``model.bin``) beside it must be."""
     data = dict(ckpt["config"]["data"])
     data["eval_max_len"] = data_settings(data).eval_cap  # explicit for an older checkpoint
     return {
@@ -171,15 +194,11 @@ def _manifest(
         "step": int(ckpt["step"]),
         "quantization": quantization,
         "max_positions": rows,
-        "special_ids": {
-            "pad": Tokenizer.PAD,
-            "unk": Tokenizer.UNK,
-            "bos": Tokenizer.BOS,
-            "eos": Tokenizer.EOS,
-        },
+        "special_ids": SPECIAL_IDS,
         "decode": ckpt["config"]["decode"],
         "data": data,
         "tokenizer": tokenizer_identity(tokenizer),
+        "model_bin": {"sha256": file_sha256(model)},
     }
 
 
@@ -198,14 +217,21 @@ def export_checkpoint(
     ckpt = load_checkpoint(checkpoint)
     model, tokenizer = model_from_checkpoint(ckpt, checkpoint)
     rows = _positions(ckpt, max_positions)
+    _check_range(model, quantization)
     pieces = tokenizer.pieces(range(tokenizer.vocab_size))
     spec = build_spec(model, model_settings(ckpt["config"]["model"]), pieces, rows)
     spec.validate()
     spec.optimize(quantization=quantization)
-    manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows, tokenizer)
-    files = {SENTENCEPIECE: tokenizer.model_proto, MANIFEST: json.dumps(manifest, indent=2) + "\n"}
+
+    def fill(folder: str) -> dict[str, bytes | str]:
+        spec.save(folder)  # CTranslate2's files; then ours, the manifest naming its model.bin
+        model = Path(folder) / MODEL_BIN
+        manifest = _manifest(ckpt, checkpoint.resolve(), quantization, rows, tokenizer, model)
+        text = json.dumps(manifest, indent=2) + "\n"
+        return {SENTENCEPIECE: tokenizer.model_proto, MANIFEST: text}
+
     try:
-        return write_folder(output, spec.save, "output", files)
+        return write_folder(output, fill, "output")
     except OSError as err:
         raise UserError(
             f"cannot write output={output} ({err.strerror or err}); nothing was written"
