@@ -46,13 +46,12 @@ def _release(holder: subprocess.Popen) -> None:
 
 
 def _files(directory: Path) -> dict[str, bytes]:
-    """Every file under ``directory``, byte for byte, but the lock another process holds and
-    the Hydra record a refused command leaves in ``.hydra/runs/<time>/``."""
+    """Every file under ``directory``, byte for byte, but the lock another process holds (a
+    refused command leaves no Hydra record: translate/record.py)."""
     out = {}
     for path in sorted(directory.rglob("*")):
-        rel = path.relative_to(directory)
-        if path.is_file() and path.name != LOCK_NAME and rel.parts[:2] != (".hydra", "runs"):
-            out[str(rel)] = path.read_bytes()
+        if path.is_file() and path.name != LOCK_NAME:
+            out[str(path.relative_to(directory))] = path.read_bytes()
     return out
 
 
