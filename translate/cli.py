@@ -27,7 +27,7 @@ from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.io import file_in_the_way
 from translate.record import recorded
 from translate.schema.runtime import MOVED_KEYS
-from translate.training.rundir import RunLock
+from translate.training.rundir import RunLock, training_run_marks
 
 T = TypeVar("T")
 
@@ -126,10 +126,17 @@ def fail(message: str) -> NoReturn:
 
 @contextlib.contextmanager
 def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
-    """Hold ``out_dir`` while ``command`` writes there. A dir that already holds ``outputs``
-    (another evaluation's hypotheses, say) is refused: writing would replace or mix with them."""
+    """Hold ``out_dir`` while ``command`` writes there. A training run's dir, or one that
+    already holds ``outputs`` (another evaluation's hypotheses, say), is refused: writing would
+    replace or mix with them."""
     lock = RunLock(out_dir).acquire()
     try:
+        marks = training_run_marks(out_dir)
+        if marks:
+            raise UserError(
+                f"{out_dir} is a training run's dir ({', '.join(marks)}); {command} writes into "
+                "a dir of its own: pass another hydra.run.dir=<folder>"
+            )
         found = [name for name in outputs if (out_dir / name).exists()]
         if found:
             raise UserError(
