@@ -93,7 +93,7 @@ def test_an_average_alone_cannot_be_resumed(finished_template, tmp_path, cache_d
     """Weights without their optimizer: neither resumed nor written over by a run from step 0."""
     run = _layout(finished_template, tmp_path / "run", "averaged.pt")
     before = snapshot(run)
-    with pytest.raises(UserError, match="can be resumed .*averaged.pt: averaged weights"):
+    with pytest.raises(UserError, match="can be resumed .*averaged.pt: averaged weights, without"):
         train(config(run, cache_dir, "trainer.resume=auto"))
     assert snapshot(run) == before
 

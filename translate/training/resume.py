@@ -215,9 +215,8 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     for path in _checkpoint_files(directory):
         try:
             ckpt = load_checkpoint(path)
-        except UserError as err:  # truncated, corrupt: an older one may be whole
-            log.warning("not resumed from: %s", err)
-            unreadable.append(path.name)
+        except UserError as err:  # truncated, corrupt, refused: an older one may be whole
+            unreadable.append(str(err))
             continue
         refuse_other_experiment(str(path), ckpt, config, fingerprints)
         if "optimizer" not in ckpt:
@@ -225,14 +224,16 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
         elif newest is None or ckpt["progress"]["step"] > newest[0]:
             newest = (ckpt["progress"]["step"], path)
     if newest is None and unreadable + averages:
-        why = [f"{', '.join(unreadable)}: unreadable, as logged above"] if unreadable else []
-        if averages:
-            why.append(f"{', '.join(averages)}: averaged weights, without training state")
+        why = unreadable + [
+            f"{name}: averaged weights, without a training state" for name in averages
+        ]
         raise UserError(
             f"no checkpoint in {directory} can be resumed ({'; '.join(why)}); train in a new "
             "run with hydra.run.dir=<new folder>, or replace these with trainer.resume=false "
             "trainer.overwrite=true"
         )
+    for reason in unreadable:
+        log.warning("not resumed from: %s", reason)
     return None if newest is None else newest[1]
 
 
