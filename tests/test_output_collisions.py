@@ -46,13 +46,12 @@ def _release(holder: subprocess.Popen) -> None:
 
 
 def _files(directory: Path) -> dict[str, bytes]:
-    """Every file under ``directory``, byte for byte, but the lock another process holds and
-    the Hydra record a refused command leaves in ``.hydra/runs/<time>/``."""
+    """Every file under ``directory``, byte for byte, but the lock another process holds (a
+    refused command leaves no Hydra record: translate/record.py)."""
     out = {}
     for path in sorted(directory.rglob("*")):
-        rel = path.relative_to(directory)
-        if path.is_file() and path.name != LOCK_NAME and rel.parts[:2] != (".hydra", "runs"):
-            out[str(rel)] = path.read_bytes()
+        if path.is_file() and path.name != LOCK_NAME:
+            out[str(path.relative_to(directory))] = path.read_bytes()
     return out
 
 
@@ -116,6 +115,23 @@ def test_analyze_into_a_dir_with_an_earlier_analysis_is_refused(trained_run, tmp
     message = str(err.value)
     assert "earlier analyze (analysis.json, heatmaps); pass another hydra.run.dir=" in message
     assert _files(tmp_path) == earlier
+
+
+def test_analyze_into_a_training_run_says_so_and_leaves_nothing(trained_run, tmp_path):
+    """Before: 'already holds the outputs of an earlier analyze (tensorboard)', an empty
+    analyze.log and a .hydra/runs/<time>/ record left in the run."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run[0], run)
+    before = _files(run)
+    proc = run_cli(
+        "translate.analyze", f"checkpoint={run / 'checkpoints' / 'best.pt'}", f"hydra.run.dir={run}"
+    )
+    assert_one_line_error(
+        proc, f"{run} is a training run's dir (checkpoints, results.json)",
+        "analyze writes into a dir of its own: pass another hydra.run.dir=<folder>",
+    )  # fmt: skip
+    assert "earlier analyze" not in proc.stderr
+    assert _files(run) == before
 
 
 # -- average: never over a file that is not an average ---------------------------------------

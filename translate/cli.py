@@ -8,7 +8,6 @@ packages below it never do.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import functools
 import logging
 import os
@@ -26,23 +25,11 @@ from omegaconf import OmegaConf
 
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.io import file_in_the_way
+from translate.record import recorded
 from translate.schema.runtime import MOVED_KEYS
-from translate.training.rundir import RunLock
+from translate.training.rundir import RunLock, training_run_marks
 
 T = TypeVar("T")
-
-
-def record_dir(output_dir: str) -> str:
-    """Where Hydra records this command's config in its run dir (``hydra.output_subdir``):
-    ``.hydra`` the first time, ``.hydra/runs/<time>`` once a run's record is there, so a
-    resume (or a refused second run) never overwrites the config the run was trained with."""
-    if (Path(output_dir) / ".hydra" / "config.yaml").exists():
-        return f".hydra/runs/{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
-    return ".hydra"
-
-
-# Registered on import: every entry point imports this module before Hydra composes.
-OmegaConf.register_new_resolver("translate_record_dir", record_dir, use_cache=True, replace=True)
 
 
 def in_multirun() -> bool:
@@ -77,8 +64,9 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            refuse_unused_keys()
-            return fn(*args, **kwargs)
+            with recorded(args[0] if args else None):  # .hydra/, once the command is accepted
+                refuse_unused_keys()
+                return fn(*args, **kwargs)
         except UserError as err:
             if debug_enabled():
                 raise
@@ -138,10 +126,17 @@ def fail(message: str) -> NoReturn:
 
 @contextlib.contextmanager
 def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
-    """Hold ``out_dir`` while ``command`` writes there. A dir that already holds ``outputs``
-    (another evaluation's hypotheses, say) is refused: writing would replace or mix with them."""
+    """Hold ``out_dir`` while ``command`` writes there. A training run's dir, or one that
+    already holds ``outputs`` (another evaluation's hypotheses, say), is refused: writing would
+    replace or mix with them."""
     lock = RunLock(out_dir).acquire()
     try:
+        marks = training_run_marks(out_dir)
+        if marks:
+            raise UserError(
+                f"{out_dir} is a training run's dir ({', '.join(marks)}); {command} writes into "
+                "a dir of its own: pass another hydra.run.dir=<folder>"
+            )
         found = [name for name in outputs if (out_dir / name).exists()]
         if found:
             raise UserError(

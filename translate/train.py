@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from translate.cli import check_command_line, exit_on_user_error, sweep_job, task_overrides
 from translate.errors import UserError, override_word
+from translate.record import accept as accept_record
 from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
 from translate.training import distributed
@@ -61,6 +62,7 @@ def train(cfg: DictConfig) -> dict:
     run = None
     try:
         run = setup(settings, dist)
+        accept_record(write=dist.is_main)  # claimed and checked: the run's .hydra/ record
         stop_reason, sig = fit(run)
         if sig is not None:
             _exit(run, f"stopped by {stop_reason} at step {run.progress.step}; saved", sig)

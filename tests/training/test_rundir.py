@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SHORT, TINY, file_size_limit, run_cli, snapshot
+from conftest import ROOT, SHORT, TINY, file_size_limit, snapshot
 from conftest import short_config as config
 
 from translate.errors import UserError
@@ -130,18 +130,6 @@ def test_a_failed_resume_changes_nothing_and_says_why_in_one_line(finished, cach
     message = str(err.value)
     assert "model.d_model=32 in the checkpoint, 64 here" in message and "\n" not in message
     assert snapshot(run) == before
-
-
-def test_a_failed_cli_resume_keeps_the_runs_hydra_record(tmp_path, cache_dir):
-    run = tmp_path / "run"
-    args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
-    assert run_cli("translate.train", *args, timeout=300).returncode == 0
-    record = (run / ".hydra" / "config.yaml").read_bytes()
-    proc = run_cli("translate.train", *args, "trainer.resume=true", "model.d_model=64")
-    assert proc.returncode == 2 and "model.d_model=32 in the checkpoint" in proc.stderr
-    assert (run / ".hydra" / "config.yaml").read_bytes() == record
-    (retry,) = (run / ".hydra" / "runs").iterdir()  # the failed command's own record
-    assert "d_model: 64" in (retry / "config.yaml").read_text()
 
 
 def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_to_do(tmp_path, cache_dir):

@@ -108,9 +108,10 @@ class TrainerSettings:
         "NaN or infinite losses in a row before the run stops", "updates", check=positive
     )
     resume: bool | str = doc(
-        "continue from <run_dir>/checkpoints/last.pt. true: it must be there (a sweep job "
-        "without one starts); auto: continue a run that is there, start where the dir holds "
-        "none; false: start, refusing a dir that holds a run",
+        "continue from the newest checkpoint in <run_dir>/checkpoints/ that loads (each one "
+        "there must be this experiment's). true: one must be there (a sweep job without one "
+        "starts); auto: continue a run that is there, start where the dir holds none; false: "
+        "start, refusing a dir that holds a run",
         "mode",
         "true | false | auto",
         mechanics=True,

@@ -1,4 +1,4 @@
-"""Resuming a run: the same experiment or none, from its last complete checkpoint.
+"""Resuming a run: the same experiment or none, from its newest checkpoint that loads.
 
 A resumed run must be the experiment its checkpoint was trained as, or its ``results.json``
 would describe a model that did not make it. :data:`IDENTITY` lists the settings that make
@@ -7,6 +7,11 @@ Where the data is read from (:data:`LOCATION`) is compared by content, through t
 fingerprints every checkpoint stores, so a moved data folder is still the same data. Every
 other setting (``optim.*``, ``trainer.*``, ``decode.*``, ``data.max_tokens``, ...) only changes
 the schedule, the budget or how the run is scored: it may differ, and the log lists it.
+
+A resume writes over or prunes every checkpoint of the run dir, so each one there is checked,
+not only ``last.pt``: a dir with step files alone (or ``best.pt``, or ``averaged.pt``) of
+another experiment is refused, and a truncated ``last.pt`` gives way to the newest whole step
+file.
 """
 
 from __future__ import annotations
@@ -112,16 +117,22 @@ def experiment_differences(ckpt: dict, config: dict, fingerprints: dict | None) 
     return differ + moved
 
 
-def check_same_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
-    """Refuse, naming every difference, a config that is another experiment than ``ckpt``'s;
-    log the schedule and budget settings that differ (those may)."""
+def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
+    """Refuse, naming every difference, a config that is another experiment than ``ckpt``'s."""
     differ = experiment_differences(ckpt, config, fingerprints)
     if differ:
         raise UserError(
             f"{what} was trained with other model or data settings ({'; '.join(differ)}); "
-            "resume it with its own settings (see its .hydra/config.yaml), or train these "
-            "settings in a new run with hydra.run.dir=<new folder>"
+            "resume it with its own settings (see its .hydra/config.yaml), train these "
+            "settings in a new run with hydra.run.dir=<new folder>, or replace that run with "
+            "trainer.resume=false trainer.overwrite=true"
         )
+
+
+def check_same_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
+    """Refuse a config that is another experiment than ``ckpt``'s; log the schedule and budget
+    settings that differ (those may)."""
+    refuse_other_experiment(what, ckpt, config, fingerprints)
     changed = differences(ckpt["config"], config, _schedule)
     if changed:
         log.warning("resuming with other schedule or budget settings: %s", "; ".join(changed))
@@ -162,25 +173,26 @@ def _first_lines(err: Exception) -> str:
 
 
 def resume_or_start(
-    last: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
+    directory: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
 ) -> Progress:
-    """``trainer.resume=true`` or ``auto``: :func:`resume` from ``last``, or start from step 0
-    where the run dir holds no complete checkpoint but shows that a run started there (it was
-    stopped before its first one was written), or where a sweep job never started. A single run
-    whose dir holds nothing of a run is a mistyped dir and stops under ``true``, and starts
-    under ``auto`` (a study preset's job run alone). Results without a checkpoint are no run to
-    continue under either."""
-    if last.is_file():
-        return resume(last, trainer, corpus, dist, settings)
-    run_dir, mode = last.parent.parent, settings.trainer.resume
+    """``trainer.resume=true`` or ``auto``: :func:`resume` from the newest checkpoint in
+    ``directory`` (the run's ``checkpoints/``), or start from step 0 where the run dir holds no
+    checkpoint but shows that a run started there (it was stopped before its first one was
+    written), or where a sweep job never started. A single run whose dir holds nothing of a run
+    is a mistyped dir and stops under ``true``, and starts under ``auto`` (a study preset's job
+    run alone). Results without a checkpoint are no run to continue under either."""
+    newest = newest_resumable(directory, settings.config, corpus.fingerprints)
+    if newest is not None:
+        return resume(newest, trainer, corpus, dist, settings)
+    run_dir, mode = directory.parent, settings.trainer.resume
     started = any((run_dir / name).is_dir() for name in ("checkpoints", "tensorboard"))
     fresh = settings.sweep_job or mode == "auto"
     if (run_dir / "results.json").exists() or not (started or fresh):
         word = str(mode).lower()
         raise UserError(
-            f"trainer.resume={word} but {last} does not exist: {run_dir} holds no run to "
-            "resume; pass the interrupted run's dir with hydra.run.dir=<run_dir>, or leave "
-            f"out trainer.resume={word} to start a new run there"
+            f"trainer.resume={word} but {directory / 'last.pt'} does not exist: {run_dir} holds "
+            "no run to resume; pass the interrupted run's dir with hydra.run.dir=<run_dir>, or "
+            f"leave out trainer.resume={word} to start a new run there"
         )
     if started:
         log.warning(
@@ -191,6 +203,53 @@ def resume_or_start(
     else:
         log.info("%s: no checkpoint yet, starting", settings.sweep_job or run_dir)
     return Progress()
+
+
+def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path | None:
+    """The newest checkpoint in ``directory`` that loads and holds a training state; None where
+    there is no checkpoint at all. A resume writes over or prunes every checkpoint there
+    (``step_*.pt``, ``last.pt``, ``best.pt``, ``averaged.pt``), so each one that loads must be
+    this experiment's: another is refused, naming it. A dir whose checkpoints are all unreadable
+    or averages (weights alone) is refused too: starting anew would write over them."""
+    newest, unreadable, averages = None, [], []
+    for path in _checkpoint_files(directory):
+        try:
+            ckpt = load_checkpoint(path)
+        except UserError as err:  # truncated, corrupt, refused: an older one may be whole
+            unreadable.append(str(err))
+            continue
+        refuse_other_experiment(str(path), ckpt, config, fingerprints)
+        if "optimizer" not in ckpt:
+            averages.append(path.name)
+        elif newest is None or ckpt["progress"]["step"] > newest[0]:
+            newest = (ckpt["progress"]["step"], path)
+    if newest is None and unreadable + averages:
+        why = unreadable + [
+            f"{name}: averaged weights, without a training state" for name in averages
+        ]
+        raise UserError(
+            f"no checkpoint in {directory} can be resumed ({'; '.join(why)}); train in a new "
+            "run with hydra.run.dir=<new folder>, or replace these with trainer.resume=false "
+            "trainer.overwrite=true"
+        )
+    for reason in unreadable:
+        log.warning("not resumed from: %s", reason)
+    return None if newest is None else newest[1]
+
+
+def _checkpoint_files(directory: Path) -> list[Path]:
+    """Every checkpoint file in ``directory`` once (``last.pt`` and ``best.pt`` are hard links
+    to a ``step_*.pt``): ``last.pt``, the step files newest first, then any other, so a
+    message names the newest file by the name training gave it."""
+    paths = sorted((p for p in directory.glob("*.pt") if p.is_file()), reverse=True)
+    paths.sort(key=lambda p: (p.name != "last.pt", not p.name.startswith("step_")))
+    seen, files = set(), []
+    for path in paths:
+        inode = (path.stat().st_dev, path.stat().st_ino)
+        if inode not in seen:
+            seen.add(inode)
+            files.append(path)
+    return files
 
 
 def finished_results(settings: TrainSettings) -> dict | None:

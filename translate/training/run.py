@@ -124,7 +124,7 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
     progress = Progress()
     if t.resume:
-        progress = resume_or_start(ckpts.last, trainer, corpus, dist, settings)
+        progress = resume_or_start(ckpts.directory, trainer, corpus, dist, settings)
     translator = Translator(
         TorchEngine(model, device, precision),
         tok,

@@ -109,6 +109,13 @@ def run_outputs(run_dir: Path) -> list[str]:
     return found
 
 
+def training_run_marks(directory: Path) -> list[str]:
+    """What in ``directory`` only a training run writes: its checkpoints, results and log (a run
+    stopped before its first checkpoint has the log alone)."""
+    names = ("checkpoints", "results.json", "train.log")
+    return [name for name in names if (directory / name).exists()]
+
+
 def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
     """A run that trains from scratch needs a dir without another run's outputs: stop with
     one line that offers the three ways on, or clear them when ``overwrite`` says so. Any

@@ -1,0 +1,145 @@
+"""A command's record in its run dir (``.hydra/``), made once the command is accepted.
+
+Hydra writes the composed config, its own config and the overrides (``hydra.output_subdir``)
+before the command has checked anything. A refused command's record then stayed: ``heads=3``,
+refused, and then ``heads=2`` into the same dir trained a 2-head run whose
+``.hydra/config.yaml`` said 3. So ``hydra.output_subdir`` resolves to null here (Hydra writes
+nothing), the record is held as Hydra would have written it, and :func:`accept` writes it: a
+training run once it has claimed its dir and checked its checkpoints, any other command when it
+has done its work. A command that stops before (a user error, a crash, Ctrl-C) leaves its run
+dir as it found it: no record, no empty log, no folder it made. In a multirun the record is
+written as the job starts: the sweep's report names a failed job by it.
+
+Entry-point layer: it imports Hydra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from translate.io import atomic_write
+
+
+@dataclass
+class _Before:
+    """A single run's dir as it was before Hydra made it: the folders Hydra creates for it
+    (innermost first) and the names it already held."""
+
+    path: Path
+    made: list[Path]
+    names: set[str]
+
+
+@dataclass
+class _Pending:
+    run_dir: Path
+    files: dict[str, str]  # file name -> text, as Hydra's _save_config writes them
+
+
+_wanted: set[str] = set()  # run dirs whose command keeps a record (the resolver below)
+_before: _Before | None = None
+_pending: _Pending | None = None
+
+
+def _record_wanted(output_dir: str) -> None:
+    """``hydra.output_subdir`` of the commands that keep a record (``conf/hydra/default.yaml``):
+    null, so that Hydra writes none itself; the run dir is noted for :func:`recorded`."""
+    _wanted.add(output_dir)
+
+
+# Registered on import: every entry point imports this module (through translate.cli) before
+# Hydra composes.
+OmegaConf.register_new_resolver(
+    "translate_record_dir", _record_wanted, use_cache=True, replace=True
+)
+
+
+def record_place(run_dir: Path) -> Path:
+    """Where a command's record goes: ``.hydra`` the first time, ``.hydra/runs/<time>`` once a
+    run's record is there, so a resume never overwrites the config the run was trained with."""
+    if (run_dir / ".hydra" / "config.yaml").exists():
+        return run_dir / ".hydra" / "runs" / f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
+    return run_dir / ".hydra"
+
+
+class RecordCallback(Callback):
+    """Notes what a single run's dir held before Hydra makes it (``on_run_start`` comes before
+    Hydra's mkdir and its log file), so that a refused command can leave it so."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        global _before
+        path = Path(os.path.abspath(str(config.hydra.run.dir)))  # as Hydra's output_dir
+        made = [p for p in (path, *path.parents) if not p.exists()]
+        names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+        _before = _Before(path, made, names)
+
+
+@contextlib.contextmanager
+def recorded(cfg: DictConfig | None) -> Iterator[None]:
+    """Around a command's body: its record is written when it returns, or earlier through
+    :func:`accept`; if it stops before, what this invocation added to its run dir is removed."""
+    _hold(cfg)
+    if _pending is not None and HydraConfig.get().mode == RunMode.MULTIRUN:
+        accept()
+    try:
+        yield
+    except BaseException:
+        _withdraw()
+        raise
+    accept()
+
+
+def _hold(cfg: DictConfig | None) -> None:
+    """Hold this command's record, if its config asks for one, as Hydra would write it."""
+    global _pending
+    _pending = None
+    if cfg is None or not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.runtime.output_dir not in _wanted:
+        return
+    _pending = _Pending(
+        Path(hydra_cfg.runtime.output_dir),
+        {
+            "config.yaml": OmegaConf.to_yaml(cfg),
+            "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+            "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
+        },
+    )
+
+
+def accept(write: bool = True) -> None:
+    """The command is accepted: write its record into its run dir (``write=False``: another
+    process writes it, e.g. rank 0 of a distributed run). Later calls do nothing."""
+    global _pending, _before
+    pending, _pending, _before = _pending, None, None
+    if pending is None or not write:
+        return
+    place = record_place(pending.run_dir)
+    for name, text in pending.files.items():
+        atomic_write(place / name, text)
+
+
+def _withdraw() -> None:
+    """The command stopped before it was accepted: drop its record, remove the empty files it
+    added to a single run's dir (Hydra's log), then the folders Hydra made for it if empty."""
+    global _pending, _before
+    pending, before, _pending, _before = _pending, _before, None, None
+    if pending is None or before is None or before.path != pending.run_dir:
+        return
+    with contextlib.suppress(OSError):
+        for path in before.path.iterdir():
+            if path.name not in before.names and path.is_file() and not path.stat().st_size:
+                path.unlink()
+        for folder in before.made:
+            folder.rmdir()  # stops at the first that holds something
