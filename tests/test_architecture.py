@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "translate"
 ENTRY_LAYER = {
     "translate.settings",
     "translate.cli",
+    "translate.record",
     "translate.sweeps",
     "translate.train",
     "translate.evaluate",

@@ -32,9 +32,7 @@ def test_a_refused_train_leaves_no_record_and_the_next_run_is_recorded(tmp_path,
     assert not (run / ".hydra" / "runs").exists()
 
 
-def test_a_refused_resume_leaves_the_runs_record_and_a_good_one_adds_its_own(
-    tmp_path, cache_dir
-):
+def test_a_refused_resume_leaves_the_runs_record_and_a_good_one_adds_its_own(tmp_path, cache_dir):
     run = tmp_path / "run"
     args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
     assert run_cli("translate.train", *args, timeout=300).returncode == 0

@@ -34,8 +34,9 @@ from translate.io import WriteFailed
 from translate.schema.runtime import MOVED_KEYS
 
 FORMAT_VERSION = 3
-# What the one door for writes (translate.io) knows a training checkpoint as.
+# What the one door for writes (translate.io) knows a training checkpoint and an average as.
 CHECKPOINT = "training checkpoint"
+AVERAGE = "averaged checkpoint"
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
 # Format 1 renamed on load: the token table moved into Seq2SeqTransformer.embedding.
 _RENAMED_V1 = {"embed.weight": "embedding.embed.weight"}

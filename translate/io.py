@@ -155,12 +155,12 @@ def write(
     return path
 
 
-def link(src: Path, dst: Path, kind: str) -> None:
+def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
     """Make ``dst`` the same file as ``src`` (a hard link; a copy where links are unsupported),
     by :func:`write`'s rule (``last.pt`` and ``best.pt`` naming a step checkpoint)."""
-    _check_replace(dst, kind, (), None, False)
+    _check_replace(dst, kind, (), None, adopt)
     with _marks_locked(dst.parent) as marks:
-        _check_replace(dst, kind, (), None, False)
+        _check_replace(dst, kind, (), None, adopt)
         tmp = dst.with_name(f".{dst.name}.link.tmp")
         with mapped_write_errors(dst):
             tmp.unlink(missing_ok=True)
@@ -178,19 +178,13 @@ def remove(path: Path) -> None:
     _mark_path(path).unlink(missing_ok=True)
 
 
-def mark(path: Path, kind: str) -> None:
-    """Mark ``path``, a file its writer has just checked to be its own output of ``kind`` (a
-    run's checkpoint that a resume verified), as if :func:`write` had written it."""
-    with _marks_locked(path.parent) as marks:
-        _mark(marks, path, kind, file_sha256(path))
-
-
-def marked_kind(path: Path) -> str | None:
-    """The kind ``path`` was written as, if it is unchanged since; None otherwise."""
-    found = _read_mark(path)
-    if found is None or found.get("sha256") != file_sha256(path):
-        return None
-    return found.get("kind")
+def adopt(path: Path, kind: str) -> None:
+    """Mark ``path`` as a ``kind`` output where it has no mark: its writer has just checked it
+    to be its own (a resume's checkpoints, each loaded and found this experiment's; a run
+    trained before marks existed has none)."""
+    if not _mark_path(path).exists():
+        with _marks_locked(path.parent) as marks:
+            _mark(marks, path, kind, file_sha256(path))
 
 
 def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool) -> None:

@@ -27,7 +27,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from translate.io import atomic_write
+from translate import io
 
 
 @dataclass
@@ -127,7 +127,7 @@ def accept(write: bool = True) -> None:
         return
     place = record_place(pending.run_dir)
     for name, text in pending.files.items():
-        atomic_write(place / name, text)
+        io.write(place / name, text, "hydra record")
 
 
 def _withdraw() -> None:

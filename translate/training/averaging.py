@@ -17,14 +17,18 @@ from pathlib import Path
 
 import torch
 
-from translate.checkpoint import FORMAT_VERSION, load_checkpoint, non_finite, save_checkpoint
+from translate.checkpoint import (
+    AVERAGE,
+    FORMAT_VERSION,
+    load_checkpoint,
+    non_finite,
+    save_checkpoint,
+)
 from translate.errors import UserError, counted
 from translate.io import check_output_file
 from translate.training.resume import differences
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt")
-# What the one door for writes (translate.io) knows an average as.
-AVERAGE = "averaged checkpoint"
 # What training's CheckpointManager owns in a checkpoints folder: never an averaging output.
 _RESERVED = ("last.pt", "best.pt")
 

@@ -44,6 +44,13 @@ class Scored:
     averaged_from: list[str] | None = None
 
 
+def _write(run: Run, name: str, text: str, kind: str) -> None:
+    """One of the run's own result files: the run holds its dir's lock, and a resume has found
+    every checkpoint there this experiment's, so an earlier scoring's file (unmarked where it was
+    written before the one door's marks) is this run's to replace; another kind is not."""
+    io.write(run.run_dir / name, text, kind, adopt=True)
+
+
 def finish_run(run: Run) -> dict:
     """Score the best (or the averaged) checkpoint on the test split and write the run's
     results; returns the ``results.json`` dict. The trained model gets those weights."""
@@ -63,9 +70,8 @@ def finish_run(run: Run) -> dict:
     hyps = run.corpus.tokenizer.decode(hyp_ids)
     scores = score(hyps, test.tgt_text)
     scores["bleu_greedy"] = _greedy_bleu(run) if run.settings.decode.beam_size > 1 else None
-    io.write(run.run_dir / "test.hyp.txt", "".join(h + "\n" for h in hyps), "test hypotheses")
-    refs = "".join(r + "\n" for r in test.tgt_text)
-    io.write(run.run_dir / "test.ref.txt", refs, "test references")
+    _write(run, "test.hyp.txt", "".join(h + "\n" for h in hyps), "test hypotheses")
+    _write(run, "test.ref.txt", "".join(r + "\n" for r in test.tgt_text), "test references")
     speed = {
         "peak_mem_mb": train_peak_mb,
         "latency_ms": run.translator.latency_ms(test.src_ids[: t.latency_sentences]),
@@ -73,7 +79,7 @@ def finish_run(run: Run) -> dict:
         "sentences_per_s": sentences_per_s,
     }
     results = _results(run, scores, speed, _heads(run), scored)
-    io.write(run.run_dir / "results.json", json.dumps(results, indent=2) + "\n", "run results")
+    _write(run, "results.json", json.dumps(results, indent=2) + "\n", "run results")
     _log_hparams(run, results)
     run.writer.close()
     log.info(

@@ -21,7 +21,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from translate.checkpoint import load_checkpoint
+from translate import io
+from translate.checkpoint import AVERAGE, CHECKPOINT, load_checkpoint
 from translate.data.corpus import Corpus, split_fingerprints
 from translate.errors import UserError
 from translate.runtime.rng import set_rng_state
@@ -211,7 +212,7 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     (``step_*.pt``, ``last.pt``, ``best.pt``, ``averaged.pt``), so each one that loads must be
     this experiment's: another is refused, naming it. A dir whose checkpoints are all unreadable
     or averages (weights alone) is refused too: starting anew would write over them."""
-    newest, unreadable, averages = None, [], []
+    newest, unreadable, averages, kinds = None, [], [], {}
     for path in _checkpoint_files(directory):
         try:
             ckpt = load_checkpoint(path)
@@ -219,10 +220,12 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
             unreadable.append(str(err))
             continue
         refuse_other_experiment(str(path), ckpt, config, fingerprints)
+        kinds[_inode(path)] = CHECKPOINT if "optimizer" in ckpt else AVERAGE
         if "optimizer" not in ckpt:
             averages.append(path.name)
         elif newest is None or ckpt["progress"]["step"] > newest[0]:
             newest = (ckpt["progress"]["step"], path)
+    _adopt(directory, kinds)
     if newest is None and unreadable + averages:
         why = unreadable + [
             f"{name}: averaged weights, without a training state" for name in averages
@@ -237,6 +240,20 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     return None if newest is None else newest[1]
 
 
+def _inode(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_dev, info.st_ino
+
+
+def _adopt(directory: Path, kinds: dict[tuple[int, int], str]) -> None:
+    """Mark every name of each checkpoint just found this experiment's (``last.pt`` and
+    ``best.pt`` are other names of a step file) as the one door for writes knows them, so the
+    resumed run may replace them: a run trained before marks existed has none."""
+    for path in directory.glob("*.pt"):
+        if path.is_file() and _inode(path) in kinds:
+            io.adopt(path, kinds[_inode(path)])
+
+
 def _checkpoint_files(directory: Path) -> list[Path]:
     """Every checkpoint file in ``directory`` once (``last.pt`` and ``best.pt`` are hard links
     to a ``step_*.pt``): ``last.pt``, the step files newest first, then any other, so a
@@ -245,7 +262,7 @@ def _checkpoint_files(directory: Path) -> list[Path]:
     paths.sort(key=lambda p: (p.name != "last.pt", not p.name.startswith("step_")))
     seen, files = set(), []
     for path in paths:
-        inode = (path.stat().st_dev, path.stat().st_ino)
+        inode = _inode(path)
         if inode not in seen:
             seen.add(inode)
             files.append(path)

@@ -41,9 +41,12 @@ class CheckpointManager:
     def save(self, state: dict, step: int, is_best: bool) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
         save_checkpoint(state, path)
-        io.link(path, self.last, CHECKPOINT)
+        # last.pt and best.pt are names of this manager's own: a fresh run starts only in a dir
+        # without checkpoints and a resume has found each one there this experiment's, so what
+        # they hold may be replaced (a last.pt copy a crash cut short), but no other kind.
+        io.link(path, self.last, CHECKPOINT, adopt=True)
         if is_best:
-            io.link(path, self.best, CHECKPOINT)
+            io.link(path, self.best, CHECKPOINT, adopt=True)
         for old in sorted(self.directory.glob("step_*.pt"))[: -self.keep_last]:
             io.remove(old)
         log.debug("saved %s%s", path, " (best)" if is_best else "")
