@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import check_command_line, exit_on_user_error, own_output_dir
+from translate.cli import exit_on_user_error, own_output_dir, run_command
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
 from translate.decoding.engine_switch import describe_decode, load_engine
@@ -90,5 +90,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

@@ -14,7 +14,7 @@ import signal
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from translate.cli import check_command_line, exit_on_user_error, sweep_job, task_overrides
+from translate.cli import exit_on_user_error, run_command, sweep_job, task_overrides
 from translate.errors import UserError, override_word
 from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
@@ -190,5 +190,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)
