@@ -25,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.io import file_in_the_way
 from translate.schema.runtime import MOVED_KEYS
 from translate.training.rundir import RunLock
@@ -68,18 +68,20 @@ def task_overrides(drop_prefix: str = "trainer.resume") -> list[str]:
 
 def run_command(main: Callable[[], object]) -> None:
     """A command's ``python -m`` entry: the command line checked before Hydra starts
-    (:func:`check_command_line`), then ``main`` (its ``hydra.main``).
+    (:func:`check_command_line`), then ``main`` (its ``hydra.main``), with Ctrl-C anywhere one
+    line and exit 130 (:func:`translate.errors.interrupt_in_one_line`).
 
     Hydra reports a bad override or config group itself when it runs a command, but not under
     ``--help``, ``--hydra-help`` or ``--info``: there its exception escapes, a 40-line
     traceback; here it is one line, exit 2."""
-    check_command_line()
-    try:
-        main()
-    except (HydraException, OmegaConfBaseException) as err:
-        if debug_enabled():
-            raise
-        fail(hydra_message(err))
+    with interrupt_in_one_line():
+        check_command_line()
+        try:
+            main()
+        except (HydraException, OmegaConfBaseException) as err:
+            if debug_enabled():
+                raise
+            fail(hydra_message(err))
 
 
 def hydra_message(err: Exception) -> str:
