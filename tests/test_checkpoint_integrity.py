@@ -66,3 +66,61 @@ def test_a_checkpoint_with_overwritten_bytes_is_refused_as_corrupt(damaged):
 def test_evaluate_refuses_a_checkpoint_with_overwritten_bytes(damaged, tmp_path):
     proc = run_cli("translate.evaluate", f"checkpoint={damaged}", f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, "truncated or corrupt", str(damaged))
+
+
+# ---------------------------------------------------------------- crafted fields
+
+
+def _state(**fields) -> dict:
+    state = {
+        "format_version": FORMAT_VERSION,
+        "model": {"w": WEIGHT},
+        "config": {"model": {}},
+        "tokenizer": b"model bytes",
+        "step": 8,
+        "progress": {"step": 8, "last_dev_loss": None},
+    }
+    return {**state, **fields}
+
+
+@pytest.mark.parametrize(
+    "fields,said",
+    [
+        ({"step": "abc"}, "its step is 'abc', not an integer"),
+        ({"step": True}, "its step is True, not an integer"),
+        ({"step": -1}, "its step is -1, not a step count (>= 0)"),
+        ({"format_version": "3"}, "its format_version is '3', not an integer"),
+        ({"model": [WEIGHT]}, "its model is a list, not a table of weights"),
+        ({"model": {"w": 1.5}}, "its model.w is 1.5, not a tensor"),
+        ({"config": "x"}, "its config is 'x', not a group of settings"),
+        ({"config": {"model": 7}}, "its config.model is 7, not a group of settings"),
+        ({"tokenizer": 5}, "its tokenizer is 5, not the bytes of a SentencePiece model"),
+        ({"progress": {"step": "abc"}}, "its progress.step is 'abc', not a number"),
+        ({"optimizer": [1]}, "its optimizer is a list, not an optimizer state"),
+        ({"rng_ranks": {}}, "its rng_ranks is a dict, not a list of RNG states"),
+    ],
+)
+def test_a_crafted_field_is_one_line_at_load(fields, said, tmp_path):
+    """Before, a step of 'abc' (or a weight table that is a list, a config that is a string)
+    loaded, and the command failed later with a traceback."""
+    path = tmp_path / "crafted.pt"
+    save_checkpoint(_state(**fields), path)
+    with pytest.raises(UserError) as err:
+        load_checkpoint(path)
+    message = str(err.value)
+    assert f"{path} is not a usable translate checkpoint: {said}" in message
+    assert "use another one" in message and "\n" not in message
+
+
+def test_a_plain_state_still_loads(tmp_path):
+    path = tmp_path / "plain.pt"
+    save_checkpoint(_state(), path)
+    assert load_checkpoint(path)["step"] == 8
+
+
+def test_evaluate_refuses_a_checkpoint_whose_step_is_text(trained_run, tmp_path):
+    ckpt = torch.load(trained_run[0] / "checkpoints" / "best.pt", weights_only=True)
+    crafted = tmp_path / "crafted.pt"
+    torch.save({**ckpt, "step": "abc"}, crafted)
+    proc = run_cli("translate.evaluate", f"checkpoint={crafted}", f"hydra.run.dir={tmp_path}/e")
+    assert_one_line_error(proc, f"{crafted} is not a usable translate checkpoint: its step is")
