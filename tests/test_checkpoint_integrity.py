@@ -4,12 +4,14 @@ one line a truncated one gets, never loaded into wrong weights or a later unrela
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, file_size_limit, run_cli
 
 from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
 from translate.errors import UserError
@@ -124,3 +126,30 @@ def test_evaluate_refuses_a_checkpoint_whose_step_is_text(trained_run, tmp_path)
     torch.save({**ckpt, "step": "abc"}, crafted)
     proc = run_cli("translate.evaluate", f"checkpoint={crafted}", f"hydra.run.dir={tmp_path}/e")
     assert_one_line_error(proc, f"{crafted} is not a usable translate checkpoint: its step is")
+
+
+def test_a_full_disk_says_the_size_a_checkpoint_really_takes(trained_run, tmp_path):
+    """Before, the tensors alone: the quick-start's 9.24 MiB checkpoint 'needs about 8.8 MiB'.
+    A real run's checkpoint, saved again under a file-size limit it exceeds."""
+    saved = trained_run[0] / "checkpoints" / "best.pt"
+    target = tmp_path / "step_9.pt"
+    code = (
+        "import sys, torch; from pathlib import Path\n"
+        "from translate.checkpoint import load_checkpoint, save_checkpoint\n"
+        "from translate.errors import UserError\n"
+        f"state = torch.load({str(saved)!r}, weights_only=True)\n"
+        "try:\n"
+        f"    save_checkpoint(state, Path({str(target)!r}))\n"
+        "except UserError as err:\n"
+        "    print(err, file=sys.stderr); sys.exit(2)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=file_size_limit(64 * 1024),
+    )
+    assert proc.returncode == 2, proc.stderr
+    needs = f"a checkpoint needs {saved.stat().st_size / 2**20:,.2f} MiB"
+    assert needs in proc.stderr and not target.exists()

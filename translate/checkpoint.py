@@ -74,20 +74,31 @@ def save_checkpoint(state: dict, path: Path) -> None:
         free = shutil.disk_usage(path.parent).free / 2**20
         raise UserError(
             f"no space left in {path.parent} while saving {path.name} ({free:,.1f} MiB free, a "
-            f"checkpoint needs about {_tensor_bytes(state) / 2**20:,.1f} MiB): the checkpoints "
+            f"checkpoint needs {_saved_bytes(state) / 2**20:,.2f} MiB): the checkpoints "
             "already there are intact; free some space, then resume with trainer.resume=true"
         ) from None
 
 
-def _tensor_bytes(obj) -> int:
-    """Bytes of every tensor in a nested state (what dominates a checkpoint's size)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in obj)
-    return 0
+class _ByteCount:
+    """A file that only counts what is written to it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _saved_bytes(state: dict) -> int:
+    """The size ``state`` takes as a checkpoint file: it serialized once more, to a counter. Its
+    tensors alone left out the tokenizer, the config and the archive (8.8 MiB said for 9.24)."""
+    count = _ByteCount()
+    torch.save(state, count)
+    return count.bytes
 
 
 def _refusal(path: Path, err: Exception) -> UserError:
