@@ -72,10 +72,12 @@ def save_checkpoint(state: dict, path: Path) -> None:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         free = shutil.disk_usage(path.parent).free / 2**20
-        raise UserError(
+        # Training adds how to resume the run (translate.train); averaging has none to resume.
+        raise WriteFailed(
             f"no space left in {path.parent} while saving {path.name} ({free:,.1f} MiB free, a "
             f"checkpoint needs {_saved_bytes(state) / 2**20:,.2f} MiB): the checkpoints "
-            "already there are intact; free some space, then resume with trainer.resume=true"
+            "already there are intact; free some space",
+            err.errno,
         ) from None
 
 
