@@ -9,7 +9,7 @@ import re
 import typing
 
 import pytest
-from conftest import CONF, run_cli
+from conftest import CONF, assert_one_line_error, run_cli
 from omegaconf import OmegaConf
 from test_settings import train_keys
 
@@ -57,3 +57,25 @@ def test_help_lists_the_commands_keys_and_nothing_else(module):
     assert not any(line.startswith(("model.", "optim.", "trainer.", "seed=")) for line in lines)
     assert "Powered by Hydra" not in proc.stdout and "== Configuration groups ==" not in proc.stdout
     assert any(line.startswith("Example: ") and f"python -m {module} " in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "module,override,fragment",
+    [
+        *((m, "foo.bar=1", "Could not override 'foo.bar'.") for m in COMMANDS),
+        ("translate.train", "foo.bar=1", "Could not override 'foo.bar'."),
+        (
+            "translate.train",
+            "experiment=nonexistent",
+            "Could not find 'experiment/nonexistent'. Available options in 'experiment': "
+            "heads_ablation, ",
+        ),
+        ("translate.evaluate", "runtime=nope", "Available options in 'runtime': default"),
+    ],
+)
+def test_hydras_own_errors_under_help_are_one_line(module, override, fragment):
+    """Hydra reports a bad override itself when a command runs, but under --help its exception
+    escaped: a 40-line traceback, exit 1."""
+    proc = run_cli(module, override, "--help")
+    assert_one_line_error(proc, fragment)
+    assert "Config search path" not in proc.stderr

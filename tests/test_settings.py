@@ -101,6 +101,14 @@ def test_from_run_names_every_decode_setting():
         ("heads=3", "model.d_model=32 is not divisible by heads=3; pick heads from the divisors"),
         ("heads=0", "heads=0 must be >= 1"),
         ("runtime.precision=fp8", "runtime.precision=fp8 is unknown; choose one of auto, bf16"),
+        # torch knows these device types, but nothing here runs on them (before: a traceback
+        # in the first step, after the run dir was made).
+        ("runtime.device=meta", "runtime.device=meta must be auto, cpu, cuda or cuda:N"),
+        ("runtime.device=mps", "runtime.device=mps must be auto, cpu, cuda or cuda:N"),
+        ("runtime.device=cuda:x", "runtime.device=cuda:x must be auto, cpu, cuda or cuda:N"),
+        # Before: a segfault (100,000 thread stacks), or libgomp's out-of-memory abort.
+        ("runtime.num_threads=100000", "runtime.num_threads=100000 must be in 1.."),
+        ("runtime.num_threads=0", "runtime.num_threads=0 must be in 1.."),
         ("optim.lr=abc", "optim.lr='abc' must be a number"),
         ("seed=abc", "seed='abc' must be an integer"),
         ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),

@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig
 
 from translate.analysis.head_report import OUTPUTS, analyze_heads
-from translate.cli import check_command_line, exit_on_user_error, own_output_dir
+from translate.cli import exit_on_user_error, own_output_dir, run_command
 from translate.settings import analysis_settings, checkpoint_command
 
 
@@ -32,5 +32,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

@@ -16,7 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import check_command_line, exit_on_user_error
+from translate.cli import exit_on_user_error, run_command
 from translate.errors import UserError
 from translate.settings import optional_path, plain
 from translate.training.averaging import average_into, check_output, last_step_checkpoints
@@ -80,5 +80,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

@@ -38,6 +38,25 @@ FORMAT_VERSION = 3
 CHECKPOINT = "training checkpoint"
 AVERAGE = "averaged checkpoint"
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
+# What each field must be (the required ones and those training or averaging add): a crafted or
+# damaged file with another type failed later, deep in a command, with a traceback (a step of
+# 'abc' at the first %d). bool is no integer here, though Python's int it is.
+_FIELDS = {
+    "format_version": (int, "an integer"),
+    "step": (int, "an integer"),
+    "model": (dict, "a table of weights"),
+    "config": (dict, "a group of settings"),
+    "tokenizer": (bytes, "the bytes of a SentencePiece model"),
+    "progress": (dict, "a group of counters"),
+    "optimizer": (dict, "an optimizer state"),
+    "scheduler": (dict, "a scheduler state"),
+    "scaler": (dict, "an AMP scaler state"),
+    "rng": (dict, "a group of RNG states"),
+    "rng_ranks": (list, "a list of RNG states"),
+    "data_fingerprints": (dict, "a group of fingerprints"),
+    "averaged_from": (list, "a list of files"),
+}
+_CONFIG_GROUPS = ("model", "data", "decode", "optim", "trainer", "runtime", "analysis")
 # Format 1 renamed on load: the token table moved into Seq2SeqTransformer.embedding.
 _RENAMED_V1 = {"embed.weight": "embedding.embed.weight"}
 
@@ -58,22 +77,35 @@ def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT) -> None:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         free = shutil.disk_usage(path.parent).free / 2**20
-        raise UserError(
+        # Training adds how to resume the run (translate.train); averaging has none to resume.
+        raise WriteFailed(
             f"no space left in {path.parent} while saving {path.name} ({free:,.1f} MiB free, a "
-            f"checkpoint needs about {_tensor_bytes(state) / 2**20:,.1f} MiB): the checkpoints "
-            "already there are intact; free some space, then resume with trainer.resume=true"
+            f"checkpoint needs {_saved_bytes(state) / 2**20:,.2f} MiB): the checkpoints "
+            "already there are intact; free some space",
+            err.errno,
         ) from None
 
 
-def _tensor_bytes(obj) -> int:
-    """Bytes of every tensor in a nested state (what dominates a checkpoint's size)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in obj)
-    return 0
+class _ByteCount:
+    """A file that only counts what is written to it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _saved_bytes(state: dict) -> int:
+    """The size ``state`` takes as a checkpoint file: it serialized once more, to a counter. Its
+    tensors alone left out the tokenizer, the config and the archive (8.8 MiB said for 9.24)."""
+    count = _ByteCount()
+    torch.save(state, count)
+    return count.bytes
 
 
 def _refusal(path: Path, err: Exception) -> UserError:
@@ -105,8 +137,9 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise _corrupt(path, err) from None
     if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
         raise UserError(f"{path} is not a translate checkpoint (missing model/config/tokenizer)")
+    _check_fields(path, ckpt)
     version = ckpt["format_version"]
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if version > FORMAT_VERSION:
         raise UserError(f"{path} was written by a newer translate; upgrade to read it")
     if version == 1:
         ckpt["model"] = {_RENAMED_V1.get(k, k): v for k, v in ckpt["model"].items()}
@@ -114,6 +147,45 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         _add_kv_heads(ckpt["config"])
     _add_runtime_group(ckpt["config"])
     return ckpt
+
+
+def _check_fields(path: Path, ckpt: dict) -> None:
+    problem = _field_problem(ckpt)
+    if problem is not None:
+        key, value, what = problem
+        raise UserError(
+            f"{path} is not a usable translate checkpoint: its {key} is {_shown(value)}, not "
+            f"{what}; use another one, e.g. an earlier checkpoints/step_*.pt"
+        )
+
+
+def _field_problem(ckpt: dict) -> tuple[str, object, str] | None:
+    """The first field of ``ckpt`` that is not what :data:`_FIELDS` says (or a negative step,
+    a weight that is no tensor, a config group or a ``progress`` counter of another type):
+    ``(key, value, what it should be)``; None when all are."""
+    for key, (kind, what) in _FIELDS.items():
+        value = ckpt.get(key, kind())
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return key, value, what
+    if ckpt["step"] < 0:
+        return "step", ckpt["step"], "a step count (>= 0)"
+    for key, value in ckpt["model"].items():
+        if not isinstance(value, torch.Tensor):
+            return f"model.{key}", value, "a tensor"
+    for key, value in ckpt["config"].items():
+        if key in _CONFIG_GROUPS and not isinstance(value, dict):
+            return f"config.{key}", value, "a group of settings"
+    for key, value in ckpt.get("progress", {}).items():
+        if not isinstance(value, (int, float, type(None))):
+            return f"progress.{key}", value, "a number"
+    return None
+
+
+def _shown(value) -> str:
+    """A field's value as a message shows it: a short scalar as itself, else its type."""
+    if isinstance(value, (str, int, float, bool, type(None))) and len(repr(value)) <= 40:
+        return repr(value)
+    return f"a {type(value).__name__}"
 
 
 def _check_crcs(path: Path) -> None:

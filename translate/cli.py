@@ -19,11 +19,12 @@ from typing import NoReturn, TypeVar
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import OverrideParseException
+from hydra.errors import HydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.io import file_in_the_way
 from translate.record import recorded
 from translate.schema.runtime import MOVED_KEYS
@@ -50,6 +51,38 @@ def task_overrides(drop_prefix: str = "trainer.resume") -> list[str]:
     if not HydraConfig.initialized():
         return []
     return [o for o in HydraConfig.get().overrides.task if not o.startswith(drop_prefix)]
+
+
+def run_command(main: Callable[[], object]) -> None:
+    """A command's ``python -m`` entry: the command line checked before Hydra starts
+    (:func:`check_command_line`), then ``main`` (its ``hydra.main``), with Ctrl-C anywhere one
+    line and exit 130 (:func:`translate.errors.interrupt_in_one_line`).
+
+    Hydra reports a bad override or config group itself when it runs a command, but not under
+    ``--help``, ``--hydra-help`` or ``--info``: there its exception escapes, a 40-line
+    traceback; here it is one line, exit 2."""
+    with interrupt_in_one_line():
+        check_command_line()
+        try:
+            main()
+        except (HydraException, OmegaConfBaseException) as err:
+            if debug_enabled():
+                raise
+            fail(hydra_message(err))
+
+
+def hydra_message(err: Exception) -> str:
+    """Hydra's message on one line, without the config search path it appends: a list of
+    options (indented lines) joined by commas after its heading."""
+    segments: list[str] = []
+    for line in str(err).split("\nConfig search path:")[0].splitlines():
+        if not line.strip():
+            continue
+        if line[0].isspace() and segments:
+            segments[-1] += (" " if segments[-1].endswith(":") else ", ") + line.strip()
+        else:
+            segments.append(line.strip())
+    return " ".join(s if s.endswith((".", ":")) else s + "." for s in segments).rstrip(".")
 
 
 def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:

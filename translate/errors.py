@@ -8,15 +8,24 @@ to see the traceback instead.
 A command printed for the user to paste (a resume, an export's ``translate with:``, a re-export)
 quotes each path with :func:`override_word`: the shell and then Hydra read back the very path.
 A count in a message is :func:`counted` ("1 line", "2 lines").
+
+Ctrl-C is a stop the user asked for: :func:`interrupt_in_one_line` ends a command with one line
+and exit 130 (128 + SIGINT) wherever it lands.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import signal
+import sys
+from collections.abc import Iterator
+from typing import NoReturn
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 class UserError(Exception):
@@ -27,6 +36,45 @@ def debug_enabled() -> bool:
     return any(
         os.environ.get(v, "") not in ("", "0") for v in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")
     )
+
+
+def _interrupted(*_) -> NoReturn:
+    argv = sys.orig_argv  # python [options] -m translate.<command> ...
+    command = f"python -m {argv[argv.index('-m') + 1]}" if "-m" in argv[:-1] else "the command"
+    print(
+        f"error: interrupted by SIGINT: {command} stopped before it finished; no file was left "
+        "half-written",
+        file=sys.stderr,
+    )
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+def stop_in_one_line_while_starting() -> None:
+    """Ctrl-C while a ``python -m translate.<command>`` loads (``import torch`` takes seconds),
+    before any of its code can catch KeyboardInterrupt: one line and exit 130, not the
+    traceback of whichever import it hit. Nothing is written before the command starts, which
+    then takes Ctrl-C back (:func:`interrupt_in_one_line`)."""
+    # Not when SIGINT is ignored: a shell starts a background job so, and so it stays.
+    if debug_enabled() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    signal.signal(signal.SIGINT, _interrupted)
+
+
+@contextlib.contextmanager
+def interrupt_in_one_line() -> Iterator[None]:
+    """Ctrl-C anywhere in the block (Python's KeyboardInterrupt: wherever no handler of a
+    command's own waits for a step boundary) stops the command with one line on stderr and exit
+    130, no traceback. Every file is written under a temporary name and renamed when complete
+    (:mod:`translate.io`), and a temporary file is removed on the way out: none is left
+    half-written. Call it in the main thread, as a command's entry."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # from the start's handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if debug_enabled():
+            raise
+        _interrupted()
 
 
 def hydra_quoted(text: str) -> str:

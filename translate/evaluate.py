@@ -20,7 +20,7 @@ import hydra
 from omegaconf import DictConfig
 
 from translate import io
-from translate.cli import check_command_line, exit_on_user_error, own_output_dir
+from translate.cli import exit_on_user_error, own_output_dir, run_command
 from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
 from translate.decoding.ct2 import MODEL_BIN
@@ -146,5 +146,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

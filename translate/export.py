@@ -14,7 +14,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import check_command_line, exit_on_user_error
+from translate.cli import exit_on_user_error, run_command
 from translate.decoding.ct2_export import export_checkpoint
 from translate.errors import override_word
 from translate.settings import export_command
@@ -43,5 +43,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

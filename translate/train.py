@@ -14,8 +14,9 @@ import signal
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from translate.cli import check_command_line, exit_on_user_error, sweep_job, task_overrides
+from translate.cli import exit_on_user_error, run_command, sweep_job, task_overrides
 from translate.errors import UserError, override_word
+from translate.io import WriteFailed, mapped_write_errors
 from translate.record import accept as accept_record
 from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, settings_help, train_settings
@@ -63,7 +64,9 @@ def train(cfg: DictConfig) -> dict:
     try:
         run = setup(settings, dist)
         accept_record(write=dist.is_main)  # claimed and checked: the run's .hydra/ record
-        stop_reason, sig = fit(run)
+        # A refused write of TensorBoard's events (checkpoints map their own): one line.
+        with mapped_write_errors(run.run_dir / "tensorboard"):
+            stop_reason, sig = fit(run)
         if sig is not None:
             _exit(run, f"stopped by {stop_reason} at step {run.progress.step}; saved", sig)
         log.info(
@@ -92,6 +95,12 @@ def train(cfg: DictConfig) -> dict:
             f"second {stop}: stopped at once, without saving; the last checkpoint is",
             stop.signum,
         )
+    except WriteFailed as err:  # a full disk, a read-only one, a quota, while training
+        if run is None:
+            raise
+        raise UserError(
+            f"{err}; resume the run with: {resume_command(str(run.run_dir), dist.enabled)}"
+        ) from None
     except RuntimeError as err:  # trainer.deterministic=true meets an op without such a kernel
         refuse_nondeterministic(err)
         raise
@@ -192,5 +201,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

@@ -17,7 +17,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import check_command_line, exit_on_user_error
+from translate.cli import exit_on_user_error, run_command
 from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.io import STDOUT, check_output_file
@@ -47,5 +47,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_command_line()
-    main()
+    run_command(main)

@@ -64,13 +64,40 @@ def _assert_weights(model: dict, expected: dict) -> None:
 def test_averaging_copies_of_one_checkpoint_gives_its_weights_exactly(trained_run, tmp_path):
     run, _ = trained_run
     newest = step_checkpoints(run / "checkpoints")[-1]
-    averaged = average_checkpoints([newest] * 3)
+    copies = _copies(newest, tmp_path, 3)
+    averaged = average_checkpoints(copies)
     _assert_weights(averaged["model"], load_checkpoint(newest)["model"])
-    assert averaged["averaged_from"] == [str(newest)] * 3
+    assert averaged["averaged_from"] == [str(p) for p in copies]
     # Odd values that a float32 sum or mean would round: still exact.
     odd = torch.tensor([0.1, 1 / 3, 1e-38, 3.4e38, -7.123456789])
     path = _ckpt(tmp_path / "odd.pt", odd)
-    assert torch.equal(average_checkpoints([path] * 7)["model"]["w"], odd)
+    assert torch.equal(average_checkpoints(_copies(path, tmp_path, 7))["model"]["w"], odd)
+
+
+def _copies(path: Path, folder: Path, n: int) -> list[Path]:
+    """``n`` files holding ``path``'s bytes: one file named twice is refused (below)."""
+    copies = [folder / f"copy{i}_{path.name}" for i in range(n)]
+    for copy in copies:
+        shutil.copyfile(path, copy)
+    return copies
+
+
+def test_one_file_named_twice_is_refused_not_counted_twice(trained_run, tmp_path):
+    """Before: "averaged 2 checkpoints" of one file, whether named twice or as last.pt and the
+    step_*.pt it is a hard link to."""
+    ckpts = trained_run[0] / "checkpoints"
+    step = step_checkpoints(ckpts)[-1]
+    assert (ckpts / "last.pt").samefile(step)
+    for listed, said in (
+        ([step, step], f"name {step} twice"),
+        ([ckpts / "last.pt", step], f"name {ckpts / 'last.pt'} and {step}, one file"),
+    ):
+        out = tmp_path / "avg.pt"
+        proc = run_cli(
+            "translate.average", f"checkpoints=[{','.join(map(str, listed))}]", f"output={out}"
+        )
+        assert_one_line_error(proc, said, "name each checkpoint once")
+        assert not out.exists() and "averaged" not in proc.stdout
 
 
 def test_averaging_two_gives_the_mean_and_keeps_the_newest_ones_metadata(tmp_path):
@@ -128,13 +155,14 @@ def test_the_command_says_what_is_wrong_in_one_line(trained_run, tmp_path):
     other = load_checkpoint(step)
     other["config"] = {**other["config"], "model": {**other["config"]["model"], "d_model": 64}}
     save_checkpoint(other, tmp_path / "other.pt")
+    other = tmp_path / "other.pt"
     cases = [
         ([f"checkpoints=[{step},{tmp_path}/gone.pt]", "output=x.pt"], "checkpoint not found"),
-        ([f"checkpoints=[{step},{tmp_path}/other.pt]", f"output={tmp_path}/a.pt"], "model.d_model"),
-        ([f"checkpoints=[{step},{step}]", f"output={tmp_path}/no/a.pt"], "does not exist"),
-        ([f"checkpoints=[{step},{step}]", f"output={tmp_path}/best.pt"], "training's checkpoints"),
+        ([f"checkpoints=[{step},{other}]", f"output={tmp_path}/a.pt"], "model.d_model"),
+        ([f"checkpoints=[{step},{other}]", f"output={tmp_path}/no/a.pt"], "does not exist"),
+        ([f"checkpoints=[{step},{other}]", f"output={tmp_path}/best.pt"], "training's checkpoints"),
         ([f"checkpoints=[{step}]", "output=x.pt"], "at least 2"),
-        ([f"checkpoints=[{step},{step}]"], "pass output=<file>"),
+        ([f"checkpoints=[{step},{other}]"], "pass output=<file>"),
         ([f"run_dir={run}", "n=1"], "n=1 must be an integer >= 2"),
         ([f"run_dir={tmp_path}", "n=2"], "checkpoints does not exist"),
         ([], "pass checkpoints="),

@@ -43,6 +43,8 @@ def checkpoint(trained_run) -> Path:
         (["runtime.precision=fp16"], ["fp16 needs a CUDA GPU"]),
         (["data.max_tokens=16"], ["data.max_tokens=16 is smaller than the longest allowed"]),
         (["data=multi30k", "data.dir=/nonexistent/m30k"], ["/nonexistent/m30k"]),
+        (["runtime.device=meta"], ["runtime.device=meta must be auto, cpu, cuda or cuda:N"]),
+        (["runtime.num_threads=100000"], ["runtime.num_threads=100000 must be in 1.."]),
     ],
 )
 def test_train_cli_rejects_bad_input_with_one_line(overrides, fragments, tmp_path):

@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from translate.errors import EXIT_USER_ERROR
+from translate.errors import EXIT_USER_ERROR, interrupt_in_one_line
 
 COMMANDS = {"report": "translate.ablation.report", "speed": "translate.ablation.speed"}
 USAGE = "usage: python -m translate.ablation {report,speed} SWEEP_DIR [options]"
@@ -33,4 +33,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with interrupt_in_one_line():
+        sys.exit(main())

@@ -9,7 +9,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error
+from translate.cli import exit_on_user_error, run_command
 from translate.data.corpus import Corpus, load_corpus
 from translate.schema import DataSettings
 from translate.settings import data_settings
@@ -63,4 +63,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

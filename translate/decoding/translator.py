@@ -97,21 +97,21 @@ class Translator:
             decode = replace(self.decode, strategy="beam", beam_size=beam_size)
         else:
             decode = self.decode
-        bar = tqdm(
+        # Closed (and cleared) however decoding ends: a Ctrl-C's one line starts a line of its own.
+        with tqdm(
             total=len(src_ids),
             desc="decoding",
             unit="sent",
             disable=not progress,
             file=sys.stderr,
             leave=False,
-        )
-        for batch in self._batches(src_ids):
-            # Within max_src_len tokens once the engine appends the EOS.
-            sources = [src_ids[i][: self._max_src] for i in batch]
-            for i, hyp in zip(batch, self.engine.generate(sources, decode)):
-                out[i] = hyp
-            bar.update(len(batch))
-        bar.close()
+        ) as bar:
+            for batch in self._batches(src_ids):
+                # Within max_src_len tokens once the engine appends the EOS.
+                sources = [src_ids[i][: self._max_src] for i in batch]
+                for i, hyp in zip(batch, self.engine.generate(sources, decode)):
+                    out[i] = hyp
+                bar.update(len(batch))
         return out
 
     def translate(self, sentences: list[str], progress: bool = False) -> list[str]:

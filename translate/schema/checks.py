@@ -7,6 +7,7 @@ from translate.errors import UserError
 
 # They live with the model's config, which declares its fields with them and, in translate.nn,
 # imports nothing above it; every settings group imports them from here.
+from translate.nn.config import Check as Check
 from translate.nn.config import doc as doc
 from translate.nn.config import fraction as fraction
 from translate.nn.config import non_negative as non_negative

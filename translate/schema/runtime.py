@@ -3,18 +3,39 @@ runs a model reads it (train, evaluate, translate, analyze), from ``conf/runtime
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 import torch
 
+from translate.errors import counted
 from translate.runtime.device import PRECISIONS, check_precision
 from translate.runtime.memory import keep_freed_memory
-from translate.schema.checks import doc, positive
+from translate.schema.checks import Check, doc
 
 # The keys that were trainer.* in training (and, but num_threads, evaluate's, translate's and
 # analyze's own) before this group: an old checkpoint's config is read with them moved here, and
 # the old names on a command line get a pointer to the new ones.
 MOVED_KEYS = ("device", "precision", "num_threads", "keep_freed_memory")
+
+# torch accepts any device type it knows of (meta, mps, xpu, ...): a model on one of those cannot
+# be trained or decoded here, and fails deep in the first step with a traceback.
+device_name = Check(
+    "",
+    lambda value: value in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", value) is not None,
+    "auto, cpu, cuda or cuda:N",
+)
+# Each torch CPU thread takes a stack: 100,000 of them exhausted the memory (a segfault, or
+# libgomp's out-of-memory abort). More threads than a few per core only wait on each other.
+THREADS_PER_CORE = 4
+CORES = os.cpu_count() or 1
+MAX_THREADS = THREADS_PER_CORE * CORES
+thread_count = Check(
+    f"1 to {THREADS_PER_CORE} x the CPU cores",
+    lambda value: 1 <= value <= MAX_THREADS,
+    f"in 1..{MAX_THREADS} ({THREADS_PER_CORE} x this machine's {counted(CORES, 'CPU core')})",
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +44,7 @@ class RuntimeSettings:
         "where it runs; auto: a CUDA GPU when there is one",
         "device",
         "auto | cpu | cuda | cuda:N",
+        check=device_name,
         mechanics=True,
     )
     precision: str = doc(
@@ -32,7 +54,11 @@ class RuntimeSettings:
         " | ".join(PRECISIONS),
     )
     num_threads: int | None = doc(
-        "torch CPU threads", "threads", "; null = torch's default", check=positive, mechanics=True
+        "torch CPU threads",
+        "threads",
+        "; null = torch's default",
+        check=thread_count,
+        mechanics=True,
     )
     keep_freed_memory: bool = doc(
         "glibc's malloc keeps freed memory for reuse rather than mapping large tensors afresh "

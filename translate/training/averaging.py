@@ -84,6 +84,7 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     paths = [Path(p) for p in paths]
     if not paths:
         raise UserError("no checkpoints to average")
+    _refuse_repeats(paths)
     first = newest = load_checkpoint(paths[0])
     sums = {key: _start(value) for key, value in first["model"].items()}
     for path in paths[1:]:
@@ -107,6 +108,27 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
         **({"progress": newest["progress"]} if "progress" in newest else {}),
         "averaged_from": [str(p) for p in paths],
     }
+
+
+def _refuse_repeats(paths: list[Path]) -> None:
+    """One line when two of ``paths`` are one file: the same name twice, or ``last.pt`` and the
+    ``step_*.pt`` it is a hard link to. Refused rather than counted once: the user asked for
+    that many checkpoints, and the mean of fewer (or one counted twice, weighing double) is not
+    what they asked for; before, it said "averaged 2 checkpoints" of one."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in paths:
+        if not path.is_file():  # load_checkpoint says so
+            continue
+        stat = path.stat()
+        identity = (stat.st_dev, stat.st_ino)
+        if identity in seen:
+            first = seen[identity]
+            same = f"{path} twice" if first == path else f"{first} and {path}, one file"
+            raise UserError(
+                f"the checkpoints to average name {same}: averaging a checkpoint with itself "
+                "only weighs it double; name each checkpoint once"
+            )
+        seen[identity] = path
 
 
 def average_into(paths: list[str | Path], output: str | Path) -> dict:

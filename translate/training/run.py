@@ -7,6 +7,7 @@ The loop that trains it is :mod:`translate.training.loop`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,9 +140,21 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
         if dist.is_main
         else distributed.NullWriter()
     )
+    threading.excepthook = _quiet_event_writer
     run = Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
     run.start_step = progress.step
     return run
+
+
+def _quiet_event_writer(args) -> None:
+    """threading's excepthook without the traceback of a write that TensorBoard's writer thread
+    could not make (a full or read-only disk): the writer raises it again at the next event,
+    in training's own thread, which says it in one line (translate.train)."""
+    if not isinstance(args.exc_value, OSError) or "AsyncWriter" not in type(args.thread).__name__:
+        _THREAD_EXCEPTHOOK(args)
+
+
+_THREAD_EXCEPTHOOK = threading.excepthook
 
 
 def _log_start(run: Run) -> None:
