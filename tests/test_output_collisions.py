@@ -159,8 +159,8 @@ def test_average_refuses_to_write_over_a_file_that_is_not_an_average(
 def test_average_may_replace_an_earlier_average(trained_run, tmp_path):
     steps, out = _steps(trained_run), tmp_path / "averaged.pt"
     average(compose_config("average", [f"checkpoints=[{steps[0]},{steps[1]}]", f"output={out}"]))
-    average(compose_config("average", [f"checkpoints=[{steps[1]},{steps[1]}]", f"output={out}"]))
-    assert load_checkpoint(out)["averaged_from"] == [str(steps[1])] * 2
+    average(compose_config("average", [f"checkpoints=[{steps[1]},{steps[0]}]", f"output={out}"]))
+    assert load_checkpoint(out)["averaged_from"] == [str(steps[1]), str(steps[0])]
 
 
 def _best(run: Path, d_model: int = 4, width: int = 3) -> Path:

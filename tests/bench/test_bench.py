@@ -100,6 +100,17 @@ def test_bench_train_tiny(tmp_path, capsys):
     assert "vs torch" in capsys.readouterr().out
 
 
+def test_bench_train_on_the_sample_corpus(tmp_path, cache_dir):
+    """--data sample trains on the built-in corpus's real batches (before: 'unknown key
+    data.defaults', since conf/data/sample.yaml was read without the base it lists)."""
+    tiny = "--models manual --d-model 32 --heads 2 --layers 1 --d-ff 64 --max-tokens 256"
+    timing = "--batches 1 --rounds 1 --warmup 1 --threads 1 --gemm-size 128"
+    argv = ["--data", "sample", "--cache-dir", str(cache_dir), *tiny.split(), *timing.split()]
+    result = bench_train.main(argv)
+    (row,) = result["rows"]
+    assert row["impl"] == "manual" and row["tokens_per_s"] > 0
+
+
 def test_bench_decode_tiny(tmp_path):
     out = tmp_path / "decode.json"
     result = bench_decode.main(

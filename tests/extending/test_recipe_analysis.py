@@ -28,8 +28,6 @@ def attention_distance(model, batches, device, precision) -> dict[str, list[list
             per = [((w.float() * dist).sum(-1) * keep[:, None]).sum((0, 2)) for w in maps.encoder]
             sums, rows = sums + torch.stack(per).double().cpu(), rows + int(keep.sum())  # (L, H)
     return {"encoder": (sums / max(rows, 1)).tolist()}
-
-
 # recipe: end distance
 
 

@@ -30,8 +30,6 @@ def read_tsv(folder: Path, split: str, langs: tuple[str, str]) -> datasets.Datas
             raise UserError(f"{path}, line {number}: expected 2 tab-separated columns")
     columns = {lang: [row[header.index(lang)].strip() for row in rows] for lang in langs}
     return make_dataset(columns)
-
-
 # recipe: end read_tsv
 
 
@@ -78,3 +76,4 @@ def test_a_bad_file_is_one_line_naming_the_file_and_line(tsv_data, tmp_path, tex
     (tmp_path / "validation.tsv").write_text(text)
     with pytest.raises(UserError, match=rf"validation\.tsv, {error}"):
         tsv_data("valid")
+

@@ -26,8 +26,6 @@ class LearnedPositionalEncoding(nn.Module):
         if offset + length > self.table.num_embeddings:
             raise ValueError(f"position {offset + length - 1} is beyond the learned table")
         return self.table.weight[offset : offset + length]
-
-
 # recipe: end table
 
 

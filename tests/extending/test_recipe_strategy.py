@@ -37,8 +37,6 @@ def _sample(model, batch: Batch, settings: DecodeSettings) -> list[list[int]]:
         pick=_draw,
         **SPECIAL_IDS,
     )
-
-
 # recipe: end sample
 
 

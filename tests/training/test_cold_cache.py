@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, listing
 from scale_fixture import make_corpus
 
 # The recipe's data with a small vocabulary; a short run whose end (validation, test) is quick.
@@ -51,7 +51,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def _cache_files(cache: Path) -> list[str]:
-    return sorted(p.suffix for p in cache.iterdir())
+    return sorted(Path(name).suffix for name in listing(cache))
 
 
 WAIT = """

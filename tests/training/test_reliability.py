@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, TINY, assert_one_line_error, run_cli
+from conftest import ROOT, TINY, assert_one_line_error, listing, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from translate import checkpoint as checkpoint_module
@@ -116,7 +116,7 @@ def test_crash_while_saving_leaves_previous_checkpoint_intact(tmp_path, monkeypa
     with pytest.raises(OSError):
         manager.save({**state, "step": 2}, 2, is_best=True)
     assert manager.last.read_bytes() == before and manager.best.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt", "step_00000001.pt"]
+    assert listing(tmp_path) == ["best.pt", "last.pt", "step_00000001.pt"]
 
 
 def test_resume_refuses_a_different_model_config(tiny_train_cfg, tmp_path):

@@ -123,7 +123,7 @@ OTHER = {"heads": 4, "seed": 1, "trainer": {"max_steps": 10}}
 def _checkpoint(step: int, config: dict, average: bool = False) -> bytes:
     """A small checkpoint of ``config`` at ``step`` (an average has no optimizer state)."""
     state = {"format_version": 3, "model": {"w": torch.zeros(2)}, "config": config}
-    state |= {"tokenizer": "", "step": step, "progress": {"step": step}}
+    state |= {"tokenizer": b"spm", "step": step, "progress": {"step": step}}
     if not average:
         state["optimizer"] = {}
     buffer = io.BytesIO()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TINY
+from conftest import ROOT, TINY, listing
 
 from translate.checkpoint import load_checkpoint
 from translate.train import train
@@ -46,7 +46,8 @@ def run_sweep(sweep: Path, cache_dir: Path, *extra: str) -> subprocess.Completed
 
 def snapshot(job: Path) -> dict[str, tuple[int, bytes]]:
     """Every file a finished job's training and scoring wrote, with its mtime and bytes."""
-    files = [*(job / "checkpoints").iterdir(), job / "results.json", job / "test.hyp.txt"]
+    ckpts = [job / "checkpoints" / name for name in listing(job / "checkpoints")]
+    files = [*ckpts, job / "results.json", job / "test.hyp.txt"]
     return {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in files}
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -131,9 +132,11 @@ def sample_batches(args) -> tuple[list[Batch], int]:
     from translate.data.corpus import load_corpus
     from translate.settings import data_settings
 
-    cfg = OmegaConf.load(common.ROOT / "conf" / "data" / "sample.yaml")
-    cfg.cache_dir = str(args.cache_dir)
-    corpus = load_corpus(data_settings(cfg))
+    # Composed as the commands compose it: data/sample.yaml only lists its differences from
+    # data/base.yaml (read alone, its defaults list was an unknown key data.defaults).
+    with initialize_config_dir(str(common.ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", ["data=sample", f"data.cache_dir={args.cache_dir}"])
+    corpus = load_corpus(data_settings(cfg.data))
     loader = make_loader(corpus.splits["train"], args.max_tokens, shuffle=True, seed=args.seed)
     batches = []
     for batch in loader:
