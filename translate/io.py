@@ -187,6 +187,18 @@ def adopt(path: Path, kind: str) -> None:
             _mark(marks, path, kind, file_sha256(path))
 
 
+def written_here(path: Path) -> bool:
+    """Whether ``path`` is a file this package wrote and nobody changed since (its mark
+    holds): what a run that is told to replace another (``trainer.overwrite``) may remove."""
+    found = _read_mark(path)
+    return (
+        found is not None
+        and path.is_file()
+        and not path.is_symlink()
+        and found.get("sha256") == file_sha256(path)
+    )
+
+
 def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool) -> None:
     if path.is_symlink():
         _refuse(path, key, "a symbolic link (only the file it points to may be named)")

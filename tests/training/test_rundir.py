@@ -56,6 +56,25 @@ def test_overwrite_replaces_the_earlier_run_on_request(finished, cache_dir):
     assert not (run / "checkpoints" / "step_00000004.pt").exists()
 
 
+@pytest.mark.parametrize("holds", ["the user's own files", "a linked checkpoints folder"])
+def test_overwrite_removes_only_what_this_package_wrote(tmp_path, cache_dir, holds):
+    """trainer.overwrite=true onto a folder that only looks like a run (before: the user's
+    results.json, test.hyp.txt and checkpoints/*.pt were deleted, exit 0; a checkpoints/ that
+    is a symbolic link was an rmtree traceback): one line, nothing removed."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "results.json").write_text('{"mine": true}\n')
+    (run / "checkpoints" / "mymodel.pt").write_bytes(b"PK\x03\x04 the user's model")
+    if holds == "a linked checkpoints folder":
+        elsewhere = tmp_path / "other-disk"
+        (run / "checkpoints").rename(elsewhere)
+        (run / "checkpoints").symlink_to(elsewhere)
+    before = snapshot(tmp_path)
+    with pytest.raises(UserError, match="overwrite=true would remove .*nothing was removed"):
+        train(config(run, cache_dir, "trainer.overwrite=true"))
+    assert snapshot(tmp_path) == before
+
+
 def _hold_lock(run: Path) -> subprocess.Popen:
     """Another process holding the run dir's lock, as a second training run would."""
     code = (

@@ -14,15 +14,20 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
 
-from translate.errors import UserError
+from translate import io
+from translate.errors import UserError, counted
+from translate.io import MARKS
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+# TensorBoard's event files, which its writer names itself (no mark): a run's own.
+_EVENTS = re.compile(r"events\.out\.tfevents\..+")
 # What a finished or interrupted run leaves that a fresh run would overwrite: its results and
 # complete checkpoints. TensorBoard events alone (a run stopped before its first checkpoint)
 # are no run to keep: a new run hides them (SummaryWriter's purge_step) and writes its own.
@@ -131,7 +136,34 @@ def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
             "trainer.resume=true, start a new one with hydra.run.dir=<new folder>, or replace "
             "it with trainer.overwrite=true"
         )
+    files = _files_to_remove(Path(run_dir), found)
     log.warning("trainer.overwrite=true: removing %s from %s", ", ".join(found), run_dir)
+    for path in files:
+        io.remove(path)
+    for name in found:  # what is left is folders and the marks of the files removed
+        if (Path(run_dir) / name).is_dir():
+            shutil.rmtree(Path(run_dir) / name)
+
+
+def _files_to_remove(run_dir: Path, found: list[str]) -> list[Path]:
+    """Every file of ``found`` (names in ``run_dir``), each one this package wrote and nobody
+    changed since (TensorBoard's event files, which its own writer names, by their names);
+    anything else stops the overwrite before a file is removed: a folder named like a run's
+    may hold the user's own files."""
+    files, foreign = [], []
     for name in found:
-        path = Path(run_dir) / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        path = run_dir / name
+        inside = path.rglob("*") if path.is_dir() and not path.is_symlink() else [path]
+        for file in inside:
+            if MARKS in file.relative_to(run_dir).parts or file.is_dir() and not file.is_symlink():
+                continue
+            events = file.parent.name == "tensorboard" and _EVENTS.fullmatch(file.name)
+            (files if events or io.written_here(file) else foreign).append(file)
+    if foreign:
+        shown = ", ".join(str(f) for f in foreign[:3]) + (", …" if len(foreign) > 3 else "")
+        raise UserError(
+            f"trainer.overwrite=true would remove {shown}, which this package did not write "
+            f"(or which changed since); nothing was removed; move {counted(len(foreign), 'file')} "
+            "away, or train in a new run with hydra.run.dir=<new folder>"
+        )
+    return files
