@@ -61,6 +61,21 @@ def test_translate_refuses_to_write_over_its_own_input(trained_run, source):
     assert source.read_bytes() == before
 
 
+def test_translate_refuses_to_write_over_the_file_standard_input_reads(trained_run, source):
+    """`translate output=t.en < t.en` (before: exit 0, the text replaced by its translation)."""
+    text = source.with_name("earlier.en")
+    io.write(text, source.read_bytes(), "translation")  # even an earlier translation
+    before = text.read_bytes()
+    ckpt = trained_run[1]["checkpoint"]
+    command = ["-m", "translate.translate", f"checkpoint={ckpt}", *SHORT_DECODE, f"output={text}"]
+    with open(text, "rb") as stdin:
+        proc = subprocess.run(
+            [sys.executable, *command], cwd=ROOT, stdin=stdin, capture_output=True, text=True
+        )
+    assert_one_line_error(proc, f"output={text} is also this command's input (/dev/stdin)")
+    assert text.read_bytes() == before
+
+
 def test_translate_refuses_a_hard_link_to_its_own_input(trained_run, source, tmp_path):
     link = tmp_path / "link.txt"
     os.link(source, link)

@@ -24,6 +24,9 @@ from translate.io import STDOUT, check_output_file
 from translate.settings import decode_overrides, engine_command, optional_path
 
 
+STDIN = "/dev/stdin"  # the file standard input reads, where it is one
+
+
 def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
     overrides = decode_overrides(cfg.decode)
     loaded = load_engine(engine_command(cfg), overrides)
@@ -37,7 +40,8 @@ def translate_lines(cfg: DictConfig, lines: list[str]) -> list[str]:
 def main(cfg: DictConfig) -> None:
     source = optional_path(cfg, "input")
     # A bad output fails now, not after all the decoding; it never replaces what is read.
-    inputs = [p for p in (source, cfg.get("checkpoint")) if p]
+    # Standard input too: `< out.en` with output=out.en would replace what is being read.
+    inputs = [p for p in (source or STDIN, cfg.get("checkpoint")) if p]
     output = check_output_file(
         optional_path(cfg, "output") or STDOUT, "output", "translation", inputs
     )
