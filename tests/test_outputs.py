@@ -262,7 +262,8 @@ def test_a_checkpoint_save_that_the_disk_refuses_keeps_the_earlier_one(tmp_path)
     )
     proc = _run_limited(64 * 1024, "-c", code)
     assert proc.returncode == 2, proc.stderr
-    assert f"no space left in {tmp_path} while saving last.pt" in proc.stderr
+    assert f"could not save last.pt in {tmp_path}: a checkpoint needs" in proc.stderr
+    assert "(ulimit -f); the checkpoints already there are intact; raise the limit" in proc.stderr
     assert "the checkpoints already there are intact" in proc.stderr
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [MARKS, "last.pt"]  # no temporary

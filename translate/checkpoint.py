@@ -67,21 +67,26 @@ def _numpy_array_globals() -> list:
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
-def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT) -> None:
+def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool = False) -> None:
     """``torch.save`` through the one door for writes (:func:`translate.io.write`, as a
-    ``kind`` output): a crash while saving never leaves a truncated file, and a full disk is
-    one line that names the folder, the space needed and what is still intact."""
+    ``kind`` output; ``adopt`` as there): a crash while saving never leaves a truncated file,
+    and a full disk is one line that names the folder, the space needed and what is still
+    intact."""
     try:
-        io.write(path, lambda f: torch.save(state, f), kind)
+        io.write(path, lambda f: torch.save(state, f), kind, adopt=adopt)
     except WriteFailed as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
-        free = shutil.disk_usage(path.parent).free / 2**20
+        need = f"a checkpoint needs {_saved_bytes(state) / 2**20:,.2f} MiB"
+        if err.errno == errno.EFBIG:  # a file-size limit, not the disk: free space is no cure
+            why, todo = f"{need}, more than this process may write (ulimit -f)", "raise the limit"
+        else:
+            free = shutil.disk_usage(path.parent).free / 2**20
+            why, todo = f"no space left ({free:,.1f} MiB free, {need})", "free some space"
         # Training adds how to resume the run (translate.train); averaging has none to resume.
         raise WriteFailed(
-            f"no space left in {path.parent} while saving {path.name} ({free:,.1f} MiB free, a "
-            f"checkpoint needs {_saved_bytes(state) / 2**20:,.2f} MiB): the checkpoints "
-            "already there are intact; free some space",
+            f"could not save {path.name} in {path.parent}: {why}; the checkpoints already "
+            f"there are intact; {todo}",
             err.errno,
         ) from None
 

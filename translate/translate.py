@@ -23,7 +23,6 @@ from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.io import STDOUT, check_output_file
 from translate.settings import decode_overrides, engine_command, optional_path
 
-
 STDIN = "/dev/stdin"  # the file standard input reads, where it is one
 
 

@@ -195,3 +195,19 @@ def test_a_run_from_before_marks_resumes_and_its_checkpoints_are_replaced(
         str(ckpts / "step_00000004.pt"),
         str(ckpts / "step_00000006.pt"),
     ]
+
+
+def test_a_step_file_cut_short_is_trained_again_and_replaced(
+    finished_template, tmp_path, cache_dir
+):
+    """`truncate` on last.pt cuts its hard-linked step_00000004.pt and best.pt too: the resume
+    starts from step 2 and must write step 4 again over the cut file (before: it trained, then
+    refused to replace 'a training checkpoint output changed since it was written')."""
+    run = _layout(finished_template, tmp_path / "run", "step_*.pt")
+    ckpts = run / "checkpoints"
+    os.link(ckpts / "step_00000004.pt", ckpts / "last.pt")
+    with open(ckpts / "last.pt", "r+b") as f:
+        f.truncate(5000)
+    results = train(config(run, cache_dir, "trainer.resume=true"))
+    assert results["status"] == "completed" and results["steps"] == 4
+    assert torch.load(ckpts / "step_00000004.pt", weights_only=True)["step"] == 4

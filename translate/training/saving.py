@@ -40,10 +40,11 @@ class CheckpointManager:
 
     def save(self, state: dict, step: int, is_best: bool) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
-        save_checkpoint(state, path)
-        # last.pt and best.pt are names of this manager's own: a fresh run starts only in a dir
-        # without checkpoints and a resume has found each one there this experiment's, so what
-        # they hold may be replaced (a last.pt copy a crash cut short), but no other kind.
+        # The step files, last.pt and best.pt are names of this manager's own: a fresh run
+        # starts only in a dir without checkpoints and a resume has found each one there that
+        # loads this experiment's, so what they hold may be replaced (a step file or a last.pt
+        # copy that a crash or a hand cut short), but no other kind of output.
+        save_checkpoint(state, path, adopt=True)
         io.link(path, self.last, CHECKPOINT, adopt=True)
         if is_best:
             io.link(path, self.best, CHECKPOINT, adopt=True)
