@@ -17,6 +17,8 @@ from translate import io
 from translate.ablation import speed
 from translate.average import main as average_main
 from translate.bench import attention, decode, train
+from translate.data import sample_corpus
+from translate.errors import UserError
 from translate.export import main as export_main
 from translate.translate import main as translate_main
 
@@ -153,3 +155,22 @@ def test_export_never_writes_into_or_over_what_is_there(trained_run, places, des
     status, err = _run(lambda: export_main(config), capsys)
     assert status == 2 and err.count("error:") == 1 and "Traceback" not in err, err
     assert _state(dest) == before
+
+
+@pytest.mark.parametrize("target", ["an empty folder", "nothing"])
+def test_a_symbolic_link_as_an_output_folder_is_one_line(tmp_path, target, capsys):
+    """A link as export's output=, sample_corpus --out or a cache dir (before: 'cannot write
+    output=link (Not a directory)', a FileExistsError traceback, 'cannot create the folder
+    (File exists)'): one line that says it is a link; nothing is written through it."""
+    link, pointed = tmp_path / "link", tmp_path / "pointed"
+    if target == "an empty folder":
+        pointed.mkdir()
+    link.symlink_to(pointed)
+    with pytest.raises(UserError, match=f"--out={link} is a symbolic link"):
+        io.check_output_folder(link, "--out")
+    if target == "nothing":
+        with pytest.raises(UserError, match=f"data.cache_dir={link} is a symbolic link to"):
+            io.make_folder(link, "data.cache_dir")
+    status, err = _run(lambda: sample_corpus.main(["--out", str(link), "--train", "2"]), capsys)
+    assert status == 2 and err.count("error:") == 1 and "symbolic link" in err, err
+    assert link.is_symlink() and (not pointed.exists() or not any(pointed.iterdir()))

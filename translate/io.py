@@ -187,6 +187,12 @@ def adopt(path: Path, kind: str) -> None:
             _mark(marks, path, kind, file_sha256(path))
 
 
+def check(path: Path, kind: str) -> None:
+    """Refuse, in one line, what :func:`write` would refuse: for a writer of several files
+    that checks them all before it replaces the first."""
+    _check_replace(Path(path), kind, (), None, False)
+
+
 def written_here(path: Path) -> bool:
     """Whether ``path`` is a file this package wrote and nobody changed since (its mark
     holds): what a run that is told to replace another (``trainer.overwrite``) may remove."""
@@ -219,7 +225,8 @@ def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, ado
     if found.get("kind") != kind:
         _refuse(path, key, f"the {found.get('kind')} output of an earlier command")
     if not adopt and found.get("sha256") != file_sha256(path):
-        _refuse(path, key, f"a {kind} output changed since it was written")
+        article = "an" if kind[:1] in "aeiou" else "a"
+        _refuse(path, key, f"{article} {kind} output changed since it was written")
 
 
 def _refuse(path: Path, key: str | None, what: str) -> None:
@@ -451,9 +458,15 @@ def file_in_the_way(path: Path) -> Path | None:
 
 
 def _no_file_in_the_way(path: Path, key: str) -> Path:
+    if path.is_symlink() and not path.exists():
+        raise UserError(
+            f"{key}={path} is a symbolic link to {os.path.realpath(path)}, which does not "
+            f"exist; create it or pass another {key}"
+        )
     blocker = file_in_the_way(path)
     if blocker is not None:
-        raise UserError(f"{key}={path}: {blocker} is a file, not a folder; pass a folder")
+        what = "a file" if blocker.is_file() else "a device or another special file"
+        raise UserError(f"{key}={path}: {blocker} is {what}, not a folder; pass a folder")
     return path
 
 
@@ -462,6 +475,8 @@ def check_output_folder(path: str | os.PathLike, key: str) -> Path:
     (files already there are not this command's), no file in the way. :func:`make_folder`
     creates it when the files are ready."""
     path = _no_file_in_the_way(Path(path), key)
+    if path.is_symlink():  # its files would land in a folder the command was not given
+        raise UserError(f"{key}={path} is a symbolic link; pass the folder it points to")
     if path.is_dir() and any(p.name != MARKS for p in path.iterdir()):
         raise UserError(
             f"{key}={path} is not empty; its files would be replaced or mixed with new ones; "

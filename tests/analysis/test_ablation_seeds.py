@@ -185,6 +185,21 @@ def test_a_figure_the_disk_refuses_after_the_tables_says_they_were_replaced(tmp_
     assert not (tmp_path / "ablation.png").exists()
 
 
+def test_a_hand_edited_report_file_stops_the_report_before_any_file_is_replaced(tmp_path):
+    """A hand-edited ablation.md (before: ablation.csv replaced, then the .md refused, so the
+    two disagreed): every file is checked first; the refusal names the edited one."""
+    _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})
+    report = [sys.executable, "-m", "translate.ablation", "report", str(tmp_path)]
+    assert subprocess.run(report, cwd=ROOT, capture_output=True, timeout=300).returncode == 0
+    with open(tmp_path / "ablation.md", "a") as f:
+        f.write("my notes\n")
+    before = {name: (tmp_path / name).read_bytes() for name in ("ablation.csv", "ablation.md")}
+    make_job(tmp_path, 8, 3, 28.0)  # a new job: every file would change
+    proc = subprocess.run(report, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(proc, f"{tmp_path / 'ablation.md'} is an ablation report output changed")
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+
+
 def test_a_folder_without_sweep_jobs_is_refused_and_nothing_written(tmp_path, script, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()

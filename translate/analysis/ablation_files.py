@@ -32,10 +32,11 @@ from translate.analysis.speed_file import (
     shown_metrics,
 )
 from translate.errors import counted
-from translate.io import WriteFailed, write
+from translate.io import WriteFailed, check, write
 
 log = logging.getLogger(__name__)
 FIGURE = "ablation.png"
+REPORT = "ablation report"  # what the one door for writes (translate.io) knows the files as
 
 
 def _csv_value(v) -> str:
@@ -483,10 +484,12 @@ def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
         out / "ablation.md": to_markdown(report, bootstrap_samples),
         **({out / FIGURE: png} if png is not None else {}),
     }
+    for path in files:  # all refusals first (a hand-edited .md), so none is half replaced
+        check(path, REPORT)
     report.written = []
     for path, data in files.items():
         try:
-            write(path, data, "ablation report")
+            write(path, data, REPORT)
         except WriteFailed as err:
             if not report.written:
                 raise  # nothing was replaced, as its message says
