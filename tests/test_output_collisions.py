@@ -134,6 +134,26 @@ def test_analyze_into_a_training_run_says_so_and_leaves_nothing(trained_run, tmp
     assert _files(run) == before
 
 
+@pytest.mark.parametrize("inside", ["checkpoints", "tensorboard", "sweep"])
+def test_evaluate_inside_a_run_or_a_sweep_is_refused_and_leaves_nothing(
+    trained_run, tmp_path, inside
+):
+    """Before: accepted; evaluate.log, hyp.txt and a .hydra/ landed in the run's checkpoints/
+    (or tensorboard/), and a dir inside a sweep became a phantom failed job of its report."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run[0], run)
+    if inside == "sweep":
+        (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    where = {"sweep": tmp_path, "checkpoints": run, "tensorboard": run}[inside]
+    out = (run / inside if inside != "sweep" else tmp_path) / "eval"
+    before = _files(tmp_path)
+    ckpt = run / "checkpoints" / "best.pt"
+    proc = run_cli("translate.evaluate", f"checkpoint={ckpt}", f"hydra.run.dir={out}")
+    what = "a sweep's dir" if inside == "sweep" else "a training run's dir"
+    assert_one_line_error(proc, f"{out} is inside {where}, {what}", "outside runs and sweeps")
+    assert _files(tmp_path) == before and not out.exists()
+
+
 # -- average: never over a file that is not an average ---------------------------------------
 
 

@@ -161,7 +161,9 @@ def fail(message: str) -> NoReturn:
 def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
     """Hold ``out_dir`` while ``command`` writes there. A training run's dir, or one that
     already holds ``outputs`` (another evaluation's hypotheses, say), is refused: writing would
-    replace or mix with them."""
+    replace or mix with them; so is a dir inside a training run or a sweep, where a sweep's
+    report would take it for one of its jobs."""
+    _refuse_inside_a_run(out_dir, command)
     lock = RunLock(out_dir).acquire()
     try:
         marks = training_run_marks(out_dir)
@@ -179,6 +181,18 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
         yield out_dir
     finally:
         lock.release()
+
+
+def _refuse_inside_a_run(out_dir: Path, command: str) -> None:
+    for folder in Path(os.path.abspath(out_dir)).parents:
+        what = "a sweep's dir" if (folder / "multirun.yaml").exists() else None
+        marks = training_run_marks(folder)
+        what = what or (f"a training run's dir ({', '.join(marks)})" if marks else None)
+        if what:
+            raise UserError(
+                f"{out_dir} is inside {folder}, {what}; {command} writes into a dir of its own, "
+                "outside runs and sweeps: pass another hydra.run.dir=<folder>"
+            )
 
 
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
