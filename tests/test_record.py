@@ -61,3 +61,18 @@ def test_a_refused_evaluate_leaves_no_record(trained_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert not any("src=" in o for o in _overrides(out))
     assert not (out / ".hydra" / "runs").exists()
+
+
+def test_an_overwrite_makes_the_record_its_own_and_sets_the_old_one_aside(tmp_path, cache_dir):
+    """trainer.overwrite=true over a heads=4 run (before: .hydra/config.yaml still said heads 4,
+    the run replaced, and a later refusal pointed there): the new run's record is the top one;
+    the old one is kept under .hydra/runs/<time>_replaced/."""
+    run = tmp_path / "run"
+    args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
+    assert run_cli("translate.train", *args, "heads=4", timeout=300).returncode == 0
+    old = (run / ".hydra" / "config.yaml").read_bytes()
+    proc = run_cli("translate.train", *args, "heads=2", "trainer.overwrite=true", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["heads"] == 2
+    (aside,) = (run / ".hydra" / "runs").iterdir()
+    assert aside.name.endswith("_replaced") and (aside / "config.yaml").read_bytes() == old

@@ -172,6 +172,19 @@ def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
         _mark(marks, dst, kind, file_sha256(dst))
 
 
+def move(src: Path, dst: Path) -> None:
+    """Rename ``src``, a file this package wrote or a record Hydra's composition made, to
+    ``dst``, a new path (set aside, not lost), with its mark."""
+    if dst.exists() or dst.is_symlink():
+        _refuse(dst, None, "already there")
+    with mapped_write_errors(dst):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+        if _mark_path(src).exists():
+            _mark_path(dst).parent.mkdir(exist_ok=True)
+            os.replace(_mark_path(src), _mark_path(dst))
+
+
 def remove(path: Path) -> None:
     """Delete ``path``, an output this package wrote (an old step checkpoint), and its mark."""
     path.unlink(missing_ok=True)

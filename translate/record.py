@@ -118,16 +118,28 @@ def _hold(cfg: DictConfig | None) -> None:
     )
 
 
-def accept(write: bool = True) -> None:
+def accept(write: bool = True, replacing: bool = False) -> None:
     """The command is accepted: write its record into its run dir (``write=False``: another
-    process writes it, e.g. rank 0 of a distributed run). Later calls do nothing."""
+    process writes it, e.g. rank 0 of a distributed run). ``replacing``: the run replaced
+    another in its dir (``trainer.overwrite``), whose record is set aside in
+    ``.hydra/runs/<time>_replaced/`` so that ``.hydra/config.yaml`` is this run's. Later calls
+    do nothing."""
     global _pending, _before
     pending, _pending, _before = _pending, None, None
     if pending is None or not write:
         return
+    if replacing:
+        _set_aside(pending.run_dir / ".hydra")
     place = record_place(pending.run_dir)
     for name, text in pending.files.items():
         io.write(place / name, text, "hydra record")
+
+
+def _set_aside(record: Path) -> None:
+    aside = record / "runs" / f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}_replaced"
+    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        if (record / name).exists():
+            io.move(record / name, aside / name)
 
 
 def _withdraw() -> None:

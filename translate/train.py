@@ -63,7 +63,9 @@ def train(cfg: DictConfig) -> dict:
     run = None
     try:
         run = setup(settings, dist)
-        accept_record(write=dist.is_main)  # claimed and checked: the run's .hydra/ record
+        # Claimed and checked: the run's .hydra/ record (over another run's, set aside).
+        replacing = settings.trainer.overwrite and not settings.trainer.resume
+        accept_record(write=dist.is_main, replacing=replacing)
         # A refused write of TensorBoard's events (checkpoints map their own): one line.
         with mapped_write_errors(run.run_dir / "tensorboard"):
             stop_reason, sig = fit(run)
