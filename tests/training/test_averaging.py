@@ -75,10 +75,12 @@ def test_averaging_copies_of_one_checkpoint_gives_its_weights_exactly(trained_ru
 
 
 def _copies(path: Path, folder: Path, n: int) -> list[Path]:
-    """``n`` files holding ``path``'s bytes: one file named twice is refused (below)."""
+    """``n`` checkpoints with ``path``'s weights, each of another step (one checkpoint named
+    twice, or copied byte for byte, is refused: below)."""
+    state = load_checkpoint(path)
     copies = [folder / f"copy{i}_{path.name}" for i in range(n)]
-    for copy in copies:
-        shutil.copyfile(path, copy)
+    for i, copy in enumerate(copies):
+        save_checkpoint({**state, "step": state["step"] + i}, copy)
     return copies
 
 
@@ -88,9 +90,12 @@ def test_one_file_named_twice_is_refused_not_counted_twice(trained_run, tmp_path
     ckpts = trained_run[0] / "checkpoints"
     step = step_checkpoints(ckpts)[-1]
     assert (ckpts / "last.pt").samefile(step)
+    copy = tmp_path / "copy.pt"  # the probe's case: a byte-for-byte copy counted twice
+    shutil.copyfile(step, copy)
     for listed, said in (
         ([step, step], f"name {step} twice"),
-        ([ckpts / "last.pt", step], f"name {ckpts / 'last.pt'} and {step}, one file"),
+        ([ckpts / "last.pt", step], f"name {ckpts / 'last.pt'} and {step}, one checkpoint"),
+        ([step, copy], f"name {step} and {copy}, one checkpoint"),
     ):
         out = tmp_path / "avg.pt"
         proc = run_cli(

@@ -25,7 +25,7 @@ from translate.checkpoint import (
     save_checkpoint,
 )
 from translate.errors import UserError, counted
-from translate.io import check_output_file
+from translate.io import check_output_file, file_sha256
 from translate.training.resume import differences
 
 _STEP_FILE = re.compile(r"step_(\d+)\.pt")
@@ -111,19 +111,19 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
 
 
 def _refuse_repeats(paths: list[Path]) -> None:
-    """One line when two of ``paths`` are one file: the same name twice, or ``last.pt`` and the
-    ``step_*.pt`` it is a hard link to. Refused rather than counted once: the user asked for
-    that many checkpoints, and the mean of fewer (or one counted twice, weighing double) is not
-    what they asked for; before, it said "averaged 2 checkpoints" of one."""
-    seen: dict[tuple[int, int], Path] = {}
+    """One line when two of ``paths`` hold one checkpoint: the same name twice, ``last.pt`` and
+    the ``step_*.pt`` it is a hard link to, or a byte-for-byte copy. Refused rather than counted
+    once: the user asked for that many checkpoints, and the mean of fewer (or one counted twice,
+    weighing double) is not what they asked for; before, it said "averaged 2 checkpoints" of
+    one."""
+    seen: dict[str, Path] = {}
     for path in paths:
         if not path.is_file():  # load_checkpoint says so
             continue
-        stat = path.stat()
-        identity = (stat.st_dev, stat.st_ino)
+        identity = file_sha256(path)
         if identity in seen:
             first = seen[identity]
-            same = f"{path} twice" if first == path else f"{first} and {path}, one file"
+            same = f"{path} twice" if first == path else f"{first} and {path}, one checkpoint"
             raise UserError(
                 f"the checkpoints to average name {same}: averaging a checkpoint with itself "
                 "only weighs it double; name each checkpoint once"
