@@ -66,14 +66,19 @@ def snapshot(run: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run)): p.read_bytes() for p in files}
 
 
-def run_cli(module: str, *args: str, stdin: str | bytes | None = None, timeout: int = 120):
+def run_cli(
+    module: str, *args: str, stdin: str | bytes | None = None, timeout: int = 120, cwd: Path = ROOT
+):
     """``python -m module args`` as a user runs it; stdin as given (text is sent as UTF-8),
-    stdout and stderr decoded without any newline translation."""
+    stdout and stderr decoded without any newline translation. From another ``cwd`` it
+    imports this checkout's package still."""
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
+    if cwd != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
     proc = subprocess.run(
         [sys.executable, "-m", module, *args],
-        cwd=ROOT, input=data, capture_output=True, timeout=timeout, env=env,
+        cwd=cwd, input=data, capture_output=True, timeout=timeout, env=env,
     )  # fmt: skip
     proc.stdout = proc.stdout.decode("utf-8", errors="replace")
     proc.stderr = proc.stderr.decode("utf-8", errors="replace")

@@ -302,6 +302,56 @@ def test_a_run_dir_that_is_a_file_is_one_line_before_hydra_starts(tmp_path):
     assert blocker.read_text() == "x"
 
 
+@pytest.fixture
+def unwritable(tmp_path):
+    """``(folder, why)``: a folder no file can be made in, and the reason a refusal names. As
+    root, whom a folder's mode does not stop, a read-only tmpfs mounted there; otherwise a
+    folder of mode 0o555. Skipped when neither stops this process's writes."""
+    folder = tmp_path / "unwritable"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)]
+    root = os.geteuid() == 0 and shutil.which("mount")
+    if root and subprocess.run(mount, capture_output=True).returncode == 0:
+        assert not os.access(folder, os.W_OK)
+        yield folder, "read-only file system"
+        subprocess.run(["umount", str(folder)], check=True)
+        return
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("no read-only mount, and a folder's mode does not stop this process")
+        yield folder, "permission denied"
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_run_dir_that_cannot_be_written_is_one_line_before_hydra_starts(unwritable, inside):
+    """Before: Hydra's traceback, of its mkdir (a run dir to make in the folder) or of its
+    log file (the folder as the run dir)."""
+    folder, why = unwritable
+    run = folder / "run" if inside else folder
+    where = f": {folder}" if inside else ""
+    for key, args in [("hydra.run.dir", []), ("hydra.sweep.dir", ["-m", "heads=2,4"])]:
+        proc = run_cli("translate.train", *args, "experiment=quickstart", f"{key}={run}")
+        assert_one_line_error(
+            proc,
+            f"{key}={run} cannot be written ({why}{where}); pass a writable folder with "
+            f"{key}=<folder>",
+        )
+
+
+def test_the_default_run_dir_under_a_read_only_current_directory_is_one_line(unwritable):
+    """The default run and sweep dirs (outputs/... under the current directory), which the
+    command line does not name; a command that writes nothing there still runs."""
+    folder, why = unwritable
+    for key, args in [("hydra.run.dir=outputs/runs/", []), ("hydra.sweep.dir=outputs/", ["-m"])]:
+        proc = run_cli("translate.train", *args, "experiment=quickstart", cwd=folder)
+        assert_one_line_error(proc, key, f"cannot be written ({why}: {folder}); pass a writable")
+    proc = run_cli("translate.data", f"data.cache_dir={folder.parent / 'cache'}", cwd=folder)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_an_output_folder_with_files_is_refused_an_empty_one_used(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "train.tags.de-en.de").write_text("real release\n")

@@ -20,8 +20,9 @@ from typing import NoReturn, TypeVar
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
@@ -205,9 +206,8 @@ _MOVED = {f"{group}{k}": f"runtime.{k}" for k in MOVED_KEYS for group in ("train
 def check_command_line() -> None:
     """Stop before Hydra starts, in one line, at a key of the runtime group by its old name
     (Hydra would say only that the key is not in the config), and at a ``hydra.run.dir=`` or
-    ``hydra.sweep.dir=`` that cannot be a folder: a file is in the way, or it is (or lies
-    inside) a symbolic link to a missing folder (Hydra's own mkdir would fail with a
-    traceback)."""
+    ``hydra.sweep.dir=`` that Hydra could not make or write into (:func:`check_run_dir`;
+    Hydra's own mkdir or log file would fail with a traceback)."""
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
         key, _, value = arg.lstrip("+~").partition("=")
@@ -222,8 +222,37 @@ def check_command_line() -> None:
             continue
         value = override.value()
         if isinstance(value, str):
-            _refuse_dangling(override.key_or_group, Path(value))
-            _refuse_file_in_the_way(override.key_or_group, Path(value))
+            check_run_dir(override.key_or_group, Path(value))
+
+
+def check_run_dir(key: str, path: Path) -> None:
+    """Stop in one line at a run or sweep dir that cannot be a folder (a file is in the way,
+    or it is, or lies inside, a symbolic link to a missing folder), or that cannot be written:
+    the folder itself, or the nearest one that exists, where Hydra would make it, is on a
+    read-only file system or not ours to write."""
+    _refuse_dangling(key, path)
+    _refuse_file_in_the_way(key, path)
+    folder = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(folder, os.W_OK | os.X_OK):
+        read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
+        why = "read-only file system" if read_only else "permission denied"
+        where = "" if folder == path else f": {os.path.abspath(folder)}"
+        fail(
+            f"{key}={path} cannot be written ({why}{where}); "
+            f"pass a writable folder with {key}=<folder>"
+        )
+
+
+class RunDirCheck(Callback):
+    """:func:`check_run_dir` on the dir Hydra resolved, before it makes it and opens its log
+    there: the default one under the current directory (``outputs/...``) or one a preset
+    names, which the command line does not show."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        check_run_dir("hydra.run.dir", Path(str(config.hydra.run.dir)))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_run_dir("hydra.sweep.dir", Path(str(config.hydra.sweep.dir)))
 
 
 def _refuse_file_in_the_way(key: str, path: Path) -> None:

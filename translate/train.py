@@ -14,7 +14,7 @@ import signal
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from translate.cli import exit_on_user_error, run_command, sweep_job, task_overrides
+from translate.cli import exit_on_user_error, in_multirun, run_command, sweep_job, task_overrides
 from translate.errors import UserError, override_word
 from translate.io import WriteFailed, mapped_write_errors
 from translate.record import accept as accept_record
@@ -60,6 +60,12 @@ def train(cfg: DictConfig) -> dict:
         )
         return done
     dist = distributed.from_env()
+    with distributed.one_cause(dist, active=not in_multirun()):
+        return _train(settings, dist)
+
+
+def _train(settings: TrainSettings, dist: distributed.Dist) -> dict:
+    """:func:`train` from the process group's start to its end."""
     run = None
     try:
         run = setup(settings, dist)
@@ -109,8 +115,6 @@ def train(cfg: DictConfig) -> dict:
     finally:
         if run is not None and run.lock is not None:
             run.lock.release()
-        if dist.enabled:
-            distributed.shutdown()
 
 
 def _say_if_cut_short(run: Run, stop_reason: str) -> None:

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 
 from translate.checkpoint import load_checkpoint
 from translate.data.corpus import EncodedSplit, load_corpus
-from translate.errors import UserError
+from translate.errors import EXIT_PEER_FAILED, UserError
 from translate.io import MARKS
 from translate.settings import data_settings
 from translate.train import train
@@ -303,6 +303,98 @@ def test_only_rank_0_writes_the_run_files(ddp_vs_single):
     log = (ddp_vs_single["root"] / "ddp" / "train.log").read_text()
     assert log.count("test BLEU") == 2  # one per torchrun (rank 0), not one per rank
     assert "DistributedDataParallel: 2 processes, backend gloo" in log
+
+
+# ---------------------------------------------------------------- one rank fails
+
+# torchrun with one rank whose node lacks the data (FAILING_RANK): its load_corpus refuses.
+ONE_RANK_FAILS = """
+import os, runpy
+from translate.errors import EXIT_PEER_FAILED, UserError
+from translate.training import run
+if os.environ["RANK"] == os.environ["FAILING_RANK"]:
+    def missing(settings):
+        raise UserError("data folder /mnt/node-b/multi30k does not exist")
+    run.load_corpus = missing
+runpy.run_module("translate.train", run_name="__main__", alter_sys=True)
+"""
+# torchrun's own report of a failed job: its traceback, whatever the ranks did.
+TORCHRUN_REPORT = re.compile(
+    r"Traceback \(most recent call last\):\n(?:  .*\n)*"
+    r"torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError:"
+)
+
+
+def _torchrun_failing(entry: list[str], tmp_path: Path, cache_dir: Path, *overrides: str, env=()):
+    """The combined output of a torchrun job that fails, and the root cause torchrun names:
+    (rank, exit code, message)."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        *entry, *FAST, f"data.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path / 'run'}",
+        *overrides,
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=300, env={**_env(), **dict(env)},
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout[-4000:]
+    root = re.search(
+        r"Root Cause.*?rank\s*: (\d+).*?exitcode\s*: (\S+).*?traceback : (.*)", proc.stdout, re.S
+    )
+    assert root, proc.stdout[-4000:]
+    return proc.stdout, (int(root[1]), root[2], root[3].splitlines()[0])
+
+
+def _one_line(out: str, message: str) -> None:
+    """The job said ``message`` on one ``error:`` line, and no rank printed a traceback."""
+    assert [line for line in out.splitlines() if line.startswith("error:")] == [message], out
+    assert "Traceback" not in TORCHRUN_REPORT.sub("", out), out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failing", [0, 1])
+def test_the_rank_that_fails_is_the_one_named_and_the_others_leave_quietly(
+    failing, tmp_path, cache_dir
+):
+    """Before: the rank waiting for the failed one died in its gloo collective ("Connection
+    closed by peer") with a traceback, and torchrun's summary could name it as the root cause.
+    Rank 0 fails at a real missing data folder, while rank 1 waits for the data caches; rank 1
+    fails after them, while rank 0 waits in DDP's first broadcast."""
+    if failing == 0:
+        folder = tmp_path / "missing"
+        entry, overrides, env = (
+            ["-m", "translate.train"],
+            ["data=multi30k", f"data.dir={folder}"],
+            {},
+        )
+        message = f"error: data folder {folder} does not exist"
+    else:
+        script = tmp_path / "one_rank_fails.py"
+        script.write_text(ONE_RANK_FAILS)
+        entry, overrides, env = [str(script)], [], {"FAILING_RANK": "1"}
+        message = "error: data folder /mnt/node-b/multi30k does not exist"
+    out, root = _torchrun_failing(entry, tmp_path, cache_dir, *overrides, env=env)
+    _one_line(out, message)
+    assert root == (failing, "2", message)
+    # The other rank stopped with EXIT_PEER_FAILED, or was stopped by torchrun's SIGTERM first.
+    other = re.search(rf"rank\s*: {1 - failing} .*?exitcode\s*: (\S+)", out, re.S)
+    assert other and other[1] in (str(EXIT_PEER_FAILED), "-15"), out
+
+
+@pytest.mark.slow
+def test_a_resume_every_rank_refuses_is_said_once(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    run.mkdir()
+    out, root = _torchrun_failing(
+        ["-m", "translate.train"], tmp_path, cache_dir, "trainer.resume=true"
+    )
+    message = (
+        f"error: trainer.resume=true but {run}/checkpoints/last.pt does not exist: {run} holds no "
+        "run to resume; pass the interrupted run's dir with hydra.run.dir=<run_dir>, or leave out "
+        "trainer.resume=true to start a new run there"
+    )
+    _one_line(out, message)
+    assert root[1:] == ("2", message)
 
 
 # ---------------------------------------------------------------- SLURM sweep, run locally

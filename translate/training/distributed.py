@@ -14,16 +14,19 @@ The division of labour (README "Multi-GPU", docs/scale_out.md):
 * rank 0 alone validates, writes checkpoints, TensorBoard and ``results.json``, shows the
   progress bar and scores the test split; the other ranks log warnings only;
 * stop decisions (time budget, signals, early stopping) are agreed on by all ranks, so they
-  stop at the same step.
+  stop at the same step;
+* a rank that fails on a user error says so, the others leave quietly (:func:`one_cause`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +38,8 @@ import torch
 import torch.distributed as tdist
 from torch import nn
 
-from translate.errors import UserError
+from translate import io
+from translate.errors import EXIT_PEER_FAILED, UserError
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,9 @@ TIMEOUT = timedelta(minutes=30)
 # and on a larger corpus or a slower machine more than TIMEOUT, so the waiting ranks are given
 # this long instead (a rank that dies ends the job sooner: torchrun stops the others).
 BUILD_TIMEOUT = timedelta(hours=6)
+# The key of the process group's store where the first rank to fail on a user error leaves
+# its rank, message and time (JSON), for the others to read.
+FAILED_KEY = "translate/failed"
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,86 @@ def shutdown() -> None:
         tdist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def one_cause(d: Dist, active: bool = True) -> Iterator[None]:
+    """A torchrun job's body, which leaves the process group at its end: a rank that fails on
+    a :class:`UserError` is the one that says so, the others leave without a word.
+
+    Before the failing rank leaves the group (which ends the collective another rank waits in
+    with "Connection closed by peer"), it puts its message in the group's store; a rank whose
+    own error comes after that exits quietly with :data:`EXIT_PEER_FAILED`. A rank whose user
+    error is the one a peer has already said (every rank refuses the same resume) is quiet
+    too. Each tells torchrun through its error file (``TORCHELASTIC_ERROR_FILE``), the failing
+    rank with the earliest time, so that torchrun's summary names it as the root cause
+    whichever process it saw exit first. ``active=False`` (a sweep's job, whose failure the
+    sweep reports and outlives) only leaves the group."""
+    try:
+        yield
+    except UserError as err:
+        if active and d.enabled and tdist.is_initialized():
+            _say_failed(d, str(err))
+        raise
+    except Exception:
+        first = _failure_said() if active and d.enabled and tdist.is_initialized() else None
+        if first is not None:
+            _leave_quietly(d, first)
+        raise
+    finally:
+        if d.enabled:
+            shutdown()
+
+
+def _say_failed(d: Dist, message: str) -> None:
+    """Put this rank's failure in the store, unless a peer's is there; leave quietly when
+    that one says the same. The rank that says it is not cut short by the SIGTERM that
+    torchrun sends the others once one has exited: it is leaving, with its own exit code."""
+    mine = json.dumps({"rank": d.rank, "message": message, "time": int(time.time())})
+    try:
+        first = json.loads(_store().compare_set(FAILED_KEY, "", mine))
+    except RuntimeError:  # the store's host (rank 0 outside torchrun) is gone: say it anyway
+        return
+    said_first = first["rank"] == d.rank
+    if not said_first and first["message"] == message:
+        _leave_quietly(d, first)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _error_file(f"error: {message}", first["time"] if said_first else _after(first))
+
+
+def _failure_said() -> dict | None:
+    """The failure a rank has put in the store; None if none has (or the store is gone)."""
+    try:
+        store = _store()
+        return json.loads(store.get(FAILED_KEY)) if store.check([FAILED_KEY]) else None
+    except RuntimeError:
+        return None
+
+
+def _store() -> tdist.Store:
+    # The store the process group was made with (torch has no public accessor): under
+    # torchrun its agent's, which outlives the ranks.
+    return tdist.distributed_c10d._get_default_store()
+
+
+def _leave_quietly(d: Dist, first: dict) -> None:
+    _error_file(f"rank {d.rank} stopped: rank {first['rank']} failed", _after(first))
+    raise SystemExit(EXIT_PEER_FAILED) from None
+
+
+def _after(first: dict) -> int:
+    """A time for torchrun's summary after the first failure's (whole seconds, as it reads)."""
+    return max(int(time.time()), first["time"] + 1)
+
+
+def _error_file(message: str, timestamp: int) -> None:
+    """The error file torchrun reads for its summary (the format of torch's ``record``, with
+    ``message`` where the traceback would be)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        info = {"py_callstack": message, "timestamp": str(timestamp)}
+        body = {"message": {"message": message, "extraInfo": info}}
+        io.write(path, json.dumps(body), "torchrun error file")
+
+
 def wrap(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
     """``model`` in DDP: parameters broadcast from rank 0, gradients averaged in backward.
 
@@ -183,7 +270,8 @@ def main_last(d: Dist) -> Iterator[None]:
     saving its last checkpoint died now and then with "terminate called without an active
     exception" (SIGABRT; 1 torchrun run in 30 on a loaded 2-core machine), and torchrun then
     stopped rank 0 in the middle of scoring. If the body raises on rank 0, no barrier: rank 0
-    exits with the error and torchrun stops the waiting ranks. No-op for one process."""
+    leaves the group with its error, which ends the others' wait (:func:`one_cause`). No-op
+    for one process."""
     if not d.enabled:
         yield
         return
