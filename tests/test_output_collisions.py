@@ -242,6 +242,17 @@ def test_a_sweep_into_a_sweep_dir_another_sweep_holds_is_refused_in_one_line(tmp
     assert _files(sweep) == before
 
 
+def test_the_same_sweep_again_without_resume_ends_in_its_failed_jobs_line(tmp_path, cache_dir):
+    """Its jobs are refused (their dirs hold the first sweep's runs, whose results the report
+    still lists): the sweep does not claim success, as it did ("0 failed", exit 0)."""
+    sweep = tmp_path / "sweep"
+    assert _sweep(sweep, cache_dir).returncode == 0
+    results = (sweep / "job" / "results.json").read_bytes()
+    proc = _sweep(sweep, cache_dir)
+    assert_one_line_error(proc, "1 of 1 sweep jobs failed (job: ", "already holds a run")
+    assert (sweep / "job" / "results.json").read_bytes() == results
+
+
 def test_a_job_whose_dir_another_process_holds_gets_no_error_txt(tmp_path, cache_dir):
     """That job dir is the other process's: the failure is logged, nothing written there."""
     sweep = tmp_path / "sweep"

@@ -193,6 +193,36 @@ def test_stdout_on_a_full_device_is_one_line(trained_run, source):
     assert "could not write to standard output: no space left" in proc.stderr
 
 
+# Every kind of entry: a Hydra command that prints (data) or logs (average), a benchmark, the
+# ablation study's commands (--help: a successful exit too).
+FULL_STDOUT_COMMANDS = {
+    "data": lambda run, tmp: ["translate.data"],
+    "average": lambda run, tmp: [
+        "translate.average",
+        f"run_dir={run}",
+        "n=2",
+        f"output={tmp}/a.pt",
+    ],
+    "bench": lambda run, tmp: ["translate.bench.attention", "--quick"],
+    "ablation": lambda run, tmp: ["translate.ablation", "--help"],
+}
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize("command", sorted(FULL_STDOUT_COMMANDS))
+def test_every_command_with_stdout_on_a_full_device_says_it_in_one_line(
+    trained_run, tmp_path, command
+):
+    argv = FULL_STDOUT_COMMANDS[command](trained_run[0], tmp_path)
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", *argv],
+            cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    proc.stdout = ""  # it went to /dev/full
+    assert_one_line_error(proc, "could not write to standard output: no space left on the device")
+
+
 def test_a_fifo_is_written_through(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -223,6 +253,14 @@ def test_a_translation_larger_than_the_file_limit_is_one_line(trained_run, sourc
     assert "could not write" in proc.stderr and "ulimit -f" in proc.stderr
     assert out.read_text() == "earlier\n"  # the earlier output is still whole
     assert sorted(p.name for p in tmp_path.iterdir()) == [MARKS, "in.de", "out.en"]  # no temp
+
+
+def test_a_benchmark_refused_its_json_is_one_line(tmp_path):
+    """Every ``python -m translate.bench.*`` entry ends a UserError so (run_plain_command)."""
+    out = tmp_path / "ba.json"
+    proc = _run_limited(1024, "-m", "translate.bench.attention", "--quick", "--json", str(out))
+    assert_one_line_error(proc, f"could not write {out}", "ulimit -f")
+    assert not out.exists()
 
 
 def test_evaluate_refused_its_scores_leaves_a_dir_that_the_rerun_it_asks_for_uses(

@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.io import file_in_the_way
 from translate.record import recorded
@@ -65,11 +66,84 @@ def run_command(main: Callable[[], object]) -> None:
     with interrupt_in_one_line():
         check_command_line()
         try:
-            main()
+            with refused_stdout_in_one_line():
+                main()
         except (HydraException, OmegaConfBaseException) as err:
             if debug_enabled():
                 raise
             fail(hydra_message(err))
+
+
+def run_plain_command(main: Callable[[], object]) -> NoReturn:
+    """The ``python -m`` entry of a command without Hydra (the benchmarks, the ablation
+    study's): a :class:`UserError` (a refused write of its ``--json``, say) is one line and
+    exit 2, Ctrl-C one line and exit 130, a refused standard output one line
+    (:func:`refused_stdout_in_one_line`); exits with ``main``'s status when it returns one."""
+    with interrupt_in_one_line(), refused_stdout_in_one_line():
+        try:
+            status = main()
+        except UserError as err:
+            if debug_enabled():
+                raise
+            fail(str(err))
+    sys.exit(status if isinstance(status, int) else 0)
+
+
+class _QuietStdout:
+    """Standard output that keeps the first write the system refuses (``> /dev/full``, a full
+    disk) instead of raising it wherever it lands: in a ``print``, a log handler (which would
+    print its own traceback) or Python's flush at exit. From then on fd 1 is /dev/null, so
+    nothing more is refused; the command finishes its files and then says it in one line."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.refused: OSError | None = None
+
+    def write(self, text: str) -> int:
+        self._guarded(self.stream.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    def _guarded(self, call: Callable, *args) -> None:
+        try:
+            call(*args)
+        except OSError as err:
+            if self.refused is None:
+                self.refused = err
+                _point_at_devnull(self.stream)
+
+    def __getattr__(self, name: str):  # fileno, buffer, encoding: the stream's own
+        return getattr(self.stream, name)
+
+
+def _point_at_devnull(stream) -> None:
+    """Point ``stream``'s file descriptor (fd 1) at /dev/null, when it has one."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+
+
+@contextlib.contextmanager
+def refused_stdout_in_one_line() -> Iterator[None]:
+    """Run the block with :class:`_QuietStdout`; when the system refused a write to standard
+    output, end with one line, ``error: could not write to standard output: <why>``, exit 2,
+    after the block's own work (its files) is done."""
+    stdout = sys.stdout = _QuietStdout(sys.stdout)
+    succeeded = False
+    try:
+        yield
+        succeeded = True
+    except SystemExit as done:
+        succeeded = done.code in (None, 0)  # --help: its text is the output
+        raise
+    finally:
+        stdout.flush()
+        sys.stdout = stdout.stream
+        if succeeded and stdout.refused is not None:  # a failure has said its own line
+            fail(f"could not write to standard output: {io._why(stdout.refused)}")
 
 
 def hydra_message(err: Exception) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -122,6 +123,9 @@ class AblationReportCallback(Callback):
         self.baseline_heads = int(baseline_heads)
         self.bootstrap_samples = int(bootstrap_samples)
         self._lock: RunLock | None = None
+        # This multirun's failed jobs (dir: reason): one refused at its start keeps an earlier
+        # run's results, which the report lists as done, yet this sweep did not run it.
+        self._failed: dict[Path, str] = {}
 
     def _applies(self, config) -> bool:
         hydra_cfg = config.hydra
@@ -174,6 +178,7 @@ class AblationReportCallback(Callback):
             # job_return.return_value re-raises the job's exception; the stored one is enough.
             error = job_return._return_value
             job_dir = Path(str(config.hydra.runtime.output_dir))
+            self._failed[job_dir.resolve()] = f"{type(error).__name__}: {error}"
             refused = _in_own_job_dir(job_dir, lambda d: _write_error(d, error))
             if refused:
                 log.warning("no error.txt written into %s: %s", job_dir, refused)
@@ -187,17 +192,27 @@ class AblationReportCallback(Callback):
             report = self._write(config, in_job=False)
             if self._lock is not None:
                 self._lock.release()
-            if report is not None and report.failed:
-                fail(failed_jobs(report))
+            closing = failed_jobs(report, self._failed) if report is not None else None
+            if closing is not None:
+                fail(closing)
 
 
-def failed_jobs(report: Report) -> str:
-    """The sweep's last line when jobs failed: each by name, with its reason."""
-    reasons = " | ".join(
-        f"{job.name}: {(job.error or 'failed').removeprefix('UserError: ')}"
-        for job in report.failed
-    )
+def failed_jobs(report: Report, failed_here: dict[Path, str] | None = None) -> str | None:
+    """The sweep's last line when jobs failed, each by name with its reason: the report's,
+    and ``failed_here`` (job dir: reason), those this multirun saw fail, also where an earlier
+    run's results are there (a job refused at its start); None when none failed."""
+    here = dict(failed_here or {})
+    failed = []
+    for job in report.jobs:
+        why = here.pop(job.path.resolve(), None)
+        if why is not None or not job.completed:
+            failed.append((job.name, why or job.error or "failed"))
+    # Then the jobs that left nothing the report finds (a dir another process held).
+    failed += [(os.path.relpath(d, report.sweep_dir.resolve()), why) for d, why in here.items()]
+    if not failed:
+        return None
+    reasons = " | ".join(f"{name}: {why.removeprefix('UserError: ')}" for name, why in failed)
     return (
-        f"{len(report.failed)} of {len(report.jobs)} sweep jobs failed ({reasons}); the "
+        f"{len(failed)} of {len(report.jobs) + len(here)} sweep jobs failed ({reasons}); the "
         f"others are in {report.sweep_dir / 'ablation.md'}"
     )

@@ -137,6 +137,43 @@ def test_a_copied_sweep_times_only_its_own_checkpoints_and_lists_the_others(
     )
     assert reasons["heads=4,seed=1"].startswith("it did not complete (no results.json")
     assert f"not timed: heads=1,seed=1: its checkpoint {gone} does not exist" in out
+    # The report says why that job has no figures: timing it again cannot help (before: it
+    # asked whether the job finished after the measurement, and to run speed again).
+    warnings = " ".join(write_report(copy, bootstrap_samples=100).warnings)
+    assert (
+        f"no figures for heads=1,seed=1; it was not timed: its checkpoint {gone} does" in warnings
+    )
+    assert "finished after it was measured" not in warnings
+
+
+def test_a_speed_file_of_another_sweep_is_left_out_of_the_report_with_a_warning(
+    speed_sweep, tmp_path
+):
+    """``speed <sweepA> --json <sweepB>/ablation_speed.json``: before, sweep B's report showed
+    sweep A's timings without a word."""
+    other = Path(shutil.copytree(speed_sweep, tmp_path / "other"))
+    argv = [str(speed_sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
+    assert _script().main([*argv, "--json", str(other / SPEED_FILE)]) == 0
+    report = write_report(other, bootstrap_samples=100)
+    assert report.speed is None and "ms/sent" not in (other / "ablation.md").read_text()
+    said = [w for w in report.warnings if "speed file of another sweep" in w]
+    assert len(said) == 1 and f"(it timed {speed_sweep.resolve()})" in said[0]
+    assert f"translate.ablation speed {other}" in said[0]
+
+
+def test_an_older_speed_file_of_another_sweep_is_told_by_its_checkpoints(tmp_path):
+    """A file from before the sweep dir was recorded: its jobs' checkpoint paths say whose."""
+    for heads, bleu in ((1, 20.0), (8, 27.0)):
+        make_job(tmp_path / "sweep", heads, 1, bleu)
+    names = ["heads=1,seed=1", "heads=8,seed=1"]
+    _speed_file(tmp_path / "sweep", [1, 8], names)
+    data = json.loads((tmp_path / "sweep" / SPEED_FILE).read_text())
+    elsewhere = tmp_path / "other" / names[0] / "checkpoints" / "best.pt"
+    data["jobs"][0]["checkpoint"] = str(elsewhere)
+    (tmp_path / "sweep" / SPEED_FILE).write_text(json.dumps(data))
+    report = write_report(tmp_path / "sweep", bootstrap_samples=100)
+    assert report.speed is None
+    assert any(f"another sweep (it timed {elsewhere})" in w for w in report.warnings)
 
 
 def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):

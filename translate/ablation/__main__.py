@@ -12,7 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from translate.errors import EXIT_USER_ERROR, interrupt_in_one_line
+from translate.cli import run_plain_command
+from translate.errors import EXIT_USER_ERROR
 
 COMMANDS = {"report": "translate.ablation.report", "speed": "translate.ablation.speed"}
 USAGE = "usage: python -m translate.ablation {report,speed} SWEEP_DIR [options]"
@@ -33,5 +34,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with interrupt_in_one_line():
-        sys.exit(main())
+    run_plain_command(main)

@@ -360,6 +360,7 @@ def run_speed(
         },
         "peak_mem_mb": CUDA_MEMORY_NOTE if device.type == "cuda" else CPU_MEMORY_NOTE,
         "baseline_heads": baseline,
+        "sweep_dir": str(sweep_dir.resolve()),  # the report uses only its own sweep's figures
         "order": order,
         "metrics": timed_metrics(jobs),  # each round's, in the order measured
         "warnings": warnings,

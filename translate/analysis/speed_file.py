@@ -54,27 +54,54 @@ def shown_metrics(data: dict) -> dict:
 
 
 def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
-    """The sweep dir's speed file, or None when it has none (or an unreadable one, with a
-    warning). ``finished``: the completed jobs' names; those the file lacks (jobs that
-    finished after the measurement) are named in a warning, since their rows then mix."""
+    """The sweep dir's speed file, or None when it has none (or an unreadable one, or one that
+    measured another sweep's checkpoints, with a warning). ``finished``: the completed jobs'
+    names; those the file lacks are named in a warning with why (a job not timed, or one that
+    finished after the measurement), since their rows then mix."""
     path = Path(sweep_dir) / SPEED_FILE
     if not path.is_file():
         return None
+    command = SPEED_COMMAND.replace("SWEEP_DIR", str(sweep_dir))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         measured = {job["name"] for job in data["jobs"]}
         if not isinstance(data.get("heads"), list) or "baseline_heads" not in data:
             raise KeyError("heads or baseline_heads")
+        elsewhere = _measured_elsewhere(data, Path(sweep_dir).resolve())
+        not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
     except (OSError, ValueError, KeyError, TypeError) as err:
         warnings.append(f"{path} is unreadable ({err!r}): no speed columns; run {SPEED_COMMAND}")
         return None
-    unmeasured = [name for name in finished if name not in measured]
+    if elsewhere is not None:
+        warnings.append(
+            f"{path} is the speed file of another sweep (it timed {elsewhere}): its figures are "
+            f"left out; run {command} to time this sweep's checkpoints"
+        )
+        return None
+    for name in (n for n in finished if n not in measured and n in not_timed):
+        warnings.append(
+            f"{SPEED_FILE} has no figures for {name}; it was not timed: {not_timed[name]}"
+        )
+    unmeasured = [name for name in finished if name not in measured and name not in not_timed]
     if unmeasured:
         warnings.append(
             f"{SPEED_FILE} has no figures for {', '.join(unmeasured)} (finished after it was "
-            f"measured?): run {SPEED_COMMAND.replace('SWEEP_DIR', str(sweep_dir))} again"
+            f"measured?): run {command} again"
         )
     return data
+
+
+def _measured_elsewhere(data: dict, sweep_dir: Path) -> str | None:
+    """The sweep dir (or a checkpoint outside ``sweep_dir``) a speed file timed when that is
+    not ``sweep_dir`` (resolved): a file copied from another sweep; None when it is this one's
+    (a file from before the sweep dir was recorded, with relative paths, is taken as it is)."""
+    if data.get("sweep_dir") is not None:
+        return None if Path(data["sweep_dir"]) == sweep_dir else data["sweep_dir"]
+    for job in data["jobs"]:
+        checkpoint = Path(job.get("checkpoint") or ".")
+        if checkpoint.is_absolute() and not checkpoint.resolve().is_relative_to(sweep_dir):
+            return str(checkpoint)
+    return None
 
 
 def speed_cells(data: dict, heads: int, kv_heads: int | None = None) -> dict:

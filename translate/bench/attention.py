@@ -48,6 +48,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from translate.bench import common
+from translate.cli import run_plain_command
 from translate.nn.attention import MultiHeadAttention
 from translate.runtime.device import synchronize
 from translate.runtime.memory import peak_memory_mb, reset_peak_memory
@@ -416,4 +417,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_plain_command(main)

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from translate.bench import common, ct2
-from translate.cli import exit_on_user_error
+from translate.cli import run_plain_command
 from translate.data.batching import Batch, collate, length_sorted_batches
 from translate.data.sources import read_lines, sample_dir
 from translate.data.tokenizer import Tokenizer
@@ -405,4 +405,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    exit_on_user_error(main)()  # a bad checkpoint or export: one line
+    run_plain_command(main)

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from translate import io
+from translate.cli import run_plain_command
 from translate.runtime import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -376,4 +377,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_plain_command(main)

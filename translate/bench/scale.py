@@ -61,6 +61,7 @@ import torch
 from translate.bench import common
 from translate.bench import scale_commands as commands
 from translate.bench.scale_report import print_tables, summarize
+from translate.cli import run_plain_command
 
 STAGES = ("tokenizer", "data", "start", "d512", "host", "syncs", "decode", "ddp", "sweep")
 STAGES += ("scaling",)
@@ -324,4 +325,4 @@ def write(args, argv: list[str], done: dict, quiet: bool) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_plain_command(main)

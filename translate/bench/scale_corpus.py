@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from translate.cli import run_plain_command
 from translate.data.iwslt import TEST_SETS
 from translate.data.iwslt_write import write_release
 from translate.data.sources import check_aligned, find_file, read_jsonl, read_lines
@@ -223,4 +224,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_plain_command(main)

@@ -63,7 +63,7 @@ from torch import nn
 
 from translate.bench import common
 from translate.bench.torch_baseline import TorchTransformer
-from translate.cli import exit_on_user_error
+from translate.cli import run_plain_command
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import Seq2SeqTransformer, count_parameters
@@ -471,4 +471,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    exit_on_user_error(main)()  # a bad --optim file: one line
+    run_plain_command(main)
