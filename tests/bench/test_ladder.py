@@ -40,6 +40,12 @@ def test_default_plan_is_three_rungs_with_two_seeds_at_13_minutes():
     ]  # fmt: skip
 
 
+def test_quick_is_quickstart_at_tiny_rungs_under_the_users_overrides():
+    args = ladder.parse_args(["--quick", "trainer.val_every_n_steps=5"])
+    assert (args.experiment, ladder.rungs(args)) == ("quickstart", [(0.1, 1), (0.2, 1)])
+    assert args.overrides == ["trainer.val_every_n_steps=25", "trainer.val_every_n_steps=5"]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

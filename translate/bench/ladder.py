@@ -22,7 +22,8 @@ loss rose at the end of any run of the rung (its last dev loss above its lowest 
 :data:`ROSE_BY`: ``dev_loss_rose_min<m>``, the mark of overfitting); and whether the longest
 rung's mean test BLEU is below the rung before it (``longest_below_previous``; with the
 default rungs, 26 minutes against 13). ``--quick``: the quickstart experiment (the embedded
-sample corpus) at 0.1 and 0.2 minutes, no extra seeds, for a smoke check.
+sample corpus) at 0.1 and 0.2 minutes, validating every 25 updates, no extra seeds, for a
+smoke check.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from translate.cli import exit_on_user_error
 from translate.errors import UserError, hydra_quoted
 
 ROSE_BY = 0.01  # nats of dev loss: a rise above the run's lowest that is not noise
+# A smoke check in seconds; validating every 25 updates draws a dev curve of a few points.
 QUICK = {"experiment": "quickstart", "minutes": [0.1, 0.2], "extra_seeds": []}
+QUICK_OVERRIDES = ["trainer.val_every_n_steps=25"]
 # Set by the ladder for every run; an override of one would contradict its own options.
 _STOP = (signal.SIGINT, signal.SIGTERM)  # noted while a rung trains (signals_noted)
 OWN_KEYS = ("experiment", "trainer.max_minutes", "seed", "hydra.run.dir", "trainer.resume")
@@ -126,6 +129,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.extra_seeds is None:
         args.extra_seeds = defaults.get("extra_seeds", [(13.0, 2)])
     args.out = args.out or Path("outputs/ladder") / args.experiment
+    args.overrides = [*(QUICK_OVERRIDES if args.quick else []), *args.overrides]  # theirs win
     for minutes, _ in args.extra_seeds:
         if minutes not in args.minutes:
             parser.error(f"--extra-seeds {minutes:g}=...: {minutes:g} is not one of --minutes")
