@@ -143,7 +143,7 @@ def refused_stdout_in_one_line() -> Iterator[None]:
         stdout.flush()
         sys.stdout = stdout.stream
         if succeeded and stdout.refused is not None:  # a failure has said its own line
-            fail(f"could not write to standard output: {io._why(stdout.refused)}")
+            fail(f"could not write to standard output: {io.write_error_reason(stdout.refused)}")
 
 
 def hydra_message(err: Exception) -> str:

@@ -90,7 +90,7 @@ def _os_error(exc: BaseException) -> OSError | None:
 
 def _write_failed(path: Path, err: OSError) -> WriteFailed:
     """One line for a refused write of ``path``: why, the free space where it matters."""
-    why = _why(err)
+    why = write_error_reason(err)
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         free = _free_mib(path.parent)
         where = f" ({free:,.1f} MiB free in {path.parent})" if free is not None else ""
@@ -102,7 +102,8 @@ def _write_failed(path: Path, err: OSError) -> WriteFailed:
     )
 
 
-def _why(err: OSError) -> str:
+def write_error_reason(err: OSError) -> str:
+    """What a write the system refused means, in words ("no space left on the device")."""
     return _WRITE_ERRORS.get(err.errno, err.strerror or str(err))
 
 
@@ -368,7 +369,8 @@ def _write_stdout(payload: bytes) -> None:
         # Nothing more can reach stdout: point it at /dev/null so Python's own flush at exit
         # does not print a second error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise WriteFailed(f"could not write to standard output: {_why(err)}", err.errno) from None
+        why = write_error_reason(err)
+        raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
 
 
 def check_output_file(
