@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import TINY, snapshot
+from conftest import TINY, snapshot
 from translate.bench import ladder
 from translate.errors import UserError
 
