@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import TINY, snapshot
+
 from translate.bench import ladder
 from translate.errors import UserError
 
