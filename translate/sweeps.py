@@ -20,6 +20,7 @@ sacreBLEU, torch) out of the module level here and in the modules it imports.
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import logging
 import os
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import yaml
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 from translate import io
 from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
@@ -36,31 +38,58 @@ from translate.errors import UserError, debug_enabled
 from translate.training.rundir import RunLock
 
 log = logging.getLogger(__name__)
+# The job lists of earlier sweeps into the same dir, set aside by a later one.
+EARLIER_SWEEPS = "multirun.*.yaml"
 
 
 def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """``(swept_keys, one {key: value} per job)`` the sweep in ``multirun.yaml`` defines.
+    """``(swept_keys, one {key: value} per job)`` the sweeps in ``multirun.yaml`` define, and in
+    the earlier ones a later sweep into the same dir set aside (``multirun.<time>.yaml``).
 
     Expands ``hydra.sweeper.params`` and the command-line overrides as Hydra's basic sweeper
     does. Empty when there is no ``multirun.yaml`` or another sweeper ran the sweep.
     """
-    path = Path(sweep_dir) / "multirun.yaml"
-    if not path.is_file():
+    sweep_dir = Path(sweep_dir)
+    if not (sweep_dir / "multirun.yaml").is_file():
         return [], []
+    combos = []
+    for path in sorted(sweep_dir.glob(EARLIER_SWEEPS)) + [sweep_dir / "multirun.yaml"]:
+        combos += [c for c in _combos(path) if c not in combos]
+    keys = [k for k in (combos[0] if combos else {}) if len({c.get(k) for c in combos}) > 1]
+    return keys, [{k: c.get(k) for k in keys} for c in combos]
+
+
+def _combos(path: Path) -> list[dict[str, str]]:
+    """Every job of one sweep's record, as ``{key: value}`` of all its overrides."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    cfg = yaml.safe_load(path.read_text()) or {}
-    hydra_cfg = cfg.get("hydra", {})
+    hydra_cfg = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
     if "BasicSweeper" not in str(hydra_cfg.get("sweeper", {}).get("_target_", "BasicSweeper")):
-        return [], []
+        return []
     params = hydra_cfg.get("sweeper", {}).get("params") or {}
     arguments = [f"{k}={v}" for k, v in params.items()]
     arguments += [str(o) for o in hydra_cfg.get("overrides", {}).get("task", [])]
     parsed = OverridesParser.create().parse_overrides(arguments)
-    combos = [parse_overrides(c) for c in BasicSweeper.split_arguments(parsed, None)[0]]
-    keys = [k for k in (combos[0] if combos else {}) if len({c[k] for c in combos}) > 1]
-    return keys, [{k: c[k] for k in keys} for c in combos]
+    return [parse_overrides(c) for c in BasicSweeper.split_arguments(parsed, None)[0]]
+
+
+def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
+    """Hydra writes ``multirun.yaml`` over an earlier sweep's in the same dir: where that one
+    swept other jobs (a subset re-run, other values), it is set aside first, so the sweep's
+    whole list of jobs stays, and the report counts missing jobs against all of them."""
+    earlier = sweep_dir / "multirun.yaml"
+    if not earlier.is_file():
+        return
+    hydra_cfg = (yaml.safe_load(earlier.read_text()) or {}).get("hydra", {})
+    same = hydra_cfg.get("overrides", {}).get("task", []) == list(config.hydra.overrides.task)
+    params = config.hydra.sweeper.get("params")
+    params = OmegaConf.to_container(params) if params is not None else {}
+    if same and (hydra_cfg.get("sweeper", {}).get("params") or {}) == (params or {}):
+        return
+    aside = sweep_dir / f"multirun.{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}.yaml"
+    io.move(earlier, aside)
+    log.info("kept the earlier sweep's job list of %s as %s", sweep_dir, aside.name)
 
 
 def write_report(
@@ -163,6 +192,7 @@ class AblationReportCallback(Callback):
         except UserError as err:
             fail(str(err))  # not raised: Hydra turns a callback's exception into a warning
         atexit.register(self._lock.release)  # Hydra skips on_multirun_end after a failed job
+        _keep_earlier_sweep(self._sweep_dir(config), config)
 
     def on_job_start(self, config, **kwargs) -> None:
         if self._applies(config):  # a re-run job (trainer.resume=true) drops its last failure

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, TINY, listing
 
 from translate.checkpoint import load_checkpoint
@@ -119,3 +120,31 @@ def test_a_stop_signal_reaches_the_handler_it_replaced_after_the_save(
     step = load_checkpoint(last)["progress"]["step"]
     assert handed == [(signal.SIGUSR2, step)] and 3 <= step < 1000
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def _sweep_record(overrides: list[str]) -> dict:
+    """What Hydra's basic sweeper records in multirun.yaml, as far as the job list goes."""
+    sweeper = {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
+    return {"hydra": {"overrides": {"task": overrides}, "sweeper": {**sweeper, "params": None}}}
+
+
+def test_a_later_sweep_into_the_dir_keeps_the_earlier_job_list(tmp_path):
+    """Re-running a subset (heads=2) into a heads=2,4 sweep's dir: Hydra writes multirun.yaml
+    over the earlier one, and the report then counted missing jobs against heads=2 alone
+    (the probe: '0 missing' with heads=4 never run). The earlier list is set aside first and
+    the expected jobs are all of them; the same command again sets nothing aside."""
+    from omegaconf import OmegaConf
+
+    from translate.io import write
+    from translate.sweeps import _keep_earlier_sweep, expected_jobs
+
+    first = ["experiment=quickstart", "heads=2,4"]
+    write(tmp_path / "multirun.yaml", yaml.safe_dump(_sweep_record(first)), "hydra record")
+    _keep_earlier_sweep(tmp_path, OmegaConf.create(_sweep_record(first)))
+    assert not list(tmp_path.glob("multirun.*.yaml"))  # the same sweep: nothing to keep
+    subset = ["experiment=quickstart", "heads=2"]
+    _keep_earlier_sweep(tmp_path, OmegaConf.create(_sweep_record(subset)))
+    (aside,) = tmp_path.glob("multirun.*.yaml")
+    assert yaml.safe_load(aside.read_text()) == _sweep_record(first)
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(_sweep_record(subset)))  # as Hydra
+    assert expected_jobs(tmp_path) == (["heads"], [{"heads": "2"}, {"heads": "4"}])
