@@ -48,8 +48,8 @@ ROSE_BY = 0.01  # nats of dev loss: a rise above the run's lowest that is not no
 # A smoke check in seconds; validating every 25 updates draws a dev curve of a few points.
 QUICK = {"experiment": "quickstart", "minutes": [0.1, 0.2], "extra_seeds": []}
 QUICK_OVERRIDES = ["trainer.val_every_n_steps=25"]
-# Set by the ladder for every run; an override of one would contradict its own options.
 _STOP = (signal.SIGINT, signal.SIGTERM)  # noted while a rung trains (signals_noted)
+# Set by the ladder for every run; an override of one would contradict its own options.
 OWN_KEYS = ("experiment", "trainer.max_minutes", "seed", "hydra.run.dir", "trainer.resume")
 COLUMNS = [
     ("rung", "run", ""),
