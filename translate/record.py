@@ -64,11 +64,16 @@ OmegaConf.register_new_resolver(
 )
 
 
+def stamp() -> str:
+    """Now, to the microsecond, as the names of records set beside a run's own are made."""
+    return f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
+
+
 def record_place(run_dir: Path) -> Path:
     """Where a command's record goes: ``.hydra`` the first time, ``.hydra/runs/<time>`` once a
     run's record is there, so a resume never overwrites the config the run was trained with."""
     if (run_dir / ".hydra" / "config.yaml").exists():
-        return run_dir / ".hydra" / "runs" / f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
+        return run_dir / ".hydra" / "runs" / stamp()
     return run_dir / ".hydra"
 
 
@@ -136,7 +141,7 @@ def accept(write: bool = True, replacing: bool = False) -> None:
 
 
 def _set_aside(record: Path) -> None:
-    aside = record / "runs" / f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}_replaced"
+    aside = record / "runs" / f"{stamp()}_replaced"
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
         if (record / name).exists():
             io.move(record / name, aside / name)

@@ -20,7 +20,6 @@ sacreBLEU, torch) out of the module level here and in the modules it imports.
 from __future__ import annotations
 
 import atexit
-import datetime as dt
 import logging
 import os
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, pa
 from translate.analysis.ablation_files import write_files
 from translate.cli import fail
 from translate.errors import UserError, debug_enabled
+from translate.record import stamp
 from translate.training.rundir import RunLock
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
     params = OmegaConf.to_container(params) if params is not None else {}
     if same and (hydra_cfg.get("sweeper", {}).get("params") or {}) == (params or {}):
         return
-    aside = sweep_dir / f"multirun.{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}.yaml"
+    aside = sweep_dir / f"multirun.{stamp()}.yaml"
     io.move(earlier, aside)
     log.info("kept the earlier sweep's job list of %s as %s", sweep_dir, aside.name)
 
