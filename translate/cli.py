@@ -112,18 +112,10 @@ class _QuietStdout:
         except OSError as err:
             if self.refused is None:
                 self.refused = err
-                _point_at_devnull(self.stream)
+                io.point_at_devnull(self.stream)
 
     def __getattr__(self, name: str):  # fileno, buffer, encoding: the stream's own
         return getattr(self.stream, name)
-
-
-def _point_at_devnull(stream) -> None:
-    """Point ``stream``'s file descriptor (fd 1) at /dev/null, when it has one."""
-    with contextlib.suppress(OSError, ValueError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, stream.fileno())
-        os.close(null)
 
 
 @contextlib.contextmanager
@@ -238,15 +230,9 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
     already holds ``outputs`` (another evaluation's hypotheses, say), is refused: writing would
     replace or mix with them; so is a dir inside a training run or a sweep, where a sweep's
     report would take it for one of its jobs."""
-    _refuse_inside_a_run(out_dir, command)
+    _refuse_a_run_or_inside_one(out_dir, command)
     lock = RunLock(out_dir).acquire()
     try:
-        marks = training_run_marks(out_dir)
-        if marks:
-            raise UserError(
-                f"{out_dir} is a training run's dir ({', '.join(marks)}); {command} writes into "
-                "a dir of its own: pass another hydra.run.dir=<folder>"
-            )
         found = [name for name in outputs if (out_dir / name).exists()]
         if found:
             raise UserError(
@@ -258,7 +244,13 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
         lock.release()
 
 
-def _refuse_inside_a_run(out_dir: Path, command: str) -> None:
+def _refuse_a_run_or_inside_one(out_dir: Path, command: str) -> None:
+    marks = training_run_marks(out_dir)
+    if marks:
+        raise UserError(
+            f"{out_dir} is a training run's dir ({', '.join(marks)}); {command} writes into "
+            "a dir of its own: pass another hydra.run.dir=<folder>"
+        )
     for folder in Path(os.path.abspath(out_dir)).parents:
         what = "a sweep's dir" if (folder / "multirun.yaml").exists() else None
         marks = training_run_marks(folder)

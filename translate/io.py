@@ -148,7 +148,9 @@ def write(
     so an unmarked or changed file there is an earlier copy of this output (a cache file named
     by its key); a file marked as another kind is still refused."""
     path = Path(path)
-    _check_replace(path, kind, inputs, key, adopt)  # first: a refusal leaves nothing behind
+    # First without the lock, which makes the marks folder: a refusal leaves nothing behind.
+    # Whether a marked file changed is asked once, under the lock: its marks folder is there.
+    _check_replace(path, kind, inputs, key, adopt, content=False)
     with _marks_locked(path.parent) as marks:
         _check_replace(path, kind, inputs, key, adopt)  # again: another writer may have come
         digest = _atomic(path, data)
@@ -159,7 +161,7 @@ def write(
 def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
     """Make ``dst`` the same file as ``src`` (a hard link; a copy where links are unsupported),
     by :func:`write`'s rule (``last.pt`` and ``best.pt`` naming a step checkpoint)."""
-    _check_replace(dst, kind, (), None, adopt)
+    _check_replace(dst, kind, (), None, adopt, content=False)
     with _marks_locked(dst.parent) as marks:
         _check_replace(dst, kind, (), None, adopt)
         tmp = dst.with_name(f".{dst.name}.link.tmp")
@@ -219,7 +221,11 @@ def written_here(path: Path) -> bool:
     )
 
 
-def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool) -> None:
+def _check_replace(
+    path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool, content: bool = True
+) -> None:
+    """One line for what :func:`write` may not replace; ``content=False`` leaves out whether a
+    marked file changed since (its SHA-256, a read of the whole file)."""
     if path.is_symlink():
         _refuse(path, key, "a symbolic link (only the file it points to may be named)")
     if not path.exists():
@@ -238,7 +244,7 @@ def _check_replace(path: Path, kind: str, inputs: Iterable, key: str | None, ado
         return
     if found.get("kind") != kind:
         _refuse(path, key, f"the {found.get('kind')} output of an earlier command")
-    if not adopt and found.get("sha256") != file_sha256(path):
+    if content and not adopt and found.get("sha256") != file_sha256(path):
         article = "an" if kind[:1] in "aeiou" else "a"
         _refuse(path, key, f"{article} {kind} output changed since it was written")
 
@@ -366,11 +372,19 @@ def _write_stdout(payload: bytes) -> None:
         sys.stdout.buffer.write(payload)
         sys.stdout.flush()
     except OSError as err:
-        # Nothing more can reach stdout: point it at /dev/null so Python's own flush at exit
-        # does not print a second error.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # Nothing more can reach stdout: so Python's own flush at exit prints no second error.
+        point_at_devnull(sys.stdout)
         why = write_error_reason(err)
         raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
+
+
+def point_at_devnull(stream) -> None:
+    """Point ``stream``'s file descriptor (standard output's, fd 1) at /dev/null, where it has
+    one: after the system refused a write there, nothing more is refused."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
 
 
 def check_output_file(
