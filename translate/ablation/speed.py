@@ -104,10 +104,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     )  # fmt: skip
     try:
         counts = {
-            "--rounds": args.rounds, "--sentences": args.sentences,
-            "--batch-sentences": args.batch_sentences, "--train-steps": args.train_steps,
+            "--rounds": args.rounds,
+            "--sentences": args.sentences,
+            "--batch-sentences": args.batch_sentences,
+            "--train-steps": args.train_steps,
             "--threads": args.threads,  # None: torch's default
-        }  # fmt: skip
+        }
         for option, count in counts.items():
             if count is not None and count < 1:
                 raise UserError(f"{option} {count} must be >= 1")

@@ -103,25 +103,37 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--seeds", type=common.number(), default=1, help="seeds 1..N at every rung (default: 1)"
     )
     parser.add_argument(
-        "--extra-seeds", type=extra_seed, nargs="*", default=None, metavar="MIN=SEED",
+        "--extra-seeds",
+        type=extra_seed,
+        nargs="*",
+        default=None,
+        metavar="MIN=SEED",
         help="one more seed at one rung (default: 13=2; none with --quick)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out",
+        type=Path,
+        default=None,
         help="one run dir per rung and seed, <out>/min<m>_seed<s> (default: "
         "outputs/ladder/<experiment>); the same --out again resumes the ladder",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--json", type=common.json_output("ladder"), default=None, metavar="PATH",
+        "--json",
+        type=common.json_output("ladder"),
+        default=None,
+        metavar="PATH",
         help="write results",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--quick", action="store_true", help="quickstart at 0.1 and 0.2 minutes: a smoke check"
     )
     parser.add_argument(
-        "overrides", nargs="*", type=override, metavar="KEY=VALUE",
+        "overrides",
+        nargs="*",
+        type=override,
+        metavar="KEY=VALUE",
         help="Hydra overrides for every run, e.g. data.dir=../shared/data/multi30k",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else {"experiment": "multi30k_cpu", "minutes": [6.5, 13.0, 26.0]}
     args.experiment = args.experiment or defaults["experiment"]
@@ -150,7 +162,9 @@ def rung_name(minutes: float, seed: int) -> str:
 def train_command(args: argparse.Namespace, minutes: float, seed: int) -> list[str]:
     run_dir = args.out / rung_name(minutes, seed)
     return [
-        sys.executable, "-m", "translate.train",
+        sys.executable,
+        "-m",
+        "translate.train",
         f"experiment={args.experiment}",
         f"trainer.max_minutes={minutes:g}",
         f"seed={seed}",
@@ -158,7 +172,7 @@ def train_command(args: argparse.Namespace, minutes: float, seed: int) -> list[s
         "trainer.resume=auto",
         "trainer.progress_bar=false",
         *args.overrides,
-    ]  # fmt: skip
+    ]
 
 
 @contextlib.contextmanager
