@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from translate.errors import UserError
-from translate.runtime.device import resolve_precision
+from translate.runtime import device as device_module
+from translate.runtime.device import precision_reason, resolve_precision
 
 CPU = torch.device("cpu")
 
@@ -17,6 +18,33 @@ def test_precision_auto_is_fp32_on_cpu_and_fp16_needs_a_gpu():
     assert resolve_precision("bf16", CPU) == "bf16"
     with pytest.raises(UserError, match="fp16 needs a CUDA GPU"):
         resolve_precision("fp16", CPU)
+
+
+@pytest.mark.parametrize(
+    "units,training,expected",
+    [
+        ("amx", True, "bf16"),  # AMX tiles: bf16 training (docs/benchmarks.md)
+        ("amx", False, "32"),  # decoding in bf16 is not measured to pay on a CPU
+        ("avx512_bf16", True, "32"),
+        ("none", True, "32"),
+    ],
+)
+def test_precision_auto_on_a_cpu_follows_its_bf16_units(monkeypatch, units, training, expected):
+    monkeypatch.setattr(device_module, "cpu_bf16_units", lambda: units)
+    assert resolve_precision("auto", CPU, training=training) == expected
+    reason = precision_reason("auto", expected, CPU)
+    assert reason.startswith("auto: ") and ("AMX" in reason)
+    assert precision_reason("32", "32", CPU) == "runtime.precision=32"
+
+
+@pytest.mark.parametrize("units,warned", [("none", True), ("avx512_bf16", False), ("amx", False)])
+def test_bf16_on_a_cpu_without_bf16_units_runs_and_says_it_is_emulated(
+    monkeypatch, caplog, units, warned
+):
+    monkeypatch.setattr(device_module, "cpu_bf16_units", lambda: units)
+    assert resolve_precision("bf16", CPU, training=True) == "bf16"
+    lines = [r.getMessage() for r in caplog.records if "emulated" in r.getMessage()]
+    assert len(lines) == int(warned)
 
 
 # In a fresh process: after the rest of the suite the allocator may hold freed memory that a

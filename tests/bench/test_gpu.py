@@ -48,6 +48,8 @@ def test_cpu_quick_acceptance_passes_or_says_why(tmp_path):
     bf16 = doc["details"]["train_bf16"]
     assert bf16["precision"] == "bf16" and bf16["steps"] == doc["settings"]["steps"]
     assert bf16["loss_last"] > 0 and bf16["params"] > 0
+    assert [step for step, _ in bf16["dev_loss_curve"]] == [1, 2, 3, 4]  # 4 validations
+    assert bf16["dev_loss_rose"] in (True, False)
     assert "experiment=iwslt2017" in bf16["command"] and "data=sample" in bf16["command"]
     assert doc["details"]["torchrun"]["process_group"] == "gloo"
     assert all(doc["details"][f"bench_{b}"]["summary"] for b in ("attention", "train", "decode"))
@@ -58,6 +60,25 @@ def test_cpu_quick_acceptance_passes_or_says_why(tmp_path):
     assert machine["date"] and machine["device"] == "cpu"
     table = (tmp_path / "gpu_acceptance.md").read_text()
     assert all(f"| {name} | {doc['parts'][name]} |" in table for name in PARTS)
+
+
+@pytest.mark.parametrize(
+    "losses,rose", [([3.0, 2.5, 2.4, 2.6], True), ([3.0, 2.5, 2.4, 2.405], False)]
+)
+def test_a_dev_loss_that_rises_at_the_end_is_flagged(tmp_path, losses, rose):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from translate.bench.gpu import dev_loss_curve
+
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for i, loss in enumerate(losses):
+        writer.add_scalar("dev/loss", loss, 50 * (i + 1))
+    writer.close()
+    curve = dev_loss_curve(tmp_path)
+    assert curve["dev_loss_rose"] is rose
+    assert curve["dev_loss_curve"] == [
+        (50 * (i + 1), pytest.approx(v)) for i, v in enumerate(losses)
+    ]
 
 
 def test_a_failed_part_fails_the_command_after_the_others_ran(tmp_path):

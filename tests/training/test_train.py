@@ -58,6 +58,8 @@ def test_train_writes_results_checkpoints_and_tensorboard(trained_run):
     assert set(on_disk) >= RESULT_KEYS and on_disk == results
     assert results["steps"] == 8 and results["heads"] == 2 and results["params"] > 0
     assert results["attention_impl"] == "sdpa" and results["device"] == "cpu"
+    assert results["precision"] == "32" and results["precision_reason"] == "runtime.precision=32"
+    assert results["provenance"]["cpu_bf16_units"] in ("amx", "avx512_bf16", "none")
     assert "tok:13a" in results["sacrebleu_signature"]
     assert (run / "checkpoints" / "last.pt").is_file() and (
         run / "checkpoints" / "best.pt"
@@ -204,9 +206,18 @@ def test_inverse_sqrt_schedule_warms_up_then_decays():
     assert f(399) == pytest.approx(0.5) and inverse_sqrt_factor(0)(1000) == 1.0
 
 
-@pytest.mark.parametrize("mode", ["true", "auto"])
-def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode):
-    common = ["trainer.val_every_n_steps=3", "model.dropout=0.1", "trainer.keep_last_checkpoints=2"]
+@pytest.mark.parametrize(
+    "mode,data",
+    [("true", []), ("auto", []), ("true", ["data.tokenizer.sampling_alpha=0.3"])],
+    ids=["true", "auto", "subword-sampling"],
+)
+def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode, data):
+    common = [
+        "trainer.val_every_n_steps=3",
+        "model.dropout=0.1",
+        "trainer.keep_last_checkpoints=2",
+        *data,
+    ]
     straight = train(tiny_train_cfg(*common, "trainer.max_steps=6", run_dir=tmp_path / "a"))
     train(tiny_train_cfg(*common, "trainer.max_steps=3", run_dir=tmp_path / "b"))
     first = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")

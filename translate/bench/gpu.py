@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from translate import io
+from translate.bench.ladder import ROSE_BY, dev_curve
 from translate.cli import run_plain_command
 from translate.runtime import provenance
 
@@ -51,6 +52,7 @@ PARTS = ["cuda_tests", *TRAIN_RUNS, *TINY_BENCH, "torchrun"]
 RESULT_KEYS = ("steps", "precision", "device", "params", "tokens_per_s", "peak_mem_mb",
                "train_minutes", "dev_bleu", "bleu", "latency_ms")  # fmt: skip
 LOSS_CHECK_STEPS = 20  # runs at least this long must end with a lower training loss
+VALIDATIONS = 4  # per training run: a dev-loss curve, whose rise at the end is flagged
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -167,7 +169,8 @@ def train_overrides(args, run_dir: Path, precision: str, compile_: bool) -> list
     short = (
         f"runtime.device={args.device} runtime.precision={precision} "
         f"trainer.compile={str(compile_).lower()} trainer.max_steps={n} "
-        f"trainer.val_every_n_steps={n} optim.warmup_steps={max(1, n // 4)} "
+        f"trainer.val_every_n_steps={max(1, n // VALIDATIONS)} "
+        f"optim.warmup_steps={max(1, n // 4)} "
         "trainer.max_minutes=null trainer.early_stopping_patience=null "
         "trainer.progress_bar=false trainer.log_every_n_steps=1 "
         f"trainer.val_bleu_sentences={4 if quick else 100} "
@@ -194,13 +197,21 @@ def losses(run_dir: Path) -> dict:
     }
 
 
+def dev_loss_curve(run_dir: Path) -> dict:
+    """Each validation's dev loss, and whether the last is above the lowest by more than
+    :data:`ROSE_BY` (``dev_loss_rose``: the mark of overfitting, reported, not failed)."""
+    curve = [(p["step"], p["dev_loss"]) for p in dev_curve(run_dir) if "dev_loss" in p]
+    rose = bool(curve) and curve[-1][1] - min(loss for _, loss in curve) > ROSE_BY
+    return {"dev_loss_curve": curve, "dev_loss_rose": rose}
+
+
 def check_run(args, run_dir: Path, precision: str) -> tuple[str | None, dict]:
     """Why a finished training run is not acceptable (None: it is), and its numbers."""
     path = run_dir / "results.json"
     if not path.is_file():
         return f"no {path}", {}
     res = json.loads(path.read_text())
-    numbers = {k: res.get(k) for k in RESULT_KEYS} | losses(run_dir)
+    numbers = {k: res.get(k) for k in RESULT_KEYS} | losses(run_dir) | dev_loss_curve(run_dir)
     log = run_dir / "train.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
     numbers["skipped_updates"] = text.count("update skipped")
@@ -319,7 +330,8 @@ def markdown(doc: dict) -> str:
         "| part | status | seconds | numbers / reason |",
         "|---|---|---|---|",
     ]
-    keys = ("tokens_per_s", "peak_mem_mb", "loss_first", "loss_last", "bleu", "tests", "skipped")
+    keys = ("tokens_per_s", "peak_mem_mb", "loss_first", "loss_last", "dev_loss_rose", "bleu")
+    keys += ("tests", "skipped")
     for name, status in doc["parts"].items():
         d = doc["details"][name]
         shown = [

@@ -4,11 +4,14 @@ waiting for the device, and the device's name."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 
 import torch
 
 from translate.errors import UserError
+
+log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "bf16", "fp16", "32")
 
@@ -39,19 +42,62 @@ def check_precision(name: str, key: str = "runtime.precision") -> str:
     return name
 
 
-def resolve_precision(name: str, device: torch.device, key: str = "runtime.precision") -> str:
-    """``auto`` -> ``bf16`` on a GPU that supports it, else ``32``. fp16 needs a GPU.
-    ``key`` is the setting's name in the command's messages."""
+def cpu_bf16_units() -> str:
+    """What this CPU computes bf16 matmuls with: ``amx`` (Intel's AMX tiles, Sapphire Rapids
+    and later), ``avx512_bf16`` (bf16 dot-product instructions: Cooper Lake, AMD Zen 4) or
+    ``none`` (oneDNN converts to fp32 and back: emulated, slower than fp32). As torch's CPU
+    dispatch reads it: the OS must also have enabled the AMX tiles."""
+    cpu = torch.cpu
+    if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+        return "amx"
+    if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "avx512_bf16"
+    return "none"
+
+
+def resolve_precision(
+    name: str, device: torch.device, key: str = "runtime.precision", training: bool = False
+) -> str:
+    """``auto`` -> ``bf16`` on a GPU that supports it, and for ``training`` on a CPU with AMX
+    (:func:`precision_reason` says why), else ``32``. fp16 needs a GPU. bf16 on a CPU without
+    bf16 instructions runs, emulated, with a warning. ``key`` is the setting's name in the
+    command's messages."""
     name = check_precision(name, key)
     if name == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return "bf16" if cuda_bf16 else "32"
+        return "bf16" if _auto_bf16(device, training) else "32"
     if name == "fp16" and device.type != "cuda":
         raise UserError(
             f"{key}=fp16 needs a CUDA GPU (fp16 autocast with loss scaling); "
             f"use {key}=bf16 or 32 on the CPU"
         )
+    if name == "bf16" and device.type == "cpu" and cpu_bf16_units() == "none":
+        log.warning(
+            "%s=bf16: this CPU has no bf16 instructions (AVX512-BF16 or AMX), so bf16 is "
+            "emulated and slower than 32; use %s=32 or auto",
+            key,
+            key,
+        )
     return name
+
+
+def _auto_bf16(device: torch.device, training: bool) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return training and cpu_bf16_units() == "amx"
+
+
+def precision_reason(name: str, resolved: str, device: torch.device) -> str:
+    """Why a training run computes in ``resolved``: the setting, and for ``auto`` what it
+    found (the words of the first log lines and ``results.json``)."""
+    if str(name) != "auto":
+        return f"runtime.precision={name}"
+    if device.type == "cuda":
+        found = "supports bf16" if resolved == "bf16" else "has no bf16"
+        return f"auto: this GPU {found}"
+    units = cpu_bf16_units()
+    if units == "amx":
+        return "auto: this CPU has AMX bf16 matrix units"
+    return f"auto: no AMX on this CPU (bf16 units: {units}), where fp32 is kept"
 
 
 def autocast(device: torch.device, precision: str):

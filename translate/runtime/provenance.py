@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from translate.runtime.device import device_name
+from translate.runtime.device import cpu_bf16_units, device_name
 from translate.runtime.memory import keeps_freed_memory
 
 
@@ -85,11 +85,13 @@ _MATH_LIBRARIES = re.compile(r"Math Kernel Library|MKL-DNN|oneDNN|OpenBLAS|OpenM
 def torch_build() -> dict:
     """The CPU kernels torch runs: the instruction set it dispatches to (``AVX2``,
     ``AVX512``, ...), its BLAS, and the math libraries it was built with (MKL, oneDNN,
-    OpenMP): other kernels sum in another order, so they give other last bits."""
+    OpenMP), and the CPU's bf16 units (:func:`cpu_bf16_units`): other kernels sum in another
+    order, so they give other last bits."""
     shown = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=([^,\s]+)", shown)
     return {
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16_units": cpu_bf16_units(),
         "blas": blas[1] if blas else None,
         "math_libraries": [  # not the build settings' line, which names them all
             line.strip(" -")

@@ -24,7 +24,7 @@ from translate.checkpoint import load_checkpoint
 from translate.errors import UserError
 from translate.metrics import score
 from translate.nn.model import count_parameters
-from translate.runtime.device import device_name
+from translate.runtime.device import device_name, precision_reason
 from translate.runtime.memory import peak_memory_mb
 from translate.runtime.provenance import provenance
 from translate.training.averaging import average_into, step_checkpoints
@@ -211,6 +211,9 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "params": count_parameters(run.model),
         "attention_impl": m.attention_impl,
         "precision": run.trainer.precision,
+        "precision_reason": precision_reason(
+            run.settings.runtime.precision, run.trainer.precision, device
+        ),
         "device": device_name(device),
         "seed": run.settings.seed,
         "steps": p.step,

@@ -22,7 +22,12 @@ from translate.decoding.translator import Translator
 from translate.errors import UserError, counted
 from translate.nn.model import count_parameters
 from translate.nn.sdpa import sdpa_backend
-from translate.runtime.device import device_name, resolve_device, resolve_precision
+from translate.runtime.device import (
+    device_name,
+    precision_reason,
+    resolve_device,
+    resolve_precision,
+)
 from translate.runtime.provenance import code_version
 from translate.runtime.rng import seed_everything, use_deterministic_algorithms
 from translate.settings import TrainSettings
@@ -74,7 +79,7 @@ def setup(settings: TrainSettings, dist: Dist) -> Run:
     r = settings.runtime
     distributed.quiet_other_ranks(dist)
     device = distributed.init(dist, resolve_device(r.device))
-    precision = resolve_precision(r.precision, device)
+    precision = resolve_precision(r.precision, device, training=True)
     run_dir, lock = _claim_run_dir(settings, dist)
     try:
         run = _build(settings, dist, device, precision, run_dir)
@@ -172,7 +177,9 @@ def _log_start(run: Run) -> None:
     )
     name = device_name(device, "CPU")
     threads = "" if device.type == "cuda" else f", {counted(torch.get_num_threads(), 'thread')}"
-    log.info("device: %s (%s%s), precision %s", name, device, threads, run.trainer.precision)
+    precision = run.trainer.precision
+    why = precision_reason(run.settings.runtime.precision, precision, device)
+    log.info("device: %s (%s%s), precision %s (%s)", name, device, threads, precision, why)
     # Read now, as the run starts: results.json records the code this process imported.
     log.info("code: %s", code_version())
     if m.attention_impl == "sdpa":
@@ -191,6 +198,12 @@ def _log_start(run: Run) -> None:
         counted(run.dist.world_size, "process"),
         f"{per_update:,}",
     )
+    if run.corpus.sampling_alpha is not None:
+        log.info(
+            "subword sampling: each epoch trains on a new segmentation of the training pairs "
+            "(data.tokenizer.sampling_alpha=%g); validation and test use the best one",
+            run.corpus.sampling_alpha,
+        )
     log.info(
         "checkpoints: %s | TensorBoard: tensorboard --logdir %s", run.ckpts.directory, run.run_dir
     )
