@@ -22,7 +22,7 @@ from translate.evaluate import evaluate
 from translate.settings import train_settings
 from translate.train import train
 from translate.training import report
-from translate.training.averaging import average_checkpoints, step_checkpoints
+from translate.training.averaging import around, average_checkpoints, step_checkpoints
 from translate.training.loop import dev_scores
 from translate.training.progress import Progress
 from translate.training.saving import CheckpointManager
@@ -195,7 +195,7 @@ def test_a_run_without_averaging_scores_best(trained_run):
     assert results["checkpoint"].endswith("best.pt")
 
 
-def _end_of_run(trained_run, tmp_path, steps: int, average_last_n: int):
+def _end_of_run(trained_run, tmp_path, steps: int, average_last_n: int, around_best=False):
     """What ``_choose_checkpoint`` reads of a run at its end: the last ``steps`` step
     checkpoints of the shared run (best.pt is the oldest), the newest weights in the model."""
     source = step_checkpoints(trained_run[0] / "checkpoints")[-steps:]
@@ -205,7 +205,9 @@ def _end_of_run(trained_run, tmp_path, steps: int, average_last_n: int):
         shutil.copy(path, ckpts.directory / path.name)
     os.link(ckpts.directory / source[0].name, ckpts.best)
     return SimpleNamespace(
-        settings=SimpleNamespace(trainer=SimpleNamespace(average_last_n=average_last_n)),
+        settings=SimpleNamespace(
+            trainer=SimpleNamespace(average_last_n=average_last_n, average_around_best=around_best)
+        ),
         ckpts=ckpts,
         progress=Progress(step=8, best_dev_bleu=10.0, best_step=4),
         model=load_translator(source[-1]).model,
@@ -268,3 +270,57 @@ def test_training_with_average_last_n_writes_averaged_pt_and_says_what_it_scored
     assert results["averaged_dev_bleu"] == results["dev_bleu"] + 100.0  # BLEU of the same prefix
     assert results["checkpoint"] == str(run / "checkpoints" / "averaged.pt")
     assert json.loads((run / "results.json").read_text()) == results
+
+
+# ---------------------------------------------------------------- around best.pt
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("best_index", [0, 3, 7, 9])
+def test_around_takes_n_files_from_half_of_n_before_the_step_on(n, best_index):
+    paths = [Path(f"step_{100 * (i + 1):08d}.pt") for i in range(10)]
+    window = around(paths, 100 * (best_index + 1), n)
+    assert paths[best_index] in window and window == paths[paths.index(window[0]) :][: len(window)]
+    assert window.index(paths[best_index]) == min(best_index, n // 2)
+    assert len(window) == min(n, len(paths) - paths.index(window[0]))
+    assert around(paths, 150, n) == []  # no file of that step
+
+
+def test_the_manager_keeps_the_step_files_around_the_best(tmp_path):
+    """Best at step 3 of 10: with keep_last 2 and 4 around the best (two before it, it, one
+    after), steps 1-4 stay beside the newest two, through every save after it."""
+    manager = CheckpointManager(tmp_path, keep_last=2, around_best=4)
+    state = {"format_version": 1, "model": {}, "config": {}, "tokenizer": b"", "step": 0}
+    for step in range(1, 11):
+        manager.save({**state, "step": step}, step, is_best=step <= 3, best_step=min(step, 3))
+    kept = [int(p.stem.split("_")[1]) for p in step_checkpoints(tmp_path)]
+    assert kept == [1, 2, 3, 4, 9, 10]
+    plain = CheckpointManager(tmp_path / "plain", keep_last=2)
+    plain.directory.mkdir()
+    for step in range(1, 11):
+        plain.save({**state, "step": step}, step, is_best=step <= 3, best_step=min(step, 3))
+    assert [p.name for p in step_checkpoints(plain.directory)][0] == "step_00000009.pt"
+
+
+@pytest.mark.parametrize("around_best,averaged", [(False, [6, 7, 8]), (True, [3, 4, 5])])
+def test_averaging_around_the_best_when_the_last_come_after_it(
+    trained_run, tmp_path, monkeypatch, around_best, averaged
+):
+    """Step files 1-8, best.pt at step 4, three averaged: the newest three come after it, so
+    with average_around_best the three around it are averaged (from one before it)."""
+    monkeypatch.setattr(report, "dev_scores", lambda run: {"bleu": 20.0})
+    run = _end_of_run(trained_run, tmp_path, steps=1, average_last_n=3, around_best=around_best)
+    [source] = step_checkpoints(run.ckpts.directory)
+    ckpt = load_checkpoint(source)
+    for step in range(1, 9):  # one checkpoint's weights, each file another step of it
+        path = run.ckpts.directory / f"step_{step:08d}.pt"
+        save_checkpoint({**ckpt, "step": step}, path, adopt=True)
+    scored = report._choose_checkpoint(run)
+    assert scored.averaged_from == [f"step_{step:08d}.pt" for step in averaged]
+
+
+def test_average_around_best_needs_an_average():
+    overrides = [*TINY, "run_dir=unused", "trainer.average_around_best=true"]
+    with pytest.raises(UserError) as err:
+        train_settings(compose_config("train", overrides))
+    assert "trainer.average_around_best=true" in str(err.value)

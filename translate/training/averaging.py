@@ -43,6 +43,16 @@ def step_checkpoints(directory: str | Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
+def around(paths: list[Path], step: int, n: int) -> list[Path]:
+    """Up to ``n`` of ``paths`` (step checkpoints, oldest first) around ``step``'s: from
+    ``n // 2`` before it on. Empty when no file is ``step``'s."""
+    steps = [int(match[1]) for path in paths if (match := _STEP_FILE.fullmatch(path.name))]
+    if step not in steps:
+        return []
+    start = max(0, steps.index(step) - n // 2)
+    return paths[start : start + n]
+
+
 def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
     """The newest ``n`` ``checkpoints/step_*.pt`` of a training run, oldest first."""
     directory = Path(run_dir) / "checkpoints"

@@ -301,6 +301,6 @@ def _checkpoint(run: Run, improved: bool) -> None:
             run.corpus.fingerprints,
             rngs,
         )
-        run.ckpts.save(state, run.progress.step, improved)
+        run.ckpts.save(state, run.progress.step, improved, run.progress.best_step)
     run.saved_step = run.progress.step
     run.writer.flush()

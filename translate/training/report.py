@@ -2,8 +2,9 @@
 summarise its heads, and write ``test.hyp.txt``, ``test.ref.txt`` and ``results.json`` into
 the run dir (and the HParams summary to TensorBoard).
 
-With ``trainer.average_last_n=N`` the last N ``step_*.pt`` are first averaged into
-``checkpoints/averaged.pt`` and scored on the dev prefix validation uses; the test split is
+With ``trainer.average_last_n=N`` the last N ``step_*.pt`` (with
+``trainer.average_around_best``, the N around best.pt's when the last N all come after it) are
+first averaged into ``checkpoints/averaged.pt`` and scored on the dev prefix validation uses; the test split is
 then scored with whichever of ``best.pt`` and ``averaged.pt`` has the higher dev BLEU (a tie
 keeps ``best.pt``), and ``results.json`` says which (``scored_checkpoint``)."""
 
@@ -27,7 +28,7 @@ from translate.nn.model import count_parameters
 from translate.runtime.device import device_name, precision_reason
 from translate.runtime.memory import peak_memory_mb
 from translate.runtime.provenance import provenance
-from translate.training.averaging import average_into, step_checkpoints
+from translate.training.averaging import around, average_into, step_checkpoints
 from translate.training.loop import dev_scores
 from translate.training.run import Run
 
@@ -140,12 +141,25 @@ def _choose_checkpoint(run: Run) -> Scored:
 
 
 def _average_last(run: Run) -> Scored | None:
-    """Average the last ``trainer.average_last_n`` step checkpoints into averaged.pt, load
-    it into the model and score it on the dev prefix; None when off or too few."""
-    n = run.settings.trainer.average_last_n
+    """Average the last ``trainer.average_last_n`` step checkpoints (with
+    ``trainer.average_around_best``, those around best.pt's when it is not among them) into
+    averaged.pt, load it into the model and score it on the dev prefix; None when off or too
+    few."""
+    t, best = run.settings.trainer, run.progress.best_step
+    n = t.average_last_n
     if not n:
         return None
-    paths = step_checkpoints(run.ckpts.directory)[-n:]
+    files = step_checkpoints(run.ckpts.directory)
+    paths = files[-n:]
+    if t.average_around_best and not around(paths, best, n) and around(files, best, n):
+        paths = around(files, best, n)
+        log.info(
+            "the newest %d step checkpoints come after best.pt's (step %d, dev BLEU %.2f): "
+            "averaging the ones around it (trainer.average_around_best)",
+            n,
+            best,
+            run.progress.best_dev_bleu,
+        )
     if len(paths) < 2:
         log.info(
             "trainer.average_last_n=%d: %d step checkpoint(s) in %s, nothing to average",

@@ -127,7 +127,8 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     ddp = distributed.wrap(model, device) if dist.enabled else None
     compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
     trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled, ddp)
-    ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints)
+    around_best = t.average_last_n if t.average_around_best else 0
+    ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints, around_best)
     progress = Progress()
     if t.resume:
         progress = resume_or_start(ckpts.directory, trainer, corpus, dist, settings)

@@ -13,6 +13,7 @@ from translate import io
 from translate.checkpoint import CHECKPOINT, FORMAT_VERSION, save_checkpoint
 from translate.data.tokenizer import Tokenizer
 from translate.runtime.rng import rng_state
+from translate.training.averaging import around, step_checkpoints
 from translate.training.progress import Progress
 from translate.training.step import Trainer
 
@@ -20,15 +21,17 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointManager:
-    """Writes ``step_<N>.pt`` atomically, keeps the newest ``keep_last``, and points
-    ``last.pt`` (and ``best.pt`` on request) at the newest file.
+    """Writes ``step_<N>.pt`` atomically, keeps the newest ``keep_last`` (and with
+    ``around_best=N`` the N around the best one's, for averaging them: :func:`around`), and
+    points ``last.pt`` (and ``best.pt`` on request) at the newest file.
 
     ``keep_last`` >= 1 is ``trainer.keep_last_checkpoints``'s rule, checked where the settings
     are read (:class:`~translate.schema.TrainerSettings`): a training run is the only builder."""
 
-    def __init__(self, directory: Path, keep_last: int) -> None:
+    def __init__(self, directory: Path, keep_last: int, around_best: int = 0) -> None:
         self.directory = Path(directory)
         self.keep_last = keep_last
+        self.around_best = around_best
 
     @property
     def last(self) -> Path:
@@ -38,7 +41,7 @@ class CheckpointManager:
     def best(self) -> Path:
         return self.directory / "best.pt"
 
-    def save(self, state: dict, step: int, is_best: bool) -> Path:
+    def save(self, state: dict, step: int, is_best: bool, best_step: int | None = None) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
         # The step files, last.pt and best.pt are names of this manager's own: a fresh run
         # starts only in a dir without checkpoints and a resume has found each one there that
@@ -48,8 +51,13 @@ class CheckpointManager:
         io.link(path, self.last, CHECKPOINT, adopt=True)
         if is_best:
             io.link(path, self.best, CHECKPOINT, adopt=True)
-        for old in sorted(self.directory.glob("step_*.pt"))[: -self.keep_last]:
-            io.remove(old)
+        files = step_checkpoints(self.directory)
+        kept = set(files[-self.keep_last :])
+        if self.around_best and best_step is not None:
+            kept.update(around(files, best_step, self.around_best))
+        for old in files:
+            if old not in kept:
+                io.remove(old)
         log.debug("saved %s%s", path, " (best)" if is_best else "")
         return path
 
