@@ -200,6 +200,33 @@ def test_gradient_accumulation_equals_one_large_batch():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+def test_weight_decay_is_decoupled_and_without_it_the_update_is_adams():
+    """A weight without gradient shrinks by lr * weight_decay of itself (AdamW; an L2 penalty
+    in the gradient would move it by about lr, Adam's normalised step); with no decay the
+    update is plain Adam's, bit for bit."""
+    from translate.training.optim import make_optimizer
+
+    def stepped(weight_decay: float, cls=None) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        used, idle = torch.nn.Parameter(torch.randn(8)), torch.nn.Parameter(torch.ones(8))
+        optim = OptimSettings(1e-2, [0.9, 0.98], 1e-9, weight_decay, 0, 0.0, 0.0)
+        opt = make_optimizer([used, idle], optim)[0] if cls is None else cls([used, idle], 1e-2)
+        for _ in range(3):
+            (used**2).sum().backward()
+            idle.grad = torch.zeros(8)
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        return used.detach(), idle.detach()
+
+    _, idle = stepped(0.1)
+    assert torch.allclose(idle, torch.full((8,), (1 - 1e-2 * 0.1) ** 3))
+    ours, theirs = (
+        stepped(0.0)[0],
+        stepped(0.0, lambda p, lr: torch.optim.Adam(p, lr, (0.9, 0.98), 1e-9))[0],
+    )
+    assert torch.equal(ours, theirs)
+
+
 def test_inverse_sqrt_schedule_warms_up_then_decays():
     f = inverse_sqrt_factor(100)
     assert f(0) == pytest.approx(0.01) and f(99) == pytest.approx(1.0)

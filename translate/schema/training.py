@@ -24,7 +24,8 @@ class OptimSettings:
         check=positive,
     )
     weight_decay: float = doc(
-        "L2 penalty Adam adds to the gradient (not decoupled as in AdamW)",
+        "weight decay, decoupled from the gradient (AdamW; fairseq's Adam): each update "
+        "shrinks every weight by lr * weight_decay of itself",
         "factor",
         "; 0 = off",
         check=non_negative,

@@ -1,5 +1,7 @@
-"""The optimiser recipe: Adam with linear warm-up then inverse-square-root decay
-(Vaswani et al. 2017; fairseq's ``inverse_sqrt``), all values from ``conf/optim/``."""
+"""The optimiser recipe: Adam with decoupled weight decay (AdamW, as fairseq's Adam decays
+weights) and linear warm-up then inverse-square-root decay (Vaswani et al. 2017; fairseq's
+``inverse_sqrt``), all values from ``conf/optim/``. Without weight decay AdamW's update is
+Adam's, bit for bit."""
 
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ def inverse_sqrt_factor(warmup_steps: int):
 def make_optimizer(
     params: Iterable[torch.nn.Parameter], optim: OptimSettings
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """``(Adam, its warm-up/decay schedule)`` for ``params``."""
-    optimizer = torch.optim.Adam(
+    """``(AdamW, its warm-up/decay schedule)`` for ``params``."""
+    optimizer = torch.optim.AdamW(
         params,
         lr=optim.lr,
         betas=tuple(optim.betas),
