@@ -317,10 +317,3 @@ def test_averaging_around_the_best_when_the_last_come_after_it(
         save_checkpoint({**ckpt, "step": step}, path, adopt=True)
     scored = report._choose_checkpoint(run)
     assert scored.averaged_from == [f"step_{step:08d}.pt" for step in averaged]
-
-
-def test_average_around_best_needs_an_average():
-    overrides = [*TINY, "run_dir=unused", "trainer.average_around_best=true"]
-    with pytest.raises(UserError) as err:
-        train_settings(compose_config("train", overrides))
-    assert "trainer.average_around_best=true" in str(err.value)

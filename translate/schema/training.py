@@ -148,7 +148,7 @@ class TrainerSettings:
     average_around_best: bool = doc(
         "when best.pt is older than the newest trainer.average_last_n step checkpoints (the "
         "dev BLEU fell since), average the average_last_n around it instead; the step "
-        "checkpoints near the best are kept for it",
+        "checkpoints near the best are kept for it (nothing to do when average_last_n is 0)",
         "switch",
         "true | false",
         default=False,  # older runs lack the key
@@ -165,9 +165,4 @@ class TrainerSettings:
                 f"trainer.keep_last_checkpoints={self.keep_last_checkpoints}: only that many "
                 "step checkpoints are kept; raise trainer.keep_last_checkpoints or lower "
                 "trainer.average_last_n"
-            )
-        if self.average_around_best and not self.average_last_n:
-            raise UserError(
-                "trainer.average_around_best=true averages trainer.average_last_n step "
-                "checkpoints, which is 0; set trainer.average_last_n (e.g. 5)"
             )

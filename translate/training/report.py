@@ -4,9 +4,9 @@ the run dir (and the HParams summary to TensorBoard).
 
 With ``trainer.average_last_n=N`` the last N ``step_*.pt`` (with
 ``trainer.average_around_best``, the N around best.pt's when the last N all come after it) are
-first averaged into ``checkpoints/averaged.pt`` and scored on the dev prefix validation uses; the test split is
-then scored with whichever of ``best.pt`` and ``averaged.pt`` has the higher dev BLEU (a tie
-keeps ``best.pt``), and ``results.json`` says which (``scored_checkpoint``)."""
+first averaged into ``checkpoints/averaged.pt`` and scored on the dev prefix validation uses;
+the test split is then scored with whichever of ``best.pt`` and ``averaged.pt`` has the higher
+dev BLEU (a tie keeps ``best.pt``), and ``results.json`` says which (``scored_checkpoint``)."""
 
 from __future__ import annotations
 
