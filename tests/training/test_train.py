@@ -349,16 +349,3 @@ def test_the_last_epoch_ends_the_run_with_a_validation_and_a_checkpoint(tiny_tra
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("dev/loss")] == [steps]
-
-
-def test_a_resume_updates_with_this_runs_optimizer_kernel(tiny_train_cfg, tmp_path):
-    """optim.fused may change on resume (a schedule setting): the checkpoint's saved group
-    option would otherwise keep the kernel it was written with."""
-    run = tmp_path / "run"
-    train(tiny_train_cfg("trainer.max_steps=2", run_dir=run))
-    cfg = tiny_train_cfg(
-        "trainer.max_steps=4", "trainer.resume=true", "optim.fused=true", run_dir=run
-    )
-    train(cfg)
-    groups = load_checkpoint(run / "checkpoints" / "last.pt")["optimizer"]["param_groups"]
-    assert all(group["fused"] is True for group in groups)

@@ -47,14 +47,6 @@ class OptimSettings:
         "; 0 = no clipping",
         check=non_negative,
     )
-    fused: bool = doc(
-        "torch's fused AdamW kernel: one pass over all weights instead of a loop of small "
-        "operations per weight (on a CPU about 3x less time for the update); the weights "
-        "differ from the loop's in the last bits",
-        "flag",
-        "true | false",
-        default=False,  # older runs lack the key
-    )
 
     def validate(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in self.betas):

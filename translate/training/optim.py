@@ -36,7 +36,6 @@ def make_optimizer(
         betas=tuple(optim.betas),
         eps=optim.eps,
         weight_decay=optim.weight_decay,
-        fused=optim.fused or None,  # None: torch's own choice, the per-weight loop on a CPU
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, inverse_sqrt_factor(optim.warmup_steps)

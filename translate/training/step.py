@@ -65,7 +65,6 @@ class Trainer:
         self.label_smoothing = optim.label_smoothing
         self.clip_norm = optim.clip_norm
         self.optimizer, self.scheduler = make_optimizer(model.parameters(), optim)
-        self.fused = self.optimizer.param_groups[0]["fused"]
         # Loss scaling only for fp16; bf16 has fp32's range.
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
@@ -168,9 +167,5 @@ class Trainer:
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        # The update's kernel is this run's optim.fused, not the checkpoint's: loading
-        # restores every option the checkpoint's groups were saved with.
-        for group in self.optimizer.param_groups:
-            group["fused"] = self.fused
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
