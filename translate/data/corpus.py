@@ -12,7 +12,6 @@ Run ``python -m translate.data data=<source> [overrides]`` to check a corpus bef
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -90,29 +89,6 @@ class Corpus:
     # role -> text_fingerprint of the split as read: checkpoints store it, so data read from
     # another place can be recognised as the same text.
     fingerprints: dict[str, str] = field(default_factory=dict)
-    sampling_alpha: float | None = None  # data.tokenizer.sampling_alpha
-
-    def train_split(self, seed: int, epoch: int) -> EncodedSplit:
-        """The training pairs of ``epoch``: as encoded, or with ``sampling_alpha`` each text
-        segmented anew by a draw fixed by ``(seed, epoch)`` (so a resumed epoch gets the same
-        batches). A pair whose drawn segmentation is longer than ``data.filter`` allows keeps
-        its best one, so every batch still fits ``max_tokens``."""
-        split = self.splits["train"]
-        if self.sampling_alpha is None:
-            return split
-        draw = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
-        ids = self.tokenizer.sample(split.src_text + split.tgt_text, self.sampling_alpha, draw)
-        n = len(split)
-        src_ids, tgt_ids = [], []
-        for i, (src, tgt) in enumerate(zip(ids[:n], ids[n:])):
-            fits = _fits(len(src) + 1, self.max_src_len) and _fits(len(tgt) + 1, self.max_tgt_len)
-            src_ids.append(np.asarray(src, np.int32) if fits else split.src_ids[i])
-            tgt_ids.append(np.asarray(tgt, np.int32) if fits else split.tgt_ids[i])
-        return dataclasses.replace(split, src_ids=src_ids, tgt_ids=tgt_ids)
-
-
-def _fits(length: int, limit: int | None) -> bool:
-    return limit is None or length <= limit
 
 
 # ------------------------------------------------------------------------ loading
@@ -172,7 +148,6 @@ def load_corpus(data: DataSettings) -> Corpus:
         max_tgt_len=data.filter.max_tgt_len,
         fingerprints=prints,
         eval_max_len=data.eval_cap,
-        sampling_alpha=tok.sampling_alpha,
     )
 
 

@@ -97,21 +97,6 @@ class Tokenizer:
         """Subword ids of each text, without BOS/EOS."""
         return self._sp.encode(list(texts), out_type=int, num_threads=_threads())
 
-    def sample(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
-        """One segmentation of each text drawn at random (subword regularisation): unigram from
-        every segmentation with probabilities raised to ``alpha``, BPE with merges dropped with
-        probability ``alpha``. The same ``(texts, alpha, seed)`` give the same ids: the draw
-        uses SentencePiece's one generator, seeded here, on one thread."""
-        spm.set_random_generator_seed(seed)
-        return self._sp.encode(
-            list(texts),
-            out_type=int,
-            enable_sampling=True,
-            alpha=alpha,
-            nbest_size=-1,
-            num_threads=1,
-        )
-
     def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
         """Text of each id sequence: cut at the first EOS, PAD and BOS dropped."""
         specials = (self.PAD, self.BOS)

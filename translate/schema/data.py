@@ -33,29 +33,9 @@ class TokenizerSettings:
         check=non_negative,
     )
     seed: int = doc("seed of that sample", "seed", "any integer")
-    # None also in the data config of a checkpoint written before the key existed.
-    sampling_alpha: float | None = doc(
-        "subword regularisation: each epoch trains on a new segmentation of every training "
-        "sentence, drawn from all of them (unigram: probabilities raised to this power, so "
-        "smaller is more varied; bpe: BPE-dropout with this probability); validation, test and "
-        "decoding keep the single best segmentation",
-        "exponent (unigram) | probability (bpe)",
-        "; null = off",
-        check=positive,
-        default=None,
-    )
 
     def validate(self) -> None:
         choice("data.tokenizer.model_type", self.model_type, ("unigram", "bpe"))
-        if (
-            self.model_type == "bpe"
-            and self.sampling_alpha is not None
-            and self.sampling_alpha >= 1
-        ):
-            raise UserError(
-                f"data.tokenizer.sampling_alpha={self.sampling_alpha} is a BPE-dropout "
-                "probability with model_type=bpe; use a value below 1, or null for none"
-            )
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,9 @@
 """The training split's batches in a per-epoch order fixed by ``(seed, epoch)``, sharded over
-DDP ranks, so a resumed run skips exactly the micro-batches it already trained on. With
-subword sampling each epoch's segmentation is fixed by ``(seed, epoch)`` too, and its batches
-are cut from its own lengths."""
+DDP ranks, so a resumed run skips exactly the micro-batches it already trained on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from translate.data.batching import Batch, TokenBatchSampler, collate
 from translate.data.corpus import EncodedSplit
@@ -21,23 +19,12 @@ class TrainBatches:
     left of the epoch's order (:func:`~translate.training.distributed.shard`), so the
     ranks' shares are disjoint and equally long; ``skip`` and ``Progress.batches_in_epoch``
     count micro-batches of all ranks together (``consumed``), which keeps resuming exact.
-
-    ``resample(epoch)``, when given, is the epoch's training split (the same pairs, segmented
-    anew: :meth:`translate.data.corpus.Corpus.train_split`); its batches are cut from its own
-    lengths, since a new segmentation moves pairs between length buckets.
     """
 
     def __init__(
-        self,
-        split: EncodedSplit,
-        max_tokens: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        resample: Callable[[int], EncodedSplit] | None = None,
+        self, split: EncodedSplit, max_tokens: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> None:
-        self.split, self.resample = split, resample
-        self.max_tokens, self.seed = max_tokens, seed
+        self.split = split
         self.sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, True, seed)
         self.rank, self.world_size = rank, world_size
         if world_size > 1 and len(self.sampler) < world_size:
@@ -53,13 +40,9 @@ class TrainBatches:
     def epoch(self, epoch: int, skip: int, accumulate: int) -> Iterator[list[Batch]]:
         """Groups of ``accumulate`` micro-batches (one optimizer update each), after ``skip``
         micro-batches of the epoch's order (all ranks' together)."""
-        split, sampler = self.split, self.sampler
-        if self.resample is not None:
-            split = self.resample(epoch)
-            sampler = TokenBatchSampler(
-                split.src_lens, split.tgt_lens, self.max_tokens, True, self.seed
-            )
-        sampler.set_epoch(epoch)
-        order = shard(list(sampler)[skip:], self.rank, self.world_size)
+        self.sampler.set_epoch(epoch)
+        order = shard(list(self.sampler)[skip:], self.rank, self.world_size)
         for start in range(0, len(order), accumulate):
-            yield [collate([split[i] for i in idx]) for idx in order[start : start + accumulate]]
+            yield [
+                collate([self.split[i] for i in idx]) for idx in order[start : start + accumulate]
+            ]

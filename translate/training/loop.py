@@ -16,7 +16,6 @@ import math
 import signal
 import time
 from collections.abc import Iterator
-from functools import partial
 
 import numpy as np
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -65,14 +64,12 @@ def fit(run: Run) -> tuple[str, int | None]:
     """Train until a limit, early stopping or a signal; returns ``(why it stopped, signal
     number or None)``. Every stop but a signal ends with a validation and a checkpoint."""
     t, p = run.settings.trainer, run.progress
-    corpus, seed = run.corpus, run.settings.seed
     batches = TrainBatches(
-        corpus.splits["train"],
-        corpus.max_tokens,
-        seed,
+        run.corpus.splits["train"],
+        run.corpus.max_tokens,
+        run.settings.seed,
         run.dist.rank,
         run.dist.world_size,
-        None if corpus.sampling_alpha is None else partial(corpus.train_split, seed),
     )
     reset_peak_memory(run.trainer.device)
     bar = TrainBar(p, t.max_steps, t.max_minutes, t.progress_bar and run.dist.is_main)

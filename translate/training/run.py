@@ -199,12 +199,6 @@ def _log_start(run: Run) -> None:
         counted(run.dist.world_size, "process"),
         f"{per_update:,}",
     )
-    if run.corpus.sampling_alpha is not None:
-        log.info(
-            "subword sampling: each epoch trains on a new segmentation of the training pairs "
-            "(data.tokenizer.sampling_alpha=%g); validation and test use the best one",
-            run.corpus.sampling_alpha,
-        )
     log.info(
         "checkpoints: %s | TensorBoard: tensorboard --logdir %s", run.ckpts.directory, run.run_dir
     )
