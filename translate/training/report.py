@@ -151,8 +151,9 @@ def _average_last(run: Run) -> Scored | None:
         return None
     files = step_checkpoints(run.ckpts.directory)
     paths = files[-n:]
-    if t.average_around_best and not around(paths, best, n) and around(files, best, n):
-        paths = around(files, best, n)
+    window = around(files, best, n) if t.average_around_best else []
+    if window and not around(paths, best, n):
+        paths = window
         log.info(
             "the newest %d step checkpoints come after best.pt's (step %d, dev BLEU %.2f): "
             "averaging the ones around it (trainer.average_around_best)",
