@@ -30,11 +30,11 @@ import logging
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
 from translate.nn.derived import DerivedWeight, Linear, linear_t, stacked, transposed, uses_derived
+from translate.nn.dropout import dropout
 from translate.nn.masks import merge_masks
 from translate.nn.sdpa import fused_attention, masked_fused_attention
 
@@ -87,7 +87,7 @@ def scaled_dot_product_attention(
     if fully_masked is not None:
         weights = weights.masked_fill(fully_masked, 0.0)
     if training and dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
+        weights = dropout(weights, dropout_p)
     out = weights.reshape(B, Hkv, H // Hkv * T, S) @ v  # (B, Hkv, G*T, Dh)
     return out.view(B, H, T, Dh), weights  # (B, H, T, Dh), (B, H, T, S)
 

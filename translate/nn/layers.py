@@ -20,6 +20,7 @@ from translate.nn.attention import MultiHeadAttention
 from translate.nn.cache import AttentionCache
 from translate.nn.config import ACTIVATIONS, TransformerConfig
 from translate.nn.derived import Linear
+from translate.nn.dropout import Dropout
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -63,7 +64,7 @@ class FeedForward(nn.Module):
         self.fc1 = Linear(config.d_model, config.d_ff)
         self.fc2 = Linear(config.d_ff, config.d_model)
         self.activation = ACTIVATIONS[config.activation]
-        self.dropout = nn.Dropout(config.activation_dropout)
+        self.dropout = Dropout(config.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))
@@ -89,7 +90,7 @@ class _Sublayer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(config.d_model)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.norm_first = config.norm_first
 
     def pre(self, x: Tensor) -> Tensor:

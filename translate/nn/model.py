@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from translate.nn.cache import AttentionCache
 from translate.nn.config import TransformerConfig, out_of_range
 from translate.nn.derived import DerivedWeight, transposed, uses_derived
+from translate.nn.dropout import Dropout
 from translate.nn.layers import DecoderLayer, EncoderLayer, SinusoidalPositionalEncoding
 
 HEAD_MASK_KEYS = ("encoder", "decoder_self", "decoder_cross")
@@ -41,7 +42,7 @@ class TokenEmbedding(nn.Module):
         self.d_model, self.pad_id = d_model, pad_id
         self.embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.positions = SinusoidalPositionalEncoding(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self._table = DerivedWeight(transposed)  # (D, V)
 
     def reset_parameters(self) -> None:
