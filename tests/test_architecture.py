@@ -29,8 +29,7 @@ ENTRY_LAYER = {
     "translate.average",
     "translate.export",
     "translate.data.__main__",
-    # The benchmarks that read conf/ as the commands do (a preset, the optimizer's YAML).
-    "translate.bench.scale_common",
+    # The benchmark that reads conf/ as the commands do (a preset, the optimizer's YAML).
     "translate.bench.train",
 }
 # Each package may import only the packages listed for it (and the base modules and package).
@@ -43,7 +42,7 @@ ALLOWED = {
     "analysis": {"nn", "data", "decoding", "schema", "settings", "scoring"},
     "training": {"nn", "data", "decoding", "analysis", "schema", "settings", "checkpoint"}
     | {"scoring"},
-    # Benchmarks and the scale rehearsal: commands that measure every layer below them.
+    # Benchmarks: commands that measure every layer below them.
     "bench": {"nn", "data", "decoding", "analysis", "training", "schema", "settings", "checkpoint"}
     | {"cli", "scoring"},
     # The heads study's commands: the sweep report (translate.sweeps) and the speed benchmark.

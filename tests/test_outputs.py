@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, SHORT_DECODE, assert_one_line_error, file_size_limit, run_cli
-from scale_fixture import synthetic_dev
 
 from translate import io
 from translate.checkpoint import save_checkpoint
-from translate.data.sources import sample_dir
 from translate.errors import UserError
 from translate.io import MARKS, check_output_file, check_output_folder, make_folder
 
@@ -307,7 +305,7 @@ def test_a_checkpoint_save_that_the_disk_refuses_keeps_the_earlier_one(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [MARKS, "last.pt"]  # no temporary
 
 
-# -- folders: caches, run dirs, the corpus script ---------------------------------------------
+# -- folders: caches, run dirs ---------------------------------------------------------------
 
 
 def test_a_cache_dir_that_cannot_be_a_folder_is_one_line(tmp_path):
@@ -398,40 +396,3 @@ def test_an_output_folder_with_files_is_refused_an_empty_one_used(tmp_path):
     assert not check_output_folder(tmp_path / "new" / "deeper", "--out").exists()  # not yet
     (tmp_path / "empty").mkdir()
     assert check_output_folder(tmp_path / "empty", "--out") == tmp_path / "empty"
-
-
-def _corpus(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "translate.bench.scale_corpus", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def test_the_corpus_script_never_writes_into_a_release_folder(tmp_path):
-    release = tmp_path / "release" / "de-en"
-    release.mkdir(parents=True)
-    (release / "train.tags.de-en.de").write_text("real\n")
-    proc = _corpus("--out", str(tmp_path / "release"), "--pairs", "10")
-    assert_one_line_error(proc, f"--out={tmp_path / 'release'} is not empty")
-    assert (release / "train.tags.de-en.de").read_text() == "real\n"
-
-
-@pytest.mark.parametrize("where", ["file", "under_file", "/proc/x"])
-def test_the_corpus_script_names_an_impossible_out_in_one_line(tmp_path, where):
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    out = {"file": blocker, "under_file": blocker / "sub", "/proc/x": Path("/proc/x")}[where]
-    dev = synthetic_dev(tmp_path / "dev.jsonl", sentences=40)  # /proc/x fails once it writes
-    inputs = ["--multi30k", str(sample_dir()), "--dev", str(dev), "--test-pairs", "12"]
-    proc = _corpus("--out", str(out), "--pairs", "10", *inputs)
-    assert_one_line_error(proc, f"--out={out}")
-    assert blocker.read_text() == "x"
-
-
-def test_the_corpus_script_bounds_pairs_before_allocating(tmp_path):
-    proc = _corpus("--out", str(tmp_path / "out"), "--pairs", "1000000000")
-    assert proc.returncode == 2 and "--pairs must be in 1..5,000,000" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()

@@ -6,21 +6,25 @@ seconds: every refusal comes before any model is loaded or timed."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import compose_config
+from conftest import ROOT, compose_config
 
 from translate import io
 from translate.ablation import speed
 from translate.average import main as average_main
 from translate.bench import attention, decode, train
-from translate.data import sample_corpus
 from translate.errors import UserError
 from translate.export import main as export_main
 from translate.translate import main as translate_main
+
+sys.path.insert(0, str(ROOT / "scripts"))  # the sample corpus's generator, a script
+sample_corpus = importlib.import_module("make_sample_corpus")
 
 FILE_DESTINATIONS = [
     "checkpoint",

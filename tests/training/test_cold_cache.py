@@ -1,7 +1,7 @@
-"""The IWSLT2017 recipe from a cold cache with more than one process, on a small corpus from
-translate/bench/scale_corpus.py: torchrun's ranks and a sweep's jobs started together build the
-tokenizer and the encodings once, and a rank waiting for rank 0's build outlasts the process
-group's timeout. See docs/scale_out.md."""
+"""The IWSLT2017 recipe from a cold cache with more than one process, on a small corpus in the
+release layout (tests/iwslt_fixture.py): torchrun's ranks and a sweep's jobs started together
+build the tokenizer and the encodings once, and a rank waiting for rank 0's build outlasts the
+process group's timeout. See docs/scale_out.md."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, TINY, listing
-from scale_fixture import make_corpus
+from iwslt_fixture import write_release
 
 # The recipe's data with a small vocabulary; a short run whose end (validation, test) is quick.
 RECIPE = [
@@ -41,7 +41,7 @@ def _env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     # Enough batches of 8,192 tokens for two ranks, and a test split the size of a talk.
-    return make_corpus(tmp_path_factory.mktemp("scale") / "corpus", pairs=2500, test_pairs=60)
+    return write_release(tmp_path_factory.mktemp("iwslt") / "corpus", pairs=2500, test_pairs=60)
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:

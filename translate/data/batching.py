@@ -160,7 +160,7 @@ def collate(
     Built with whole-array numpy operations, not a loop of tensor writes per row: at the
     IWSLT2017 recipe's 8,192-token batches (about 300 rows) the loop took 6.5 ms a batch on an
     idle core (12 ms on a busy one), most of the training loop's host side; this takes 1.1 ms
-    and gives the same tensors (translate/bench/scale.py, stage host)."""
+    and gives the same tensors (the IWSLT-size rehearsal, docs/scale.md)."""
     srcs = [np.asarray(s, np.int64) for _, s, _ in examples]
     tgts = [np.asarray(t, np.int64) for _, _, t in examples]
     src = torch.from_numpy(_padded(srcs, pad_id, end=eos_id))  # (B, S): ids, EOS, PAD

@@ -1,7 +1,7 @@
 """Write the built-in sample corpus (``data=sample``): German-English pairs from our own word lists
 and sentence templates, with German conjugation, case, gender and adjective endings done right.
 
-    python -m translate.data.sample_corpus          # rewrites translate/resources/sample/
+    python scripts/make_sample_corpus.py --out /tmp/sample   # translate/resources/sample's files
 
 The output depends only on ``--seed`` and the sizes. Every German sentence appears once in the
 whole corpus, and no validation or test pair shares its German or its English with a training pair.
@@ -16,8 +16,7 @@ import argparse
 import random
 from pathlib import Path
 
-from translate import io
-from translate.data.sample_lexicon import (
+from sample_lexicon import (  # scripts/sample_lexicon.py, beside this script
     ADJECTIVES,
     BE,
     DETERMINERS,
@@ -44,9 +43,11 @@ from translate.data.sample_lexicon import (
     Noun,
     Verb,
 )
+
+from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError
 
-OUT = Path(__file__).resolve().parents[1] / "resources" / "sample"
+OUT = Path(__file__).resolve().parents[1] / "translate" / "resources" / "sample"
 
 
 def a_or_an(word: str) -> str:
@@ -356,7 +357,7 @@ def generate(seed: int, sizes: dict[str, int]) -> dict[str, list[tuple[str, str]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m translate.data.sample_corpus", description=__doc__.splitlines()[0]
+        prog="python scripts/make_sample_corpus.py", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--train", type=_pairs, default=3000)

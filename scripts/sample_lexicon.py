@@ -1,6 +1,6 @@
 """The sample corpus's lexicon: German and English word lists (pronouns, people, objects,
 adjectives, verbs, places, times) and the German inflection tables that
-:mod:`translate.data.sample_corpus` builds its sentences from."""
+scripts/make_sample_corpus.py builds its sentences from."""
 
 from __future__ import annotations
 
