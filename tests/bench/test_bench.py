@@ -64,12 +64,10 @@ def test_bench_attention_tiny(tmp_path, capsys):
         {"mha_fwd_bwd_time_sdpa_vs_torch", "peak_mem_2048_sdpa_vs_manual"},
         "attention",
     )
-    impls = {row["impl"] for row in written["rows"]}
-    assert {"torch", "manual", "sdpa", "sdpa:math"} <= impls
-    # The CPU offers no memory-efficient kernel: the row says why instead of failing the run.
-    assert all("error" in r or "fwd_bwd_ms" in r for r in written["rows"])
-    at_2048 = [r for r in written["rows"] if r["length"] == 2048 and "fwd_bwd_ms" in r]
-    assert all(r["fwd_bwd_mb"] > 0 for r in at_2048)
+    assert [row["impl"] for row in written["rows"]] == ["torch", "manual", "sdpa"] * 2
+    assert all(row["fwd_bwd_ms"] > 0 for row in written["rows"])
+    at_2048 = [r for r in written["rows"] if r["length"] == 2048]
+    assert len(at_2048) == 3 and all(r["fwd_bwd_mb"] > 0 for r in at_2048)
     assert "fwd+bwd MiB" in capsys.readouterr().out
 
 
@@ -100,23 +98,12 @@ def test_bench_train_tiny(tmp_path, capsys):
     assert "vs torch" in capsys.readouterr().out
 
 
-def test_bench_train_on_the_sample_corpus(tmp_path, cache_dir):
-    """--data sample trains on the built-in corpus's real batches (before: 'unknown key
-    data.defaults', since conf/data/sample.yaml was read without the base it lists)."""
-    tiny = "--models manual --d-model 32 --heads 2 --layers 1 --d-ff 64 --max-tokens 256"
-    timing = "--batches 1 --rounds 1 --warmup 1 --threads 1 --gemm-size 128"
-    argv = ["--data", "sample", "--cache-dir", str(cache_dir), *tiny.split(), *timing.split()]
-    result = bench_train.main(argv)
-    (row,) = result["rows"]
-    assert row["impl"] == "manual" and row["tokens_per_s"] > 0
-
-
 def test_bench_decode_tiny(tmp_path):
     out = tmp_path / "decode.json"
     result = bench_decode.main(
         [
             "--d-model", "32", "--heads", "2", "--layers", "1", "--d-ff", "64", "--vocab", "100",
-            "--sentences", "5", "--batch-size", "2", "--rounds", "1", "--warmup", "0",
+            "--sentences", "5", "--max-tokens", "40", "--rounds", "1", "--warmup", "0",
             "--impls", "sdpa", "manual", "--threads", "1", "--json", str(out),
         ]
     )  # fmt: skip
@@ -165,33 +152,6 @@ def test_benchmarks_run_from_the_command_line(tmp_path):
     assert "greedy_cache_speedup" in json.loads(out.read_text())["summary"]
 
 
-def check_profile(profile: dict, names: set[str], rows: int) -> None:
-    assert set(profile) == names
-    for ops in profile.values():
-        assert 0 < len(ops) <= rows
-        assert all(op["op"] and op["calls"] >= 1 and op["self_ms"] >= 0 for op in ops)
-        shares = [op["self_pct"] for op in ops]
-        assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
-
-
-def test_bench_train_cpu_time_and_profile(tmp_path, capsys):
-    out = tmp_path / "train.json"
-    argv = [*TINY_TRAIN, "--cpu-time", "--profile", "--profile-rows", "5", "--json", str(out)]
-    bench_train.main(argv)
-    written = json.loads(out.read_text())
-    rows = {row["impl"]: row for row in written["rows"]}
-    for row in rows.values():
-        assert row["cpu_tokens_per_s"] > 0 and row["cpu_step_s"] > 0
-        assert len(row["cpu_tokens_per_s_runs"]) == len(row["tokens_per_s_runs"]) == 3
-    assert rows["torch"]["cpu_vs_torch"] == pytest.approx(1.0)
-    assert rows["sdpa"]["cpu_vs_torch"] == pytest.approx(
-        rows["sdpa"]["cpu_tokens_per_s"] / rows["torch"]["cpu_tokens_per_s"]
-    )
-    check_profile(written["profile"], {"torch", "manual", "sdpa"}, rows=5)
-    printed = capsys.readouterr().out
-    assert "CPU vs torch" in printed and "torch.profiler" in printed
-
-
 def test_bench_train_uses_the_package():
     """The optimiser comes from conf/optim and the baseline from translate.nn's embedding."""
     optim = OmegaConf.to_container(OmegaConf.load(ROOT / "conf/optim/adam_inverse_sqrt.yaml"))
@@ -213,15 +173,10 @@ def test_bench_train_synthetic_batches_are_as_full_as_in_training():
     assert padding_ratio(batches)["all"] > 0.93
 
 
-def test_bench_train_runs_without_cpu_time_or_profile(tmp_path, capsys):
+def test_bench_train_reports_its_efficiency_and_padding(tmp_path, capsys):
     out = tmp_path / "train.json"
     bench_train.main([*TINY_TRAIN, "--models", "torch", "sdpa", "--json", str(out)])
-    written = json.loads(out.read_text())
-    assert "profile" not in written
-    assert all("cpu_tokens_per_s" not in row for row in written["rows"])
-    printed = capsys.readouterr().out
-    assert "CPU vs torch" not in printed and "torch.profiler" not in printed
-    check_efficiency_and_padding(written, printed)
+    check_efficiency_and_padding(json.loads(out.read_text()), capsys.readouterr().out)
 
 
 def check_efficiency_and_padding(written: dict, printed: str) -> None:
@@ -252,27 +207,14 @@ def test_bench_train_flops_count_every_matmul():
     attention is plain matmuls: projections, feed-forward, Q K^T, A V, the vocabulary
     projection over the real targets, forward and backward."""
     args = bench_train.parse_args([*TINY_TRAIN, "--models", "manual"])
-    batches, vocab = bench_train.load_batches(args)
+    vocab = args.vocab
+    batches = bench_train.synthetic_batches(args, vocab)
     optim = bench_train.load_optim(args.optim)
     trainers, _ = bench_train.make_trainers(args, vocab, optim, torch.device("cpu"), "32")
     for batch in batches:
         with FlopCounterMode(display=False) as counter:
             trainers["manual"].step([batch])
         assert counter.get_total_flops() == bench_train.train_flops(batch, args, vocab)
-
-
-def test_bench_attention_profile(tmp_path, capsys):
-    out = tmp_path / "attention.json"
-    bench_attention.main(
-        [
-            "--quick", "--d-model", "32", "--heads", "2", "--lengths", "16", "--tokens", "64",
-            "--repeats", "1", "--warmup", "0", "--threads", "1", "--profile", "--profile-rows",
-            "4", "--json", str(out),
-        ]
-    )  # fmt: skip
-    rows = json.loads(out.read_text())["rows"]
-    check_profile({row["impl"]: row["profile"] for row in rows}, {"torch", "manual", "sdpa"}, 4)
-    assert "forward+backward, sdpa: torch.profiler" in capsys.readouterr().out
 
 
 def test_bench_decode_batches_as_the_translator(tmp_path):

@@ -11,9 +11,10 @@ weights, and peak memory on CUDA (none on the CPU); docs/ablation.md says how ex
 
 Beside our batch-1 latency, CTranslate2's: each checkpoint exported (float32, through
 :func:`translate.decoding.ct2_export.export_checkpoint`) into a temporary folder and decoded
-with :func:`translate.decoding.ct2.load_exported` at as many threads as torch, on the same
-sentences with the same decode settings, in the same rounds. Ours says what our engine spends,
-CTranslate2's what the model itself costs. Without ``ctranslate2`` (or with
+at as many threads as torch, on the same sentences with the same decode settings, in the same
+rounds, in a process of its own each round (:mod:`translate.analysis.timing_process`: in this
+one its thread pool and torch's would take turns on the same cores). Ours says what our engine
+spends, CTranslate2's what the model itself costs. Without ``ctranslate2`` (or with
 ``SpeedSettings.ct2`` off) those fields are null and a warning says why.
 
 The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
@@ -41,11 +42,12 @@ from translate.analysis.ablation import BASELINE_HEADS, Job, existing_sweep_dir,
 from translate.analysis.ablation_stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
 from translate.analysis.speed_file import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
+from translate.analysis.timing_process import ONE_AT_A_TIME, time_in_process
 from translate.data.batching import Batch
 from translate.data.corpus import load_raw_split
-from translate.decoding.ct2 import import_ctranslate2, load_exported
+from translate.decoding.ct2 import import_ctranslate2
 from translate.decoding.ct2_export import export_checkpoint
-from translate.decoding.translator import Loaded, Translator, load_translator
+from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.runtime.memory import peak_memory_mb, reset_peak_memory
@@ -92,7 +94,8 @@ class SpeedJob:
     job: Job
     checkpoint: Path
     loaded: Loaded
-    ct2: Translator | None = None  # the checkpoint exported to CTranslate2 (float32)
+    ct2: Path | None = None  # the checkpoint exported to CTranslate2 (float32)
+    ct2_round: dict[str, float] = field(default_factory=dict)  # timed, not yet recorded
     latency_ids: list[list[int]] = field(default_factory=list)
     batch_ids: list[list[int]] = field(default_factory=list)
     train_batches: list[Batch] = field(default_factory=list)
@@ -144,19 +147,16 @@ def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -
 
 
 def load_ct2(jobs: list[SpeedJob], folder: Path, warnings: list[str]) -> None:
-    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder`` and loaded with
-    the job's decode settings, as many threads as torch; none without ``ctranslate2``, and none
-    for a job whose export fails (each with a warning)."""
+    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder``; none without
+    ``ctranslate2``, and none for a job whose export fails (each with a warning)."""
     try:
         import_ctranslate2()
     except UserError as err:
         warnings.append(f"no CTranslate2 latency: {err}")
         return
     for i, sj in enumerate(jobs):
-        decode = sj.loaded.translator.decode
         try:
-            exported = export_checkpoint(sj.checkpoint, folder / f"job{i}", "float32", None)
-            sj.ct2 = load_exported(exported, str(sj.device), decode).translator
+            sj.ct2 = export_checkpoint(sj.checkpoint, folder / f"job{i}", "float32", None)
         except UserError as err:
             warnings.append(f"{sj.job.name}: no CTranslate2 latency ({err})")
 
@@ -215,19 +215,45 @@ def _train_tokens_per_s(sj: SpeedJob, steps: int, make_trainer: MakeTrainer) -> 
     return tokens / max(seconds, 1e-9)
 
 
+def _ct2_job(sj: SpeedJob) -> dict:
+    """The timing process's job for ``sj``'s export: batch-1 latency, greedy and beam, with the
+    job's decode settings."""
+    decode = sj.loaded.translator.decode
+    return {
+        "engine": "ct2",
+        "model_dir": str(sj.ct2),
+        "device": str(sj.device),
+        "decode": dataclasses.asdict(decode),
+        "inputs": {ONE_AT_A_TIME: sj.latency_ids},
+        "modes": {"ct2_latency_greedy_ms": 1, "ct2_latency_beam_ms": decode.beam_size},
+    }
+
+
+def ct2_latency(jobs: list[SpeedJob]) -> None:
+    """CTranslate2's batch-1 latency (ms per sentence) of every job with an export, in ``jobs``'
+    order, in one timing process at as many threads as torch; kept in ``ct2_round`` for the
+    jobs' turns."""
+    jobs = [sj for sj in jobs if sj.ct2 is not None]
+    specs = [_ct2_job(sj) for sj in jobs]
+    for sj, times in zip(jobs, time_in_process(specs, torch.get_num_threads()) if jobs else []):
+        n = len(sj.latency_ids)
+        sj.ct2_round = {mode: s * 1000 / n for (_, mode), (s, _) in times.items()}
+
+
 def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> float | None:
     """One job's value of one metric in one round (None: CTranslate2's, for a job without an
-    export). Latency: mean ms per sentence decoded alone, ours or CTranslate2's."""
+    export). Latency: mean ms per sentence decoded alone, ours or CTranslate2's (timed for the
+    round by :func:`ct2_latency`)."""
     translator = sj.loaded.translator
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps, make_trainer)
     if metric == "sentences_per_s":
         return translator.timed_translate_ids(sj.batch_ids, beam_size=1)[1]
-    beam = 1 if "greedy" in metric else translator.decode.beam_size
     if metric in CT2_METRICS:
         if sj.ct2 is None:
             return None
-        translator = sj.ct2
+        return sj.ct2_round.pop(metric)
+    beam = 1 if "greedy" in metric else translator.decode.beam_size
     total = sum(
         timed(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]
         for ids in sj.latency_ids
@@ -261,11 +287,10 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list
     """Every round, every metric, every job in the round's rotated order; returns the order
     (job names) of each round."""
     for sj in jobs:  # untimed: lazy initialisation, the allocator, kernels for these shapes
-        for translator in (sj.loaded.translator, sj.ct2):
-            if translator is not None:
-                translator.translate_ids(sj.latency_ids[:2], beam_size=1)
-                translator.translate_ids(sj.latency_ids[:2])
-        sj.loaded.translator.translate_ids(sj.batch_ids, beam_size=1)
+        translator = sj.loaded.translator
+        translator.translate_ids(sj.latency_ids[:2], beam_size=1)
+        translator.translate_ids(sj.latency_ids[:2])
+        translator.translate_ids(sj.batch_ids, beam_size=1)
     order = []
     for r in range(settings.rounds):
         visit = rotated(jobs, r)
@@ -273,6 +298,8 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list
         for sj in jobs:
             sj.round_peak_mb = 0.0
         for metric in timed_metrics(jobs):
+            if metric == next(iter(CT2_METRICS)):  # their turn: this round's CTranslate2 process
+                ct2_latency(visit)
             for sj in visit:
                 _turn(sj, metric, settings, make_trainer)
         for sj in jobs:

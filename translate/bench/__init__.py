@@ -1,3 +1,3 @@
-"""Benchmarks, each a command: ``python -m translate.bench.decode``, ``.train``, ``.attention``
-and ``.gpu`` (the GPU acceptance run). :mod:`translate.bench.common` holds what they share,
-:mod:`translate.bench.ct2` the CTranslate2 comparison of ``decode --ct2``."""
+"""Benchmarks, each a command: ``python -m translate.bench.attention``, ``.train``, ``.decode``
+(with :mod:`translate.bench.ct2`, its CTranslate2 comparison), ``.ladder`` (a recipe at several
+time budgets) and ``.gpu`` (the GPU check); :mod:`translate.bench.common` holds what they share."""

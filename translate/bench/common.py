@@ -1,9 +1,8 @@
-"""What the benchmarks (``python -m translate.bench.attention``, ``.train``, ``.decode``) and the
-scale rehearsal share: common options, interleaved timing with warm-up and medians, a
-``torch.profiler`` operator breakdown, the machine's own large-GEMM reference (:class:`Gemm`), a
-plain-text table, and the JSON report with the machine it ran on. Timing a call, the rounds'
-order and the machine's description are the package's (:mod:`translate.runtime`), which
-``python -m translate.ablation speed`` uses too.
+"""What the benchmarks (``python -m translate.bench.attention``, ``.train``, ``.decode``,
+``.ladder``) share: common options, interleaved timing with warm-up and medians, the machine's
+own large-GEMM reference (:class:`Gemm`), a plain-text table, and the JSON report with the
+machine it ran on. Timing a call, the rounds' order and the machine's description are the
+package's (:mod:`translate.runtime`), which ``python -m translate.ablation speed`` uses too.
 """
 
 from __future__ import annotations
@@ -18,20 +17,16 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from torch.profiler import ProfilerActivity, profile
 
 from translate import io
 from translate.errors import UserError
 from translate.io import STDOUT
-from translate.runtime.device import device_name, synchronize
+from translate.runtime.device import synchronize
 from translate.runtime.memory import keep_freed_memory
 from translate.runtime.provenance import machine
 from translate.runtime.timing import rotated, timed
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: conf/, outputs/, git
-
-# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), for the model FLOPs utilisation estimate.
-BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
 
 
 def multi30k_lengths(n: int, rng) -> tuple:
@@ -106,17 +101,12 @@ def json_output(name: str) -> Callable[[str], io.Output]:
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument(
-        "--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)"
-    )
-    parser.add_argument("--threads", type=number(), default=2, help="torch.set_num_threads (CPU)")
-    parser.add_argument("--seed", type=number(low=0), default=0)
-    parser.add_argument(
-        "--json", type=json_output(name), default=None, metavar="PATH", help="write results"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="a reduced grid that finishes in under a minute"
-    )
+    add = parser.add_argument
+    add("--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
+    add("--threads", type=number(), default=2, help="torch.set_num_threads (CPU)")
+    add("--seed", type=number(low=0), default=0)
+    add("--json", type=json_output(name), metavar="PATH", help="write results")
+    add("--quick", action="store_true", help="a reduced grid that finishes in under a minute")
     add_malloc_arg(parser)
 
 
@@ -205,100 +195,24 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def geomean(values: Sequence[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def add_profile_args(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help=f"after timing, print a torch.profiler operator breakdown of {what}",
-    )
-    parser.add_argument("--profile-rows", type=number(), default=15, help="operators per table")
-
-
-def profile_ops(
-    fns: dict[str, Callable[[], object]], device: torch.device, rows: int, title: str = ""
-) -> dict[str, list[dict]]:
-    """Each function once under ``torch.profiler``: its ``rows`` operators with the most self
-    CPU time (self device time on CUDA), as a printed table and as rows for the JSON. ``%`` is
-    the share of all self time in the call, so nested operators are not counted twice."""
-    cuda = device.type == "cuda"
-    key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    out = {}
-    for name, fn in fns.items():
-        synchronize(device)
-        with profile(activities=activities) as prof:
-            fn()
-            synchronize(device)
-        events = [e for e in prof.key_averages() if getattr(e, key) > 0]
-        total = sum(getattr(e, key) for e in events) or 1.0
-        events.sort(key=lambda e: getattr(e, key), reverse=True)
-        out[name] = [
-            {
-                "op": e.key,
-                "calls": e.count,
-                "self_ms": getattr(e, key) / 1e3,
-                "self_pct": getattr(e, key) / total,
-            }
-            for e in events[:rows]
-        ]
-        cols = [("op", "operator", ""), ("calls", "calls", ""), ("self_ms", "self ms", ".3g")]
-        where = "device" if cuda else "CPU"
-        print_table(
-            out[name],
-            cols + [("self_pct", f"% of self {where} time", ".1%")],
-            title=f"\n{title}{name}: torch.profiler, top {rows} operators by self {where} time "
-            f"(of {total / 1e3:.4g} ms)",
-        )
-    return out
-
-
-GEMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 GEMM_WARMUP = 3  # untimed calls before the first timed one
-
-
-def add_gemm_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--gemm-size",
-        type=number(),
-        default=None,
-        help="side n of the n x n GEMM reference (default: 2048 on the CPU, 8192 on CUDA)",
-    )
-    parser.add_argument(
-        "--gemm-dtype",
-        choices=["auto", *GEMM_DTYPES],
-        default="auto",
-        help="dtype of the GEMM reference (auto: fp32 on the CPU, bf16 on CUDA)",
-    )
 
 
 class Gemm:
     """The machine's own large-GEMM reference: ``C = A @ B`` (``torch.mm`` into a preallocated
-    ``C``) with square ``n x n`` operands of ``dtype`` on ``device``, at the session's thread
-    count; ``2 n^3`` FLOPs per call. The operands come from a private generator, so building it
-    leaves the global RNG (model initialisation, dropout) untouched."""
+    ``C``) with square ``n x n`` operands (default 2048 in fp32 on the CPU, 8192 in bf16 on
+    CUDA) at the session's thread count; ``2 n^3`` FLOPs per call. The operands come from a
+    private generator, so building it leaves the global RNG (initialisation, dropout) alone."""
 
-    def __init__(self, device: torch.device, dtype_name: str, n: int, seed: int = 0) -> None:
-        self.device, self.dtype_name, self.n = device, dtype_name, n
-        dtype = GEMM_DTYPES[dtype_name]
-        gen = torch.Generator().manual_seed(seed)
-        self.a = torch.randn(n, n, generator=gen).to(device, dtype)
-        self.b = torch.randn(n, n, generator=gen).to(device, dtype)
-        self.c = torch.empty(n, n, device=device, dtype=dtype)
-        self.flops = 2 * n**3
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, device: torch.device) -> Gemm:
+    def __init__(self, device: torch.device, n: int | None, seed: int = 0) -> None:
         cuda = device.type == "cuda"
-        n = args.gemm_size or (8192 if cuda else 2048)
-        dtype_name = args.gemm_dtype if args.gemm_dtype != "auto" else ("bf16" if cuda else "fp32")
-        return cls(device, dtype_name, n, args.seed)
+        self.device, self.n = device, n or (8192 if cuda else 2048)
+        self.dtype = torch.bfloat16 if cuda else torch.float32
+        gen = torch.Generator().manual_seed(seed)
+        self.a = torch.randn(self.n, self.n, generator=gen).to(device, self.dtype)
+        self.b = torch.randn(self.n, self.n, generator=gen).to(device, self.dtype)
+        self.c = torch.empty(self.n, self.n, device=device, dtype=self.dtype)
+        self.flops = 2 * self.n**3
 
     def __call__(self) -> Tensor:
         return torch.mm(self.a, self.b, out=self.c)
@@ -315,7 +229,7 @@ class Gemm:
         return {
             "op": f"torch.mm, {self.n} x {self.n} @ {self.n} x {self.n}",
             "size": self.n,
-            "dtype": self.dtype_name,
+            "dtype": "bf16" if self.dtype == torch.bfloat16 else "fp32",
             "threads": torch.get_num_threads(),
             "flops_per_call": self.flops,
             "warmup_calls": GEMM_WARMUP,
@@ -324,14 +238,6 @@ class Gemm:
             "tflops": self.flops / median(calls) / 1e12,
             "tflops_runs": [self.flops * len(r) / sum(r) / 1e12 for r in seconds],
         }
-
-
-def bf16_peak_tflops(device: torch.device) -> float | None:
-    """The GPU's dense bf16 peak from a small table of known parts, else None."""
-    if device.type != "cuda":
-        return None
-    name = device_name(device)
-    return next((peak for key, peak in BF16_PEAK_TFLOPS.items() if key in name), None)
 
 
 def report(

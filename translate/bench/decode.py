@@ -2,47 +2,27 @@
 
     python -m translate.bench.decode --json outputs/bench/decode.json
     python -m translate.bench.decode --quick
-    python -m translate.bench.decode --checkpoint outputs/runs/multi30k_cpu/checkpoints/best.pt
     python -m translate.bench.decode --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
 
-Without ``--checkpoint`` the model is randomly initialised with the ``experiment=multi30k_cpu``
-sizes (d_model 256, 8 heads, 2+2 layers, ffn 512, 5k vocabulary): speed does not depend on the
-weights, only on how many tokens are generated. A random model rarely emits EOS, so every
-sentence runs to its length limit; the default limit ``--max-len-a 1.0 --max-len-b 0`` makes
-the output as long as the source (a trained De-En model writes about 0.9x the source). The
-sources are fixed synthetic token ids with Multi30k-like lengths, or, with a checkpoint, the
-first ``--sentences`` lines of ``--src-file`` (default: the sample corpus's German test side)
-encoded with the checkpoint's tokenizer; the limits then default to the checkpoint's own decode
-settings (``conf/decode``: 1.5, 10), and the model is loaded as ``translate.evaluate`` loads it
-(:func:`translate.decoding.translator.load_translator`).
+Without ``--checkpoint``: a seeded random model of the ``experiment=multi30k_cpu`` sizes on
+synthetic sources with Multi30k-like lengths; it rarely emits EOS, so every sentence runs to
+its limit, by default the source's length (``--max-len-a 1.0 --max-len-b 0``). With one: the
+model as ``translate.evaluate`` loads it, on the first ``--sentences`` lines of ``--src-file``,
+with its own decode settings' limits. Sentences are batched as ``Translator`` batches them
+(``--max-tokens`` padded source tokens). The three modes run interleaved (rounds A B C, B C A,
+...), medians; ``without cache`` re-runs the decoder over the whole prefix at every step, and
+both greedy modes must produce the same tokens.
 
-Sentences are batched as :class:`translate.decoding.translator.Translator` batches them, by
-:func:`translate.data.batching.length_sorted_batches`: sorted by length and cut so that each
-batch holds at most ``--max-tokens`` padded source tokens (``--batch-size N`` instead takes
-fixed batches of N in the given order; 1 gives latency). The three modes run
-interleaved (rounds A B C, B C A, ...) and each reports the median sentences/s. ``without
-cache`` re-runs the decoder over the whole prefix at every step (``greedy_search(...,
-use_cache=False)``); both greedy modes must produce the same tokens.
+Key/value heads (without ``--checkpoint``): the same random model with each ``--kv-heads``
+(default: every divisor of ``--heads``), cached greedy and beam search interleaved, with the
+KV-cache bytes per sentence read from the cache tensors (:func:`kv_cache_bytes`).
 
-Key/value heads (grouped-query attention; without ``--checkpoint``): the same random model
-with ``--kv-heads`` key/value heads (default: every divisor of ``--heads``, so 1/2/4/8 at 8
-heads), cached greedy and beam search, all interleaved in one set of rounds, the first
-``--impls`` entry. Besides the speed each row gives the KV-cache bytes per sentence: the
-decoder's self-attention caches plus the cross-attention (encoder) caches of every layer, read
-from the cache tensors after every decoding step (:class:`CacheMeter`); a batch's peak over its
-steps, summed over batches and divided by the sentences (so beam search counts its beams).
-
-``summary``: ``greedy_cache_speedup`` = cached / uncached greedy sentences/s for the first
-``--impls`` entry (target >= 3); ``kv_cache_bytes_ratio_kv1_vs_kv8`` = KV-cache bytes per
-sentence with 1 key/value head over 8 (``8`` is ``--heads``, ``1`` the fewest ``--kv-heads``),
-and ``greedy_cache_speed_ratio_kv1_vs_kv8`` / ``beam5_speed_ratio_kv1_vs_kv8`` the same for
-sentences/s.
-
-``--checkpoint CKPT --ct2``: ours against its float32 and int8 CTranslate2 exports, each engine
-and thread count timed in a process of its own, round after round (``ct2.py`` says
-how); ``summary`` adds our time over theirs (``beam_time_ours_vs_ct2_float32_threads1``, ...;
-> 1: CTranslate2 is faster) and how many of their hypotheses are ours. Without ``ctranslate2``
-it says so and the rest runs.
+``summary``: ``greedy_cache_speedup`` (cached / uncached greedy sentences/s of the first
+``--impls`` entry; target >= 3); ``kv_cache_bytes_ratio_kv1_vs_kv8``,
+``greedy_cache_speed_ratio_kv1_vs_kv8`` and ``beam5_speed_ratio_kv1_vs_kv8`` (the fewest key/value
+heads over ``--heads``). ``--checkpoint CKPT --ct2`` adds ours against its CTranslate2 exports
+(:mod:`translate.bench.ct2`): our time over theirs (``beam_time_ours_vs_ct2_float32_threads1``,
+...; > 1: CTranslate2 is faster); without ``ctranslate2`` it says so and the rest runs.
 """
 
 from __future__ import annotations
@@ -141,13 +121,8 @@ def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], s
 
 def make_batches(sources: list[np.ndarray], args, device) -> tuple[list[list[int]], list[Batch]]:
     """Index groups and their padded batches: ``length_sorted_batches`` over the source lengths
-    with EOS (as :class:`~translate.decoding.translator.Translator`), or fixed groups of
-    ``--batch-size`` in the given order."""
-    if args.batch_size:
-        n, size = len(sources), args.batch_size
-        groups = [list(range(k, min(k + size, n))) for k in range(0, n, size)]
-    else:
-        groups = length_sorted_batches([len(s) + 1 for s in sources], None, args.max_tokens)
+    with EOS, as :class:`~translate.decoding.translator.Translator` batches."""
+    groups = length_sorted_batches([len(s) + 1 for s in sources], None, args.max_tokens)
     batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
     return groups, batches
 
@@ -165,10 +140,10 @@ def decode_all(model, batches: list[Batch], mode: str, args, device, precision) 
     with autocast(device, precision):
         for b in batches:
             if mode == "greedy_no_cache":  # a benchmark of the cache: no decode setting for it
+                limits = {"max_len_a": args.max_len_a, "max_len_b": args.max_len_b}
                 hyps += greedy_search(
-                    model, b.src, b.src_padding_mask, max_len_a=args.max_len_a,
-                    max_len_b=args.max_len_b, use_cache=False, **SPECIAL_IDS,
-                )  # fmt: skip
+                    model, b.src, b.src_padding_mask, use_cache=False, **limits, **SPECIAL_IDS
+                )
             else:
                 hyps += generate(model, b, settings)
     return hyps
@@ -199,41 +174,30 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
 # ---------------------------------------------------------------------------- kv heads
 
 
-class CacheMeter:
-    """The largest number of bytes the decoder's K/V caches held at the end of any decoding
-    step: every layer's self-attention cache plus its cross-attention (encoder) cache, read
-    from the tensors through forward hooks on the decoder layers."""
-
-    def __init__(self, model: Seq2SeqTransformer) -> None:
-        self.layer_bytes = [0] * len(model.decoder_layers)
-        self.peak = 0
-        self.handles = [
-            layer.register_forward_hook(functools.partial(self._record, i), with_kwargs=True)
-            for i, layer in enumerate(model.decoder_layers)
-        ]
-
-    def _record(self, i: int, layer, args, kwargs, output) -> None:
-        caches = (kwargs.get("self_cache"), kwargs.get("cross_cache"))
-        self.layer_bytes[i] = sum(c.nbytes for c in caches if c is not None)
-        if i == len(self.layer_bytes) - 1:  # every layer has updated its caches for this step
-            self.peak = max(self.peak, sum(self.layer_bytes))
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
 def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precision) -> int:
-    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak, summed over the
-    batches (divided by the sentences: what a sentence holds at its batch's peak, on average)."""
+    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak over its decoding
+    steps, summed over the batches. A step's bytes are every decoder layer's self-attention
+    and cross-attention (encoder) caches, read from the tensors by forward hooks."""
+    layers = model.decoder_layers
+    now, peak = [0] * len(layers), [0]
+
+    def record(i: int, layer, inputs, kwargs, output) -> None:
+        caches = (kwargs.get("self_cache"), kwargs.get("cross_cache"))
+        now[i] = sum(c.nbytes for c in caches if c is not None)
+        if i == len(layers) - 1:  # every layer has updated its caches for this step
+            peak[0] = max(peak[0], sum(now))
+
+    hooks = [functools.partial(record, i) for i in range(len(layers))]
+    handles = [m.register_forward_hook(h, with_kwargs=True) for m, h in zip(layers, hooks)]
     total = 0
-    for b in batches:
-        meter = CacheMeter(model)
-        try:
+    try:
+        for b in batches:
+            peak[0] = 0
             decode_all(model, [b], mode, args, device, precision)
-        finally:
-            meter.remove()
-        total += meter.peak
+            total += peak[0]
+    finally:
+        for handle in handles:
+            handle.remove()
     return total
 
 
@@ -250,8 +214,7 @@ def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[di
     fns = {(kv, mode): functools.partial(run, kv, mode) for kv in models for mode in KV_MODES}
     # The cache is measured in an untimed pass (the hooks cost time); it doubles as a warm-up.
     cache = {
-        (kv, mode): kv_cache_bytes(models[kv], batches, mode, args, device, precision)
-        for kv, mode in fns
+        (kv, m): kv_cache_bytes(models[kv], batches, m, args, device, precision) for kv, m in fns
     }
     times = common.interleaved(fns, device, max(args.warmup - 1, 0), args.rounds)
     rows = []
@@ -268,13 +231,6 @@ def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[di
             row["kv_cache_bytes_per_sentence"] / mha["kv_cache_bytes_per_sentence"]
         )
     return rows
-
-
-def kv_title(args) -> str:
-    return (
-        f"Key/value heads at {args.heads} heads ({args.impls[0]}, the same sentences): cached "
-        "decoding, KV cache = self- + cross-attention K/V of every decoder layer, peak per batch"
-    )
 
 
 def kv_summary(rows: list[dict], args) -> dict:
@@ -297,46 +253,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m translate.bench.decode", description=__doc__.split("\n\n")[0]
     )
     common.add_common_args(parser, "decode")
+    number = common.number
     parser.add_argument("--impls", nargs="+", choices=["sdpa", "manual"], default=["sdpa"])
     parser.add_argument("--checkpoint", type=Path, default=None, help="a trained model")
-    parser.add_argument(
-        "--ct2", action="store_true",
-        help="with --checkpoint: also time its CTranslate2 exports (float32, int8) beside ours",
-    )  # fmt: skip
-    parser.add_argument(
-        "--ct2-threads", type=common.number(), nargs="+", default=[1, 2], metavar="N"
-    )
-    parser.add_argument(
-        "--latency-sentences", type=common.number(), default=None,
-        help="--ct2: the first N sentences are also decoded one at a time (default 100, --quick 8)",
-    )  # fmt: skip
+    ct2_help = "with --checkpoint: also time its CTranslate2 exports (float32, int8) beside ours"
+    parser.add_argument("--ct2", action="store_true", help=ct2_help)
+    parser.add_argument("--ct2-threads", type=number(), nargs="+", default=[1, 2], metavar="N")
+    latency_help = "--ct2: the first N sentences also one at a time (default 100, --quick 8)"
+    parser.add_argument("--latency-sentences", type=number(), default=None, help=latency_help)
     parser.add_argument("--src-file", type=Path, default=sample_dir() / "test.de")
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
-    parser.add_argument("--sentences", type=common.number(), default=None)
-    parser.add_argument(
-        "--max-tokens", type=common.number(), default=2048, help="source tokens per batch"
-    )
-    parser.add_argument(
-        "--batch-size", type=common.number(), default=None, help="fixed batches instead"
-    )
-    parser.add_argument("--beam-size", type=common.number(), default=5)
-    parser.add_argument("--max-len-a", type=common.number(float, 0), default=None)
-    parser.add_argument("--max-len-b", type=common.number(float, 0), default=None)
-    parser.add_argument("--rounds", type=common.number(), default=None)
-    parser.add_argument("--warmup", type=common.number(low=0), default=1)
+    parser.add_argument("--sentences", type=number(), default=None)
+    parser.add_argument("--max-tokens", type=number(), default=2048, help="per batch, padded")
+    parser.add_argument("--beam-size", type=number(), default=5)
+    parser.add_argument("--max-len-a", type=number(float, 0), default=None)
+    parser.add_argument("--max-len-b", type=number(float, 0), default=None)
+    parser.add_argument("--rounds", type=number(), default=None)
+    parser.add_argument("--warmup", type=number(low=0), default=1)
     # Synthetic sources draw ids from 4 (after the special ones) to --vocab.
-    parser.add_argument("--vocab", type=common.number(low=5), default=5000)
-    parser.add_argument("--d-model", type=common.number(), default=256)
-    parser.add_argument("--heads", type=common.number(), default=8)
-    parser.add_argument(
-        "--layers", type=common.number(), default=2, help="encoder and decoder layers each"
-    )
-    parser.add_argument("--d-ff", type=common.number(), default=512)
-    parser.add_argument(
-        "--kv-heads", type=common.number(), nargs="*", default=None,
-        help="key/value head counts to compare (default: every divisor of --heads, which is "
-        "always added as the multi-head baseline); given with no value: skip the comparison",
-    )  # fmt: skip
+    parser.add_argument("--vocab", type=number(low=5), default=5000)
+    parser.add_argument("--d-model", type=number(), default=256)
+    parser.add_argument("--heads", type=number(), default=8)
+    parser.add_argument("--layers", type=number(), default=2, help="encoder and decoder each")
+    parser.add_argument("--d-ff", type=number(), default=512)
+    kv_help = "key/value head counts to compare (default: every divisor of --heads, always added)"
+    kv_help += "; with no value: no comparison"
+    parser.add_argument("--kv-heads", type=number(), nargs="*", default=None, help=kv_help)
     args = parser.parse_args(argv)
     args.sentences = args.sentences or (32 if args.quick else 200)
     args.rounds = args.rounds or (3 if args.quick else 5)
@@ -379,7 +321,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if args.checkpoint is None and args.kv_heads:
             kv_rows = time_kv_heads(args, batches, len(sources), device, precision)
             print()
-            common.print_table(kv_rows, KV_COLUMNS, title=kv_title(args))
+            title = f"Key/value heads at {args.heads} heads ({args.impls[0]}), cached decoding"
+            common.print_table(kv_rows, KV_COLUMNS, title=title)
             summary.update(kv_summary(kv_rows, args))
         engines = ct2.section(args, sources, device) if args.ct2 else None
         summary.update(engines.pop("summary") if engines else {})

@@ -1,29 +1,21 @@
 """A budget ladder: one training recipe at several ``trainer.max_minutes`` on one machine.
 
 ``python -m translate.bench.ladder`` trains ``--experiment`` (default ``multi30k_cpu``) at each
-of ``--minutes`` (default 6.5, 13 and 26: what a machine half as fast as this one, this one and
-one twice as fast would train in the recipe's 13 minutes), with ``--seeds`` (and
-``--extra-seeds`` at chosen rungs: by default a second seed at 13 minutes), one run after the
-other (never at once: they are timed). Each run is ``python -m translate.train
+of ``--minutes`` (default 6.5, 13 and 26), with ``--seeds`` and ``--extra-seeds`` (default a
+second seed at 13 minutes), one run after the other, each ``python -m translate.train
 experiment=<exp> trainer.max_minutes=<m> seed=<s> hydra.run.dir=<out>/min<m>_seed<s>
-trainer.resume=auto trainer.progress_bar=false <overrides>``, so the same command again skips
-the finished rungs (``resume=auto`` reports a finished run without training) and resumes an
-interrupted one from its last checkpoint: a ladder stopped half way loses at most one checkpoint
-interval. Ctrl-C (a signal to the process group) stops the running rung at its next step with a
-checkpoint; a signal to the ladder's process alone lets the rung finish, then stops.
+trainer.resume=auto trainer.progress_bar=false <overrides>``: the same command again skips the
+finished rungs and resumes an interrupted one. Ctrl-C (a signal to the process group) stops the
+running rung at its next step with a checkpoint; a signal to the ladder's process alone lets
+the rung finish, then stops.
 
-Per rung and seed: the updates (``results.json`` ``steps``), the precision, the training
-minutes, the dev curve (each validation's step, dev loss and dev BLEU, from the run's
-TensorBoard events ``dev/loss`` and ``dev/bleu``), the step of the lowest dev loss, the
-checkpoint scored (best, averaged or last) and the test BLEU with the recipe's beam and greedy.
-
-``summary``: per rung the mean test BLEU over its seeds (``bleu_min<m>``); whether the dev
-loss rose at the end of any run of the rung (its last dev loss above its lowest by more than
-:data:`ROSE_BY`: ``dev_loss_rose_min<m>``, the mark of overfitting); and whether the longest
-rung's mean test BLEU is below the rung before it (``longest_below_previous``; with the
-default rungs, 26 minutes against 13). ``--quick``: the quickstart experiment (the embedded
-sample corpus) at 0.1 and 0.2 minutes, validating every 25 updates, no extra seeds, for a
-smoke check.
+Per rung and seed: the updates, precision, training minutes, the dev curve (from the run's
+TensorBoard), the step of the lowest dev loss, the checkpoint scored and the test BLEU (beam
+and greedy). ``summary``: per rung the mean test BLEU over its seeds (``bleu_min<m>``), whether
+the dev loss rose at the end of any of its runs by more than :data:`ROSE_BY`
+(``dev_loss_rose_min<m>``), and whether the longest rung scores below the one before it
+(``longest_below_previous``). ``--quick``: the quickstart experiment at 0.1 and 0.2 minutes.
+docs/benchmarks.md says more.
 """
 
 from __future__ import annotations
@@ -95,45 +87,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m translate.bench.ladder", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--experiment", default=None, help="the preset (default: multi30k_cpu)")
-    parser.add_argument(
-        "--minutes", type=minutes_list, default=None, help="the rungs (default: 6.5,13,26)"
-    )
-    parser.add_argument(
-        "--seeds", type=common.number(), default=1, help="seeds 1..N at every rung (default: 1)"
-    )
-    parser.add_argument(
-        "--extra-seeds",
-        type=extra_seed,
-        nargs="*",
-        default=None,
-        metavar="MIN=SEED",
-        help="one more seed at one rung (default: 13=2; none with --quick)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="one run dir per rung and seed, <out>/min<m>_seed<s> (default: "
-        "outputs/ladder/<experiment>); the same --out again resumes the ladder",
-    )
-    parser.add_argument(
-        "--json",
-        type=common.json_output("ladder"),
-        default=None,
-        metavar="PATH",
-        help="write results",
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="quickstart at 0.1 and 0.2 minutes: a smoke check"
-    )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        type=override,
-        metavar="KEY=VALUE",
-        help="Hydra overrides for every run, e.g. data.dir=../shared/data/multi30k",
-    )
+    add = parser.add_argument
+    add("--experiment", default=None, help="the preset (default: multi30k_cpu)")
+    add("--minutes", type=minutes_list, default=None, help="the rungs (default: 6.5,13,26)")
+    add("--seeds", type=common.number(), default=1, help="seeds 1..N at every rung (default: 1)")
+    extra_help = "one more seed at one rung (default: 13=2; none with --quick)"
+    add("--extra-seeds", type=extra_seed, nargs="*", metavar="MIN=SEED", help=extra_help)
+    out_help = "one run dir per rung and seed, <out>/min<m>_seed<s> (default: "
+    out_help += "outputs/ladder/<experiment>); the same --out again resumes the ladder"
+    add("--out", type=Path, default=None, help=out_help)
+    add("--json", type=common.json_output("ladder"), metavar="PATH", help="write results")
+    add("--quick", action="store_true", help="quickstart at 0.1 and 0.2 minutes: a smoke check")
+    overrides_help = "Hydra overrides for every run, e.g. data.dir=../shared/data/multi30k"
+    add("overrides", nargs="*", type=override, metavar="KEY=VALUE", help=overrides_help)
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else {"experiment": "multi30k_cpu", "minutes": [6.5, 13.0, 26.0]}
     args.experiment = args.experiment or defaults["experiment"]
