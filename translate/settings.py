@@ -26,7 +26,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from translate.data.registry import source
 from translate.decoding.generate import STRATEGIES
 from translate.errors import UserError
-from translate.nn.config import out_of_range
+from translate.nn.config import doc, out_of_range
 from translate.schema import (
     AnalysisSettings,
     DataSettings,
@@ -37,7 +37,7 @@ from translate.schema import (
     TrainerSettings,
 )
 from translate.schema import help as command_keys
-from translate.schema.checks import choice, doc
+from translate.schema.checks import choice
 
 # ------------------------------------------------------------------------ reading and typing
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import torch
 
 from translate.errors import counted
+from translate.nn.config import Check, doc
 from translate.runtime.device import PRECISIONS, check_precision
 from translate.runtime.memory import keep_freed_memory
-from translate.schema.checks import Check, doc
 
 # The keys that were trainer.* in training before this group: the heads study's report still
 # ignores them by those names (translate.analysis.ablation.RUN_ONLY_KEYS, tested equal).
