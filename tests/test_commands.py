@@ -65,22 +65,6 @@ def test_fp16_on_the_cpu_names_the_commands_own_key(ckpt):
     assert "trainer." not in proc.stderr
 
 
-@pytest.mark.parametrize(
-    "command,old,new",
-    [
-        ("translate.train", "trainer.device=cuda", "runtime.device=cuda"),
-        ("translate.train", "trainer.num_threads=2", "runtime.num_threads=2"),
-        ("translate.evaluate", "precision=bf16", "runtime.precision=bf16"),
-        ("translate.translate", "keep_freed_memory=false", "runtime.keep_freed_memory=false"),
-    ],
-)
-def test_a_runtime_key_by_its_old_name_says_the_new_one(command, old, new):
-    """Before the runtime group these were trainer.* in training and top-level keys of the
-    other commands; Hydra alone would say only that the key is not in the config."""
-    proc = run_cli(command, old)
-    assert_one_line_error(proc, f"{old.split('=')[0]} is now {new.split('=')[0]}", f"pass {new}")
-
-
 @pytest.mark.parametrize("case", ["missing_ref", "empty"])
 def test_evaluate_with_bad_src_or_ref_is_one_line(ckpt, tmp_path, case):
     src, ref = tmp_path / "src.de", tmp_path / "ref.en"

@@ -4,16 +4,9 @@ A checkpoint is self-contained: model, optimizer, scheduler, AMP scaler, counter
 the resolved config (plain values) and the SentencePiece model bytes, so ``evaluate`` and
 ``translate`` need nothing else. It holds tensors and plain Python values only, and is read
 with ``torch.load(weights_only=True)``: opening a checkpoint someone sent you never runs code
-from it. A file that needs more than that is refused with one line.
-
-Format 1 (translate before the package layout of ``translate.nn``) stored numpy's RNG state as
-a numpy array and the embedding as ``embed.weight``; it still loads: the numpy array type is
-allowed by name (it only rebuilds an array) and the keys are renamed on load.
-
-Formats 1 and 2 predate grouped-query attention: their model config has no ``num_kv_heads``.
-Their models are multi-head attention, one key/value head per head, so on load the config gets
-``num_kv_heads = num_heads``; a run resumed, finished-checked or evaluated against today's
-config (where ``kv_heads`` defaults to ``heads``) then sees the model config it was trained with.
+from it. A file that needs more than that is refused with one line, and so is a file of another
+format (formats 1 and 2 came before grouped-query attention and the runtime group; no
+checkpoint of theirs is kept).
 """
 
 from __future__ import annotations
@@ -25,13 +18,11 @@ import shutil
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from translate import io
 from translate.errors import UserError
 from translate.io import WriteFailed
-from translate.schema.runtime import MOVED_KEYS
 
 FORMAT_VERSION = 3
 # What the one door for writes (translate.io) knows a training checkpoint and an average as.
@@ -57,14 +48,6 @@ _FIELDS = {
     "averaged_from": (list, "a list of files"),
 }
 _CONFIG_GROUPS = ("model", "data", "decode", "optim", "trainer", "runtime", "analysis")
-# Format 1 renamed on load: the token table moved into Seq2SeqTransformer.embedding.
-_RENAMED_V1 = {"embed.weight": "embedding.embed.weight"}
-
-
-def _numpy_array_globals() -> list:
-    """What unpickling a plain numpy array needs (format 1's RNG state): no code, only data."""
-    core = getattr(np, "_core", None) or np.core
-    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool = False) -> None:
@@ -131,8 +114,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         )
     try:
         _check_crcs(path)
-        with torch.serialization.safe_globals(_numpy_array_globals()):
-            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         # The safe unpickler names the global it refused; anything else is a damaged file.
         if re.search(r"GLOBAL [\w.]+", str(err)):
@@ -146,11 +128,11 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     version = ckpt["format_version"]
     if version > FORMAT_VERSION:
         raise UserError(f"{path} was written by a newer translate; upgrade to read it")
-    if version == 1:
-        ckpt["model"] = {_RENAMED_V1.get(k, k): v for k, v in ckpt["model"].items()}
-    if version <= 2:
-        _add_kv_heads(ckpt["config"])
-    _add_runtime_group(ckpt["config"])
+    if version < FORMAT_VERSION:
+        raise UserError(
+            f"{path} is a checkpoint of format {version}, which this translate no longer reads "
+            f"(it reads format {FORMAT_VERSION}); train the model again"
+        )
     return ckpt
 
 
@@ -208,22 +190,6 @@ def _check_crcs(path: Path) -> None:
         bad = archive.testzip()
     if bad is not None:
         raise zipfile.BadZipFile(f"CRC check failed for {bad}")
-
-
-def _add_kv_heads(config: dict) -> None:
-    """A format-1/2 model config as written today: multi-head, ``num_kv_heads = num_heads``."""
-    model = config.get("model")
-    if isinstance(model, dict) and "num_heads" in model:
-        model.setdefault("num_kv_heads", model["num_heads"])
-
-
-def _add_runtime_group(config: dict) -> None:
-    """A config written before the runtime group as written today: ``trainer.device``,
-    ``precision``, ``num_threads`` and ``keep_freed_memory`` are ``runtime.*``, so a resume
-    compares them with the new keys (a changed precision is logged)."""
-    trainer = config.get("trainer")
-    if isinstance(trainer, dict) and "runtime" not in config:
-        config["runtime"] = {k: trainer.pop(k) for k in MOVED_KEYS if k in trainer}
 
 
 def _corrupt(path: Path, err: Exception) -> UserError:

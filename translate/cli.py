@@ -29,7 +29,6 @@ from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.io import file_in_the_way
 from translate.record import recorded
-from translate.schema.runtime import MOVED_KEYS
 from translate.training.rundir import RunLock, training_run_marks
 
 T = TypeVar("T")
@@ -265,21 +264,13 @@ def _refuse_a_run_or_inside_one(out_dir: Path, command: str) -> None:
 _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
-# Keys of the runtime group by their names before it (the training and the other commands').
-_MOVED = {f"{group}{k}": f"runtime.{k}" for k in MOVED_KEYS for group in ("trainer.", "")}
-
-
 def check_command_line() -> None:
-    """Stop before Hydra starts, in one line, at a key of the runtime group by its old name
-    (Hydra would say only that the key is not in the config), and at a ``hydra.run.dir=`` or
-    ``hydra.sweep.dir=`` that Hydra could not make or write into (:func:`check_run_dir`;
-    Hydra's own mkdir or log file would fail with a traceback)."""
+    """Stop before Hydra starts, in one line, at a ``hydra.run.dir=`` or ``hydra.sweep.dir=``
+    that Hydra could not make or write into (:func:`check_run_dir`; Hydra's own mkdir or log
+    file would fail with a traceback)."""
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
-        key, _, value = arg.lstrip("+~").partition("=")
-        if key in _MOVED:
-            new = _MOVED[key]
-            fail(f"{key} is now {new}, one group for every command: pass {new}={value}")
+        key = arg.lstrip("+~").partition("=")[0]
         if key not in _DIR_KEYS:
             continue
         try:

@@ -1,32 +1,38 @@
 """The one place configuration becomes typed settings: every group, every command.
 
 Hydra composes ``conf/``; this module turns the composed OmegaConf nodes (or the plain dict a
-checkpoint stores) into frozen dataclasses of plain values, checks every value's type and range
-before any work starts, and fails with one readable line that names the key and the fix, e.g.
-``model.d_model=512 is not divisible by heads=3``. The library packages receive these
+checkpoint stores) into frozen dataclasses of plain values before any work starts: OmegaConf
+checks each value's type, unknown keys and missing ones against the dataclasses (structured
+configs), this module each value's range and the rules across values, and every problem is one
+readable line that names the key and the fix, e.g. ``model.d_model=512 is not divisible by
+heads=3``. The library packages receive these
 dataclasses and never read configuration themselves. Defaults live in ``conf/`` (the model's
 in :class:`~translate.nn.config.TransformerConfig`, which ``conf/model/`` repeats, tested equal).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
-import types
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+from omegaconf import BooleanNode, DictConfig, FloatNode, IntegerNode, ListConfig, OmegaConf
+from omegaconf.errors import (
+    ConfigKeyError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from translate.data.registry import source
 from translate.decoding.generate import STRATEGIES
 from translate.errors import UserError
-from translate.nn.config import out_of_range
+from translate.nn.config import doc, out_of_range
 from translate.schema import (
     AnalysisSettings,
     DataSettings,
@@ -37,7 +43,7 @@ from translate.schema import (
     TrainerSettings,
 )
 from translate.schema import help as command_keys
-from translate.schema.checks import choice, doc
+from translate.schema.checks import choice
 
 # ------------------------------------------------------------------------ reading and typing
 
@@ -48,48 +54,8 @@ def plain(node: Any, name: str) -> Any:
         return node
     try:
         return OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
-    except MissingMandatoryValue as err:
-        key = err.full_key if err.full_key.startswith(f"{name}.") else f"{name}.{err.full_key}"
-        raise UserError(f"{key} is not set: add {key}=<value> to the command") from None
     except OmegaConfBaseException as err:
-        msg = str(getattr(err, "msg", None) or err).strip().splitlines()[0]
-        raise UserError(f"config {name}: {msg}") from None
-
-
-def _typed(value: Any, hint: Any, key: str) -> Any:
-    """``value`` checked against the type ``hint`` (ints are ints, booleans are booleans)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        # bool | str (trainer.resume=true|auto): the first type that takes the value.
-        for hint in inner[:-1]:
-            with contextlib.suppress(UserError):
-                return _typed(value, hint, key)
-        return _typed(value, inner[-1], key)
-    if dataclasses.is_dataclass(hint):
-        return build(hint, value, key)
-    ok = {
-        bool: isinstance(value, bool),
-        int: isinstance(value, int) and not isinstance(value, bool),
-        float: isinstance(value, (int, float)) and not isinstance(value, bool),
-        str: isinstance(value, (str, int, float)) and not isinstance(value, bool),
-        list: isinstance(value, (list, tuple)),
-        dict: isinstance(value, dict),
-    }.get(origin or hint, True)
-    if not ok:
-        want = {bool: "true or false", int: "an integer", float: "a number"}.get(
-            hint, f"a {getattr(origin or hint, '__name__', hint)}"
-        )
-        raise UserError(f"{key}={value!r} must be {want}")
-    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)  # runtime.precision=32 arrives as a number
-    if hint is float and not math.isfinite(value):
-        # Hydra reads nan/inf as numbers, and every range check passes NaN (its comparisons
-        # are all false): no setting of ours means anything with them; null is "no limit".
-        raise UserError(f"{key}={value} must be a finite number")
-    return float(value) if hint is float else value
+        raise UserError(_in_one_line(err, name)) from None
 
 
 def _key(group: str, key: str) -> str:
@@ -99,39 +65,104 @@ def _key(group: str, key: str) -> str:
 
 
 def build(cls, node: Any, name: str):
-    """``cls`` (a settings dataclass) from a config node or dict, every field type-checked;
-    ``name`` is the config group (``""``: the command's own top-level keys)."""
+    """``cls`` (a settings dataclass) from a config node or dict; ``name`` is the config group
+    (``""``: the command's own top-level keys). OmegaConf reads the values onto ``cls`` as a
+    structured config, which refuses a value of another type, an unknown key and a missing one;
+    the checks OmegaConf does not know are :func:`_check`'s."""
     values = plain(node, name)
     if not isinstance(values, dict):
         raise UserError(f"config {name} must be a group of keys, not {values!r}")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        known_keys = ", ".join(sorted(known))
-        raise UserError(f"unknown key {_key(name, unknown[0])}; known keys: {known_keys}")
-    required = [
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    missing = [k for k in required if k not in values]
-    if missing:
-        raise UserError(f"config {name} lacks the key {_key(name, missing[0])}")
-    settings = cls(**{k: _typed(v, hints[k], _key(name, k)) for k, v in values.items()})
-    _check_ranges(settings, name)
-    if hasattr(settings, "validate"):
-        settings.validate()
+    # A group given as a node is resolved where it stands (model.num_heads: ${heads}).
+    values = {key: _literal(plain(value, _key(name, key))) for key, value in values.items()}
+    try:
+        settings = OmegaConf.to_object(OmegaConf.merge(_schema(cls), values))
+    except OmegaConfBaseException as err:
+        raise UserError(_in_one_line(err, name)) from None
+    _check(settings, name)
     return settings
 
 
-def _check_ranges(settings, name: str) -> None:
-    """Each field's own range, declared with it (``doc(..., check=positive)``); the checks
-    across fields are the dataclass's ``validate()``."""
+def _literal(value: Any) -> Any:
+    """Resolved ``value`` as OmegaConf reads text: each ``${`` escaped (and the backslashes just
+    before it), so that a folder named ``m${x}`` is that name again, no interpolation."""
+    if isinstance(value, str):
+        return re.sub(r"(\\*)\$\{", lambda m: 2 * m[1] + "\\${", value)
+    if isinstance(value, dict):
+        return {key: _literal(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_literal(item) for item in value]
+    return value
+
+
+@functools.cache  # OmegaConf.merge fills a copy
+def _schema(cls) -> DictConfig:
+    """``cls`` as a structured config that OmegaConf.merge can fill: writable (a frozen
+    dataclass makes its node read-only, and the merge lifts that for the top node only), with
+    each group of no default made now (the merge would make it read-only)."""
+    schema = OmegaConf.structured(cls)
+    OmegaConf.set_readonly(schema, False)
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[field.name]):
+            schema[field.name] = _schema(hints[field.name])
+        elif isinstance(node := schema._get_node(field.name), DictConfig):  # data.hub: None
+            OmegaConf.set_readonly(node, False)
+    return schema
+
+
+# What a value must be, by the node of its type that refused it.
+_WANTED = {
+    IntegerNode: "an integer",
+    FloatNode: "a number",
+    BooleanNode: "true or false",
+    ListConfig: "a list",
+    DictConfig: "a group of keys",
+}
+
+
+def _in_one_line(err: OmegaConfBaseException, name: str) -> str:
+    """OmegaConf's complaint about the group ``name`` in our words, the key as the command
+    line spells it."""
+    full = err.full_key
+    key = full if full == name or full.startswith(f"{name}.") else _key(name, full)
+    if isinstance(err, MissingMandatoryValue):
+        return f"{key} is not set: add {key}=<value> to the command"
+    if isinstance(err, ConfigKeyError) and dataclasses.is_dataclass(err.object_type):
+        known = ", ".join(sorted(field.name for field in dataclasses.fields(err.object_type)))
+        return f"unknown key {key}; known keys: {known}"
+    wanted = _WANTED.get(type(err.child_node))
+    if isinstance(err, ValidationError) and wanted:
+        return f"{key}={err.value!r} must be {wanted}"
+    return f"{key or 'config'}: {str(err.msg).strip().splitlines()[0]}"
+
+
+# The checks of a group against the layers above translate.schema, which it does not import:
+# the searches (translate.decoding) and the data sources (translate.data).
+_CHECKS_ABOVE = {
+    DecodeSettings: lambda decode: choice("decode.strategy", decode.strategy, STRATEGIES),
+    DataSettings: lambda data: source(data.source),
+}
+
+
+def _check(settings, name: str) -> None:
+    """What the types leave to us, each group's first: a finite number where one is due (NaN
+    passes every range check, its comparisons all false; null is "no limit"), each field's
+    range, declared with it (``doc(..., check=positive)``), and the checks across fields, the
+    dataclass's ``validate()``."""
+    for field in dataclasses.fields(settings):
+        key, value = _key(name, field.name), getattr(settings, field.name)
+        if dataclasses.is_dataclass(value):
+            _check(value, key)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{key}={value} must be a finite number")
     bad = out_of_range(settings)
     if bad is not None:
-        key, value, check = bad
-        raise UserError(f"{_key(name, key)}={value} must be {check.must}")
+        field_name, value, check = bad
+        raise UserError(f"{_key(name, field_name)}={value} must be {check.must}")
+    if type(settings) in _CHECKS_ABOVE:
+        _CHECKS_ABOVE[type(settings)](settings)
+    if hasattr(settings, "validate"):
+        settings.validate()
 
 
 # ------------------------------------------------------------------------ commands
@@ -142,9 +173,7 @@ def model_settings(node: Any) -> ModelSettings:
 
 
 def decode_settings(node: Any) -> DecodeSettings:
-    settings = build(DecodeSettings, node, "decode")
-    choice("decode.strategy", settings.strategy, STRATEGIES)
-    return settings
+    return build(DecodeSettings, node, "decode")
 
 
 # evaluate's and translate's decode group (``decode: from_run`` in their conf/*.yaml): every key
@@ -182,10 +211,8 @@ def data_settings(node: Any, overrides: Any = None) -> DataSettings:
     """The data group; ``overrides`` (``data=<source> data.dir=...`` given to evaluate or
     analyze) are merged over ``node`` (the data config a checkpoint was trained with)."""
     if overrides is not None:
-        node = OmegaConf.merge(OmegaConf.create(plain(node, "data")), overrides)
-    data = build(DataSettings, node, "data")
-    source(data.source)  # the sources are the data layer's, which translate.schema sits below
-    return data
+        node = OmegaConf.merge(OmegaConf.create(_literal(plain(node, "data"))), overrides)
+    return build(DataSettings, node, "data")
 
 
 @dataclass(frozen=True)
@@ -206,7 +233,9 @@ class TrainSettings:
         "a path; by default Hydra's run dir",
         mechanics=True,
     )
-    config: dict = doc("the resolved config, as the checkpoints keep it", key=False)
+    config: dict = doc(
+        "the resolved config, as the checkpoints keep it", key=False, default_factory=dict
+    )
     # With trainer.resume=true a sweep job that has no checkpoint yet starts, where a single
     # run stops (a mistyped dir).
     sweep_job: str | None = doc(
@@ -244,7 +273,12 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
         run_dir = str(cfg.run_dir)
     except OmegaConfBaseException as err:
         raise UserError("run_dir is not set; run through the CLI or pass run_dir=<folder>") from err
-    data = data_settings(cfg.data)
+    # The groups are typed from the resolved config, which the checkpoints keep as it is.
+    config = plain(cfg, "")
+    keys = [field.name for field in dataclasses.fields(TrainSettings) if field.metadata["key"]]
+    values = {key: config[key] for key in keys if key in config}
+    settings = build(TrainSettings, {**values, "run_dir": run_dir, "sweep_job": sweep_job}, "")
+    data = settings.data
     for role, why in (("valid", "validation"), ("test", "the final scoring")):
         if role not in data.split_names:
             raise UserError(f"data.splits.{role} is null; training needs it for {why}")
@@ -253,19 +287,7 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
             "data.eval_max_len is null: set it to the longest sentence, in tokens, that "
             "validation and test may feed the model (e.g. data.filter.max_src_len)"
         )
-    return TrainSettings(
-        model=model_settings(cfg.model),
-        optim=build(OptimSettings, cfg.optim, "optim"),
-        trainer=build(TrainerSettings, cfg.trainer, "trainer"),
-        runtime=build(RuntimeSettings, cfg.runtime, "runtime"),
-        decode=decode_settings(cfg.decode),
-        data=data,
-        analysis=analysis_settings(cfg.analysis),
-        seed=_typed(plain(cfg.seed, "seed"), int, "seed"),
-        run_dir=run_dir,
-        config=plain(cfg, "config"),
-        sweep_job=sweep_job,
-    )
+    return dataclasses.replace(settings, config=config)
 
 
 @dataclass(frozen=True)
@@ -278,11 +300,15 @@ class CheckpointCommand:
     runtime: RuntimeSettings = doc("where and how it computes (conf/runtime/)")
 
 
+def command_settings(cls, cfg: DictConfig):
+    """``cls``, a command's settings, from the top-level keys of its config of the same names."""
+    return build(cls, {field.name: cfg.get(field.name) for field in dataclasses.fields(cls)}, "")
+
+
 def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
     if cfg.get("checkpoint") is None:
         raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
-    values = {"checkpoint": str(plain(cfg.checkpoint, "checkpoint")), "runtime": cfg.runtime}
-    return build(CheckpointCommand, values, "")
+    return command_settings(CheckpointCommand, cfg)
 
 
 # What each engine of translate and evaluate decodes from (translate.decoding.engine_switch).
@@ -339,9 +365,7 @@ class EngineCommand:
 
 
 def engine_command(cfg: DictConfig) -> EngineCommand:
-    values = {k: plain(cfg.get(k), k) for k in ("engine", "checkpoint", "model_dir")}
-    values = {k: None if v is None else str(v) for k, v in values.items()}
-    return build(EngineCommand, {**values, "runtime": cfg.runtime}, "")
+    return command_settings(EngineCommand, cfg)
 
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
@@ -379,12 +403,7 @@ class ExportCommand:
 def export_command(cfg: DictConfig) -> ExportCommand:
     if cfg.get("checkpoint") is None or cfg.get("output") is None:
         raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt output=<folder to write>")
-    values = {
-        k: plain(cfg[k], k) for k in ("checkpoint", "output", "quantization", "max_positions")
-    }
-    for key in ("checkpoint", "output", "quantization"):
-        values[key] = str(values[key])
-    return build(ExportCommand, values, "")
+    return command_settings(ExportCommand, cfg)
 
 
 def optional_path(cfg: DictConfig, key: str) -> str | None:

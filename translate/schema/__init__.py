@@ -5,12 +5,12 @@ the range checks that make a bad value one readable line before any work starts.
 the library packages receive them and never read configuration themselves. Defaults live in
 ``conf/``, never here; the model's live in :class:`~translate.nn.config.TransformerConfig`
 (which :class:`ModelSettings` is), and ``conf/model/`` repeats them, tested equal. Every field
-says what it means, its unit and its range (:func:`~translate.schema.checks.doc`);
+says what it means, its unit and its range (:func:`~translate.nn.config.doc`);
 ``python -m translate.train --help`` lists them.
 
 One module per config group: :mod:`.model`, :mod:`.training` (``optim``, ``trainer``),
-:mod:`.runtime`, :mod:`.decoding`, :mod:`.data`, :mod:`.analysis`; :mod:`.checks` holds what
-they share.
+:mod:`.runtime`, :mod:`.decoding`, :mod:`.data`, :mod:`.analysis`; :mod:`.checks` holds
+:func:`~.checks.choice`, which their ``validate()`` share.
 """
 
 from translate.schema.analysis import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.schema.checks import doc, non_negative, positive
+from translate.nn.config import doc, non_negative, positive
 
 
 @dataclass(frozen=True)

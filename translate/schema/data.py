@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.schema.checks import choice, doc, non_negative, positive
+from translate.nn.config import doc, non_negative, positive
+from translate.schema.checks import choice
 
 ROLES = ("train", "valid", "test")
 

@@ -1,6 +1,6 @@
 """What ``python -m translate.<command> --help`` lists: every key the command reads, with its
 value in the composed config, what it means, its unit and its range, all read from the settings
-dataclasses' :func:`~translate.schema.checks.doc` fields (so the list cannot drift from the
+dataclasses' :func:`~translate.nn.config.doc` fields (so the list cannot drift from the
 code). The keys a command reads itself, outside any settings group (``translate``'s
 ``input=``, ``evaluate``'s ``src=``/``ref=``, ``average``'s keys), are documented here the same
 way. The composed config reaches :func:`settings_help` as a lookup (``translate.settings`` reads
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from translate.nn.config import doc
 from translate.schema.analysis import AnalysisSettings
-from translate.schema.checks import doc
 from translate.schema.data import DataSettings
 from translate.schema.decoding import DecodeSettings
 

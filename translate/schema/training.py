@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from translate.errors import UserError
-from translate.schema.checks import doc, fraction, non_negative, positive
+from translate.nn.config import doc, fraction, non_negative, positive
 
 
 @dataclass(frozen=True)
