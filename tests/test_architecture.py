@@ -22,6 +22,8 @@ ENTRY_LAYER = {
     "translate.cli",
     "translate.record",
     "translate.sweeps",
+    # The sweep report reads the jobs a sweep defines from Hydra's multirun.yaml.
+    "translate.ablation.report",
     "translate.train",
     "translate.evaluate",
     "translate.translate",

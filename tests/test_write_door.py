@@ -41,7 +41,7 @@ WRITING_NAMES = {"SummaryWriter"}
 # (module, call as written): why it is not a write of an output.
 EXCEPTIONS = {
     ("translate.training.loop", "run.ckpts.save"): "CheckpointManager.save writes through io",
-    ("translate.analysis.ablation_files", "fig.savefig"): "into an in-memory BytesIO",
+    ("translate.ablation.report", "fig.savefig"): "into an in-memory BytesIO",
     ("translate.decoding.ct2_export", "spec.save"): "into io.write_folder's temporary folder",
     ("translate.data.tokenizer", "np.savez"): "into an in-memory BytesIO",
     ("translate.checkpoint", "torch.save"): "into a byte counter, to say a checkpoint's size",

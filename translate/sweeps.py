@@ -1,19 +1,6 @@
-"""Hydra's side of the heads-ablation report: the callback and the sweep's job list.
-
-:class:`AblationReportCallback` (registered in ``conf/hydra/default.yaml``) writes the report
-after every job and when the multirun ends: Hydra's basic sweeper raises after the sweep if any
-job failed, which skips ``on_multirun_end``, so the per-job report is the one that survives.
-A job that failed on a :class:`~translate.errors.UserError` is recorded (``error.txt``) and
-counted as done, so the sweep reaches its end, which names every failed job in one line and
-exits 2 instead of Hydra's traceback of the first. ``python -m translate.ablation report
-<sweep_dir>`` writes the report on demand; both call :func:`write_report`. The rows come from
-:mod:`translate.analysis.ablation`, the files from :mod:`translate.analysis.ablation_files`. The
-callback also holds the sweep dir's lock from the start of the multirun to its end, so a second
-sweep into the same dir stops before it writes anything, and it writes a job's ``error.txt``
-only while holding that job dir's lock.
-
-Entry-point layer: like ``cli.py`` it may import Hydra; the library packages never do. Hydra
-imports this module when it starts (for the callback): keep heavy imports (matplotlib,
+"""Hydra's side of the heads-ablation report: :class:`AblationReportCallback`, registered in
+``conf/hydra/default.yaml``, writes it (:func:`translate.ablation.report.write_report`) as a
+sweep runs. Hydra imports this module when it starts: keep heavy imports (matplotlib,
 sacreBLEU, torch) out of the module level here and in the modules it imports.
 """
 
@@ -30,48 +17,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from translate import io
-from translate.analysis.ablation import BASELINE_HEADS, Report, build_report, parse_overrides
-from translate.analysis.ablation_files import write_files
+from translate.ablation.report import write_report
+from translate.analysis.ablation import BASELINE_HEADS, Report
 from translate.cli import fail
 from translate.errors import UserError, debug_enabled
 from translate.record import stamp
 from translate.training.rundir import RunLock
 
 log = logging.getLogger(__name__)
-# The job lists of earlier sweeps into the same dir, set aside by a later one.
-EARLIER_SWEEPS = "multirun.*.yaml"
-
-
-def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """``(swept_keys, one {key: value} per job)`` the sweeps in ``multirun.yaml`` define, and in
-    the earlier ones a later sweep into the same dir set aside (``multirun.<time>.yaml``).
-
-    Expands ``hydra.sweeper.params`` and the command-line overrides as Hydra's basic sweeper
-    does. Empty when there is no ``multirun.yaml`` or another sweeper ran the sweep.
-    """
-    sweep_dir = Path(sweep_dir)
-    if not (sweep_dir / "multirun.yaml").is_file():
-        return [], []
-    combos = []
-    for path in sorted(sweep_dir.glob(EARLIER_SWEEPS)) + [sweep_dir / "multirun.yaml"]:
-        combos += [c for c in _combos(path) if c not in combos]
-    keys = [k for k in (combos[0] if combos else {}) if len({c.get(k) for c in combos}) > 1]
-    return keys, [{k: c.get(k) for k in keys} for c in combos]
-
-
-def _combos(path: Path) -> list[dict[str, str]]:
-    """Every job of one sweep's record, as ``{key: value}`` of all its overrides."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    hydra_cfg = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
-    if "BasicSweeper" not in str(hydra_cfg.get("sweeper", {}).get("_target_", "BasicSweeper")):
-        return []
-    params = hydra_cfg.get("sweeper", {}).get("params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()]
-    arguments += [str(o) for o in hydra_cfg.get("overrides", {}).get("task", [])]
-    parsed = OverridesParser.create().parse_overrides(arguments)
-    return [parse_overrides(c) for c in BasicSweeper.split_arguments(parsed, None)[0]]
 
 
 def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
@@ -90,26 +43,6 @@ def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
     aside = sweep_dir / f"multirun.{stamp()}.yaml"
     io.move(earlier, aside)
     log.info("kept the earlier sweep's job list of %s as %s", sweep_dir, aside.name)
-
-
-def write_report(
-    sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
-) -> Report:
-    """Build the report and write ``ablation.csv``, ``ablation.md`` and ``ablation.png``."""
-    report = build_report(sweep_dir, baseline_heads, bootstrap_samples, expected_jobs=expected_jobs)
-    write_files(report, bootstrap_samples)
-    if not report.params_equal:
-        log.warning("\n%s\nWARNING: %s\n%s", "!" * 78, report.params_message, "!" * 78)
-    for w in report.warnings[0 if report.params_equal else 1 :]:
-        log.warning("ablation report: %s", w)
-    log.info(
-        "ablation report: %d rows, %d failed, %d missing -> %s",
-        len(report.rows),
-        len(report.failed),
-        len(report.missing),
-        report.sweep_dir / "ablation.md",
-    )
-    return report
 
 
 def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None:
@@ -135,11 +68,15 @@ def _write_error(job_dir: Path, error: BaseException) -> None:
 
 
 class AblationReportCallback(Callback):
-    """Holds the sweep dir for the multirun, and writes the ablation report into it after every
-    job and at the end.
+    """Holds the sweep dir's lock for the multirun, so a second sweep into it stops before it
+    writes anything, and writes the report after every job and at the end: Hydra's basic
+    sweeper raises after a sweep with a failed job, which skips ``on_multirun_end``, so the
+    per-job report is the one that survives. A job that failed on a
+    :class:`~translate.errors.UserError` is recorded (``error.txt``) and counted as done, so the
+    sweep reaches its end, which names every failed job in one line and exits 2.
 
-    Only for multiruns of the configs named in ``config_names`` (the training app), so the
-    evaluate and analyze commands, which share ``hydra/default.yaml``, are left alone.
+    Only for multiruns of the configs in ``config_names`` (the training app): the evaluate and
+    analyze commands share ``hydra/default.yaml``.
     """
 
     def __init__(

@@ -15,9 +15,10 @@ import yaml
 from conftest import ROOT, TINY
 from omegaconf import OmegaConf
 
+from translate.ablation.report import expected_jobs, write_report
 from translate.analysis.ablation import build_report
 from translate.io import MARKS
-from translate.sweeps import AblationReportCallback, expected_jobs, write_report
+from translate.sweeps import AblationReportCallback
 
 REFS = [f"the cat number {i} sits on the mat near house {i % 7} today ." for i in range(40)]
 BAD = [f"dog {i} runs" for i in range(40)]
@@ -168,7 +169,7 @@ def test_jobs_differing_beyond_the_axes_warn_but_not_in_how_they_ran(tmp_path):
 def test_unequal_parameter_counts_fail_loudly(tmp_path, caplog, capsys):
     make_job(tmp_path, 4, 1, 25.0, params=1000)
     make_job(tmp_path, 8, 1, 27.0, params=1200)
-    with caplog.at_level(logging.WARNING, logger="translate.sweeps"):
+    with caplog.at_level(logging.WARNING, logger="translate.ablation.report"):
         report = write_report(tmp_path, bootstrap_samples=100)
     assert not report.params_equal
     assert "PARAMETER COUNTS DIFFER" in caplog.text and "heads=8: 1,200" in caplog.text

@@ -12,10 +12,10 @@ from test_ablation import make_job
 from test_speed import SPEED
 
 from translate.ablation import speed as speed_command
+from translate.ablation.report import write_report
 from translate.analysis.ablation import build_report
 from translate.analysis.speed import heads_rows
 from translate.analysis.speed_file import SPEED_FILE, SPEED_METRICS
-from translate.sweeps import write_report
 
 # kv_heads -> (params, BLEU of seeds 1 and 2): fewer K/V heads, smaller k_proj / v_proj.
 KV_SWEEP = {
@@ -43,7 +43,7 @@ def test_a_kv_sweep_has_one_row_per_kv_heads_with_its_parameters(kv_sweep):
     # Counts that differ by kv_heads are what GQA does: no alarm, no other warning.
     assert report.params_equal and report.warnings == []
     assert "heads=8,kv_heads=1: 912,896" in report.params_message
-    assert "shrink to kv_heads x d_k" in report.params_message
+    assert "depends on kv_heads, as grouped-query attention intends" in report.params_message
     # p-values against the multi-head row (kv_heads=8) of the same seed.
     assert report.rows[3]["p_vs_8"] == "baseline"
     for row in report.rows[:3]:
@@ -151,9 +151,9 @@ def test_the_speed_table_and_report_columns_follow_kv_heads(kv_sweep):
     entries = [_entry(f"heads=8,kv_heads={kv},seed={s}", 8, kv, x) for kv, x in scale.items()
                for s in (1, 2)]  # fmt: skip
     payload = _payload(entries)
-    table = script.format_table(payload)
+    table = script.print_speed_table(payload)
     assert "with 8 kv heads" in table and "kv heads  jobs" in table
-    plain = script.format_table(_payload([_entry("a", 4, None, 2.0), _entry("b", 8, 8, 1.0)]))
+    plain = script.print_speed_table(_payload([_entry("a", 4, None, 2.0), _entry("b", 8, 8, 1.0)]))
     assert "kv" not in plain
 
     (kv_sweep / SPEED_FILE).write_text(json.dumps(payload))

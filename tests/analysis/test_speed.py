@@ -16,10 +16,10 @@ import yaml
 from conftest import ROOT, assert_one_line_error
 from test_ablation import make_job
 
+from translate.ablation.report import write_report
 from translate.analysis import speed
 from translate.analysis.speed_file import CT2_METRICS, SPEED_FILE
 from translate.checkpoint import load_checkpoint, save_checkpoint
-from translate.sweeps import write_report
 from translate.training.step import Trainer
 
 TINY_SPEED = ["--rounds", "2", "--sentences", "2", "--batch-sentences", "4", "--train-steps", "1"]
@@ -146,36 +146,6 @@ def test_a_copied_sweep_times_only_its_own_checkpoints_and_lists_the_others(
     assert "finished after it was measured" not in warnings
 
 
-def test_a_speed_file_of_another_sweep_is_left_out_of_the_report_with_a_warning(
-    speed_sweep, tmp_path
-):
-    """``speed <sweepA> --json <sweepB>/ablation_speed.json``: before, sweep B's report showed
-    sweep A's timings without a word."""
-    other = Path(shutil.copytree(speed_sweep, tmp_path / "other"))
-    argv = [str(speed_sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
-    assert _script().main([*argv, "--json", str(other / SPEED_FILE)]) == 0
-    report = write_report(other, bootstrap_samples=100)
-    assert report.speed is None and "ms/sent" not in (other / "ablation.md").read_text()
-    said = [w for w in report.warnings if "speed file of another sweep" in w]
-    assert len(said) == 1 and f"(it timed {speed_sweep.resolve()})" in said[0]
-    assert f"translate.ablation speed {other}" in said[0]
-
-
-def test_an_older_speed_file_of_another_sweep_is_told_by_its_checkpoints(tmp_path):
-    """A file from before the sweep dir was recorded: its jobs' checkpoint paths say whose."""
-    for heads, bleu in ((1, 20.0), (8, 27.0)):
-        make_job(tmp_path / "sweep", heads, 1, bleu)
-    names = ["heads=1,seed=1", "heads=8,seed=1"]
-    _speed_file(tmp_path / "sweep", [1, 8], names)
-    data = json.loads((tmp_path / "sweep" / SPEED_FILE).read_text())
-    elsewhere = tmp_path / "other" / names[0] / "checkpoints" / "best.pt"
-    data["jobs"][0]["checkpoint"] = str(elsewhere)
-    (tmp_path / "sweep" / SPEED_FILE).write_text(json.dumps(data))
-    report = write_report(tmp_path / "sweep", bootstrap_samples=100)
-    assert report.speed is None
-    assert any(f"another sweep (it timed {elsewhere})" in w for w in report.warnings)
-
-
 def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):
     """Every job's checkpoint exported and timed in the same rounds, right after our latency;
     its medians, ratios to 8 heads and columns beside ours."""
@@ -205,7 +175,7 @@ def test_without_ctranslate2_the_speed_file_says_why(speed_sweep, monkeypatch, c
     assert 'pip install -e ".[ct2]"' in payload["warnings"][0]
     assert CT2_METRICS.keys().isdisjoint(payload["metrics"])
     assert all(row["ct2_latency_greedy_ms"] is None for row in payload["heads"])
-    assert "CT2" not in _script().format_table(payload)
+    assert "CT2" not in _script().print_speed_table(payload)
 
 
 def test_training_steps_run_on_a_copy_of_the_decoding_model(speed_sweep):

@@ -135,8 +135,9 @@ def test_a_later_sweep_into_the_dir_keeps_the_earlier_job_list(tmp_path):
     the expected jobs are all of them; the same command again sets nothing aside."""
     from omegaconf import OmegaConf
 
+    from translate.ablation.report import expected_jobs
     from translate.io import write
-    from translate.sweeps import _keep_earlier_sweep, expected_jobs
+    from translate.sweeps import _keep_earlier_sweep
 
     first = ["experiment=quickstart", "heads=2,4"]
     write(tmp_path / "multirun.yaml", yaml.safe_dump(_sweep_record(first)), "hydra record")

@@ -1,3 +1,1 @@
-"""The heads study's two commands, ``python -m translate.ablation report|speed SWEEP_DIR``:
-the report of a sweep (:mod:`translate.ablation.report`) and its models timed side by side
-(:mod:`translate.ablation.speed`)."""
+"""The heads study's commands, ``python -m translate.ablation report|speed SWEEP_DIR``."""

@@ -1,24 +1,397 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
 
-The same code the Hydra callback runs after every job of ``python -m translate.train -m ...``
-(``translate.sweeps.write_report``): ``ablation.csv``, ``ablation.md`` and ``ablation.png``
-in the sweep dir (the figure where it has something to plot, and never at the cost of the
-tables), from the jobs' ``results.json`` and test hypotheses alone: run again, it
-re-creates them (how docs/ablation-multi30k.{csv,md,png} are made from the study's sweep dir).
-Exits 1 (after writing the report) when the runs' parameter counts differ, 2 with a one-line
-error, writing nothing, when the sweep dir does not exist or holds no sweep job (a single
-run's dir, an empty folder), or on another user error.
+``ablation.csv``, ``ablation.md`` and ``ablation.png`` (where it has something to plot, never at
+the cost of the tables) from the jobs' files alone, so run again it re-creates them; the Hydra
+callback (:mod:`translate.sweeps`) runs :func:`write_report` after every job. Of the entry-point
+layer: it reads the jobs a sweep defines from Hydra's ``multirun.yaml``. What the columns mean:
+docs/ablation.md. Exits 1 (after writing the report) when the parameter counts differ, 2 with
+a one-line error, writing nothing, when the sweep dir does not exist or holds no sweep job.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import logging
+import math
+import os
+import shlex
 import sys
+from pathlib import Path
 
-from translate.analysis.ablation import BASELINE_HEADS, check_sweep_dir
-from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
-from translate.sweeps import write_report
+import yaml
+
+from translate.analysis.ablation import (
+    BASELINE_HEADS,
+    Report,
+    build_report,
+    check_sweep_dir,
+    job_provenance,
+    p_column,
+    parse_overrides,
+    scored_dev_bleu,
+)
+from translate.analysis.ablation_stats import LEVEL, detected, heads_key, smallest_permutation_p
+from translate.analysis.speed_file import (
+    CT2_METRICS,
+    SPEED_COMMAND,
+    SPEED_FILE,
+    shown_metrics,
+    speed_cell,
+)
+from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled
+from translate.io import WriteFailed, check, write
+
+log = logging.getLogger(__name__)
+FIGURE = "ablation.png"
+REPORT = "ablation report"  # what the one door for writes (translate.io) knows the files as
+DOC = 'docs/ablation.md, "The report" and "Speed, side by side"'
+# The job lists of earlier sweeps into the same dir, set aside by a later one (translate.sweeps).
+EARLIER_SWEEPS = "multirun.*.yaml"
+
+
+def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """``(swept_keys, one {key: value} per job)`` the sweeps in ``multirun.yaml`` define, and in
+    the earlier ones a later sweep into the same dir set aside (:data:`EARLIER_SWEEPS`).
+
+    Expands ``hydra.sweeper.params`` and the command-line overrides as Hydra's basic sweeper
+    does. Empty when there is no ``multirun.yaml`` or another sweeper ran the sweep.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not (sweep_dir / "multirun.yaml").is_file():
+        return [], []
+    combos = []
+    for path in sorted(sweep_dir.glob(EARLIER_SWEEPS)) + [sweep_dir / "multirun.yaml"]:
+        combos += [c for c in _combos(path) if c not in combos]
+    keys = [k for k in (combos[0] if combos else {}) if len({c.get(k) for c in combos}) > 1]
+    return keys, [{k: c.get(k) for k in keys} for c in combos]
+
+
+def _combos(path: Path) -> list[dict[str, str]]:
+    """Every job of one sweep's record, as ``{key: value}`` of all its overrides."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    hydra_cfg = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
+    if "BasicSweeper" not in str(hydra_cfg.get("sweeper", {}).get("_target_", "BasicSweeper")):
+        return []
+    params = hydra_cfg.get("sweeper", {}).get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()]
+    arguments += [str(o) for o in hydra_cfg.get("overrides", {}).get("task", [])]
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    return [parse_overrides(c) for c in BasicSweeper.split_arguments(parsed, None)[0]]
+
+
+def missing_jobs(report: Report) -> list[str]:
+    """The jobs the sweep defines that have no job dir, as their swept overrides."""
+    keys, expected = expected_jobs(report.sweep_dir)
+    if not keys:  # a one-job "sweep" defines nothing beyond the dir it made
+        return []
+
+    def label(overrides: dict[str, str]) -> str:
+        return ",".join(f"{k}={overrides.get(k, '?')}" for k in keys)
+
+    found = {label(j.overrides) for j in report.jobs}
+    return [lbl for lbl in map(label, expected) if lbl not in found]
+
+
+def write_report(
+    sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
+) -> Report:
+    """Build the report and write ``ablation.csv``, ``ablation.md`` and ``ablation.png``."""
+    report = build_report(sweep_dir, baseline_heads, bootstrap_samples)
+    report.missing = missing_jobs(report)
+    write_files(report, bootstrap_samples)
+    if not report.params_equal:
+        log.warning("\n%s\nWARNING: %s\n%s", "!" * 78, report.params_message, "!" * 78)
+    for w in report.warnings[0 if report.params_equal else 1 :]:
+        log.warning("ablation report: %s", w)
+    log.info(
+        "ablation report: %d rows, %d failed, %d missing -> %s",
+        *(len(report.rows), len(report.failed), len(report.missing)),
+        report.sweep_dir / "ablation.md",
+    )
+    return report
+
+
+# ------------------------------------------------------------------------ ablation.csv
+
+
+def _csv_value(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def to_csv(report: Report) -> str:
+    columns = list(dict.fromkeys(k for row in report.rows for k in row))
+    columns = [c for c in columns if report.kv_axis or c != "kv_heads"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in report.rows:
+        writer.writerow([_csv_value(row.get(c)) for c in columns])
+    return out.getvalue()
+
+
+# ------------------------------------------------------------------------ ablation.md
+
+
+def _fmt(v, digits: int = 2, std=None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    text = f"{v:,.{digits}f}"
+    return f"{text} ± {std:.{digits}f}" if std is not None else text
+
+
+def _p(v, star: bool = True) -> str:
+    """A p-value in 3 decimals, * below the seed-level :data:`LEVEL` where ``star``."""
+    if v is None or isinstance(v, str):
+        return v or "-"
+    return f"{v:.3f}" + (" *" if star and v < LEVEL else "")
+
+
+def _baseline(report: Report, heads: int | None = None) -> str:
+    """The baseline row (default :attr:`Report.baseline_heads`) in words."""
+    heads = report.baseline_heads if heads is None else heads
+    return f"{heads}-head multi-head (kv_heads={heads})" if report.kv_axis else f"{heads}-head"
+
+
+def _summary_lines(report: Report) -> list[str]:
+    """Title, warnings, what ran where, the parameter check, the baseline and the verdicts."""
+    done = [j for j in report.jobs if j.completed]
+    first = done[0].results if done else {}
+    lines = [f"# Heads ablation: `{report.sweep_dir.name}`", ""]
+    for w in report.warnings:
+        lines += [f"> **WARNING: {w}**", ""]
+    total = len(report.jobs) + len(report.missing)
+    ran = {job_provenance(j.results) for j in done}  # mixed ones: a warning above says so
+    code, where = next(iter(ran)) if len(ran) == 1 else (None, None)
+    ran_on = f" Code {code}, on {where}." if code else ""
+    return lines + [
+        f"{len(done)} of {total} jobs finished; seeds {', '.join(map(str, report.seeds)) or '-'}; "
+        f"{first.get('device', '?')}, precision {first.get('precision', '?')}, "
+        f"test set {first.get('test_split', '?')}, beam {first.get('beam_size', '?')}.{ran_on}",
+        "",
+        f"**Parameters:** {report.params_message}.",
+        "",
+        *_baseline_lines(report),
+        *_verdict_lines(report),
+    ]
+
+
+def _baseline_lines(report: Report) -> list[str]:
+    """Why the baseline is another head count than the one asked for (8 by default)."""
+    asked, chosen = report.asked_baseline, report.baseline_heads
+    if chosen == asked or not report.rows:
+        return []
+    said = f"**Baseline:** no finished {_baseline(report, asked)} run"
+    if chosen is None:
+        return [said + " and no other multi-head row (kv_heads = heads): no p-values.", ""]
+    return [
+        f"{said}: the {_baseline(report)} row, the largest head count the sweep has, is the "
+        f"baseline, and the p-value columns are named for it (`{p_column(chosen, 'welch')}`); "
+        "`python -m translate.ablation report --baseline-heads N` chooses another.",
+        "",
+    ]
+
+
+def _verdict_lines(report: Report) -> list[str]:
+    """Each row against the baseline row as the seed-level tests find it at :data:`LEVEL`,
+    and no further (the paired bootstrap measures test-set sampling only)."""
+    key = (report.baseline_heads, report.baseline_heads)
+    base = next((r for r in report.rows if (r["heads"], r["kv_heads"]) == key), None)
+    others = [r for r in report.rows if r is not base and r["bleu_mean"] is not None]
+    if base is None or base["bleu_mean"] is None or not others:
+        return []
+    lines = [f"**Against the {_baseline(report)} row, across seeds (level {LEVEL}):**", ""]
+    for r in others:
+        label = f"{r['heads']} head" + "s" * (r["heads"] != 1)
+        label += f", {r['kv_heads']} kv heads" * report.kv_axis
+        lines.append(f"- {label}: {_verdict(r, base, report.baseline_heads)}")
+    return lines + [""]
+
+
+def _verdict(r: dict, base: dict, baseline: int) -> str:
+    diff = r["bleu_mean"] - base["bleu_mean"]
+    welch, perm = r[p_column(baseline, "welch")], r[p_column(baseline, "permutation")]
+    text = f"{diff:+.2f} BLEU ({r['n']} against {base['n']} seeds)"
+    found = detected(welch, perm)
+    if found is None:
+        return text + ": no seed-level test (it needs two seeds or more in both rows)"
+    ps = f"Welch p = {_p(welch, False)}, permutation p = {_p(perm, False)}"
+    if found:
+        return text + f", {'higher' if diff > 0 else 'lower'} across seeds ({ps})"
+    floor = smallest_permutation_p(r["n"], base["n"])
+    if floor >= LEVEL:
+        ps += f"; with these seeds the permutation test cannot go below p = {floor:.3f}"
+    return text + f": no detectable difference across seeds ({ps})"
+
+
+def _row_cells(r: dict, report: Report) -> list[str]:
+    """One row of the main table, in the order of :func:`_table_lines`' header."""
+    from translate.nn.model import HEAD_MASK_KEYS  # torch: here, where the rows exist
+
+    params = f"{r['params']:,}" if isinstance(r["params"], int) else str(r["params"])
+    low, high = r["bleu_ci95_low"], r["bleu_ci95_high"]
+    degenerate = "-"
+    if r["degenerate_heads"] is not None:
+        degenerate = f"{r['degenerate_heads']:.1f} of {r['total_heads']:.0f}"
+    cells = [str(r["heads"]), *([str(r["kv_heads"])] if report.kv_axis else []), str(r["d_k"])]
+    cells += [params, _fmt(r["bleu_mean"], std=r["bleu_std"])]
+    cells += ["-" if low is None else f"{low:.2f} – {high:.2f}"]
+    cells += [_fmt(r[f"{m}_mean"], std=r[f"{m}_std"]) for m in ("bleu_greedy", "chrf", "dev_bleu")]
+    if report.speed:
+        base = report.speed["baseline_heads"]
+        cells += [speed_cell(r, m, d, base) for m, (_, d) in shown_metrics(report.speed).items()]
+    cells += [_fmt(r["steps_mean"], 0)]
+    cells += [" / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS), degenerate]
+    b = report.baseline_heads
+    if b is None:
+        return cells
+    bootstrap = _p(r[p_column(b)], star=False)
+    if r[p_column(b, "welch")] == "baseline":
+        return [*cells, "baseline", bootstrap]
+    seeds = " / ".join(_p(r[p_column(b, test)]) for test in ("welch", "permutation"))
+    return [*cells, seeds, bootstrap]
+
+
+def _table_lines(report: Report) -> list[str]:
+    speed = [label for label, _ in shown_metrics(report.speed).values()] if report.speed else []
+    kv = ["kv heads"] if report.kv_axis else []
+    b = report.baseline_heads
+    p = [f"p vs {b} heads, seeds (Welch / permutation)", f"p vs {b} heads, bootstrap"]
+    header = ["heads", *kv, "d_k", "params", "BLEU", "BLEU 95% CI", "greedy BLEU", "chrF"]
+    header += ["dev BLEU", *speed, "updates", "entropy enc / dec-self / cross", "degenerate heads"]
+    header += p if b is not None else []
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(_row_cells(r, report)) + " |" for r in report.rows]
+
+
+def _speed_note(report: Report) -> str:
+    """Where the speed columns come from, or how to get them."""
+    speed, command = report.speed, SPEED_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
+    if speed is None:
+        return f"No speed columns: to time all jobs side by side, `{command}`, then report again."
+    m, s, base = speed.get("machine", {}), speed.get("settings", {}), speed["baseline_heads"]
+    row = f"{_baseline(report, base)} row"
+    ratios = f"(x) = ratio to the {row}"
+    if base is None:
+        ratios = "no ratios, since no row is multi-head"
+    elif not any(heads_key(r) == (base, base) for r in speed["heads"]):  # an older file's
+        ratios = f"no ratios: the file has no {row} (`{command}` again adds them)"
+    text = (
+        f"Speed: from `{SPEED_FILE}`, {m.get('device_name', '?')} "
+        f"({counted(m.get('threads'), 'thread')}, {m.get('date', '?')}, precision "
+        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}. "
+        f"Peak memory: {speed.get('peak_mem_mb')}."
+    )
+    if set(CT2_METRICS) & set(shown_metrics(speed)):
+        version = m.get("ctranslate2") or "?"
+        text += f" CT2: the same checkpoint exported to CTranslate2 (float32, version {version})."
+    return text
+
+
+def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
+    """The numbers the table rests on; what its columns mean is :data:`DOC`."""
+    notes = [f"What the columns mean, and the tests: {DOC}."]
+    if report.baseline_heads is not None:
+        notes.append(
+            f"p seeds: Welch's and an exact permutation test of the per-seed test BLEU against "
+            f"the {_baseline(report)} row's (* p < {LEVEL}). p bootstrap: sacreBLEU's paired "
+            f"bootstrap ({bootstrap_samples} resamples) against the {_baseline(report)} run "
+            "with the same seed, seeds pooled: test-set sampling only."
+        )
+    notes.append(_speed_note(report))
+    if report.bootstrap_signature:
+        notes.append(f"BLEU signature: `{report.bootstrap_signature}`")
+    return [line for note in notes for line in ("", note)]
+
+
+def _job_lines(report: Report) -> list[str]:
+    """Every job with its status, then the failed and missing ones spelt out."""
+    kv = ["kv heads"] if report.kv_axis else []
+    header = ["job", "heads", *kv, "seed", "status", "test BLEU", "dev BLEU", "commit", "machine"]
+    lines = ["", "## Jobs", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for j in report.jobs:
+        r, o = j.results or {}, j.overrides
+        status = "completed" if j.completed else f"failed: {j.error}".replace("|", "\\|")
+        heads = r.get("heads", o.get("heads", "-"))
+        # kv_heads defaults to heads (in the config, and in results.json from before GQA).
+        kv_cell = [str(r.get("kv_heads") or o.get("kv_heads") or heads)] if kv else []
+        cells = [f"`{j.name}`", str(heads), *kv_cell, str(r.get("seed", o.get("seed", "-")))]
+        cells += [status, _fmt(r.get("bleu")), _fmt(scored_dev_bleu(r))]
+        cells += [_fmt(value) for value in job_provenance(r)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if report.failed or report.missing:
+        lines += ["", "## Failed or missing jobs", ""]
+        lines += [f"- `{j.name}`: failed: {j.error}" for j in report.failed]
+        lines += [f"- `{m}`: not run (yet): no job dir" for m in report.missing]
+    return lines
+
+
+def to_markdown(report: Report, bootstrap_samples: int = 1000) -> str:
+    lines = _summary_lines(report) + _table_lines(report)
+    lines += _note_lines(report, bootstrap_samples) + _job_lines(report)
+    return "\n".join(lines) + "\n"
+
+
+def _figure_png(report: Report) -> bytes | None:
+    """The figure's PNG, or None with a warning in the report saying why: the tables must be
+    written whatever the figure does."""
+    from translate.analysis.figures import ablation_figure, pyplot
+
+    try:
+        fig = ablation_figure(report)
+        if fig is not None:
+            png = io.BytesIO()
+            fig.savefig(png, format="png", dpi=100)
+            pyplot().close(fig)
+            return png.getvalue()
+        reason = "no finished job has anything to plot"
+    except Exception as err:  # a plotting failure must not cost the .md and .csv
+        log.exception("could not draw %s", report.sweep_dir / FIGURE)
+        reason = f"drawing it failed ({type(err).__name__}: {err})"
+    report.warnings.append(f"{FIGURE} not written: {reason}; the tables below are complete")
+    return None
+
+
+# ------------------------------------------------------------------------ writing
+
+
+def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
+    """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png``
+    into the sweep dir, each atomically (a sweep's parallel jobs may report at once); returns
+    them, also as :attr:`Report.written`. All are checked before any is replaced."""
+    out = report.sweep_dir
+    png = _figure_png(report)  # first: its warning belongs in the .md
+    files = {
+        out / "ablation.csv": to_csv(report),
+        out / "ablation.md": to_markdown(report, bootstrap_samples),
+        **({out / FIGURE: png} if png is not None else {}),
+    }
+    for path in files:
+        check(path, REPORT)
+    report.written = []
+    for path, data in files.items():
+        try:
+            write(path, data, REPORT)
+        except WriteFailed as err:
+            if not report.written:
+                raise  # nothing was replaced, as its message says
+            done = " and ".join(p.name for p in report.written)
+            command = f"python -m translate.ablation report {shlex.quote(str(out))}"
+            raise WriteFailed(
+                f"could not write {path} ({os.strerror(err.errno)}) after {done} had been "
+                f"replaced by the new report; {path.name} is still the earlier one (if any); "
+                f"free some space or fix the permissions, then run {command}",
+                err.errno,
+            ) from None
+        report.written.append(path)
+    return report.written
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -31,12 +404,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         help="head count the p-values and the summary compare against (default %(default)s); "
         "a sweep without that row compares with its largest head count, and the report says so",
     )
-    parser.add_argument(
-        "--bootstrap-samples",
-        type=int,
-        default=1000,
-        help="paired-bootstrap resamples (default %(default)s)",
-    )
+    parser.add_argument("--bootstrap-samples", type=int, default=1000, help="default %(default)s")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:

@@ -1,36 +1,35 @@
-"""The heads-ablation report's checks across its rows: the parameter counts and the paired
-bootstrap against the baseline row.
-
-Split from :mod:`translate.analysis.ablation` (which builds the rows and calls these) to keep
-modules short; the jobs taken here are its ``Job`` objects (``.results``, ``.path``, ``.name``,
-``.completed``), not imported, since that module imports this one. A row is one
-``(heads, kv_heads)`` pair (:func:`heads_key`): a grouped-query sweep (``kv_heads=1,2,4,8``)
-varies the key/value heads at a fixed head count.
-
-Imported when Hydra starts (for the callback): sacreBLEU is imported inside
-:func:`significance` only.
+"""The heads-ablation report's statistics: the parameter check, the seed-level tests (each
+seed's test BLEU one observation; they decide the summary) and the paired bootstrap against
+the baseline row (test-set sampling only). The jobs are :class:`translate.analysis.ablation.Job`
+objects (not imported: that module imports this). Imported when Hydra starts (for the report
+callback): scipy and sacreBLEU are imported inside the functions that use them.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import statistics
+import warnings
 from pathlib import Path
 
 Key = tuple[int, int]  # (heads, kv_heads) of a row
+CONFIDENCE = 0.95  # of the interval of a row's mean (the CSV's bleu_ci95_* columns)
+LEVEL = 0.05  # a difference is reported as detected when the seed-level p-values are below it
+# Splits of the pooled seeds the permutation test enumerates at most (10 and 10 seeds: 184,756).
+MAX_ARRANGEMENTS = 1_000_000
 
 
 def heads_key(entry: dict) -> Key:
-    """``(heads, kv_heads)`` of a ``results.json`` or a speed row. Those written before
-    grouped-query attention have no ``kv_heads``: they were multi-head, kv_heads = heads."""
-    heads = int(entry["heads"])
-    kv = entry.get("kv_heads")
+    """``(heads, kv_heads)`` of a ``results.json`` or a speed row; kv_heads = heads where it
+    has none (written before grouped-query attention: multi-head)."""
+    heads, kv = int(entry["heads"]), entry.get("kv_heads")
     return heads, heads if kv is None else int(kv)
 
 
 def choose_baseline(keys, preferred: int) -> int | None:
-    """The head count of the row every other is compared with: ``preferred`` where the sweep
-    has that multi-head row (kv_heads = heads), else its largest multi-head head count (a sweep
-    of 1 and 4 heads compares with 4); None where no row is multi-head."""
+    """``preferred`` where the sweep has that multi-head row (kv_heads = heads), else its
+    largest multi-head head count; None where no row is multi-head."""
     multi_head = sorted(heads for heads, kv in keys if heads == kv)
     if preferred in multi_head:
         return preferred
@@ -38,9 +37,11 @@ def choose_baseline(keys, preferred: int) -> int | None:
 
 
 def key_label(key: Key, kv_axis: bool) -> str:
-    """``heads=8`` in a plain heads sweep, ``heads=8,kv_heads=2`` in one that varies kv_heads."""
-    heads, kv = key
-    return f"heads={heads},kv_heads={kv}" if kv_axis else f"heads={heads}"
+    """``heads=8``, or ``heads=8,kv_heads=2`` in a sweep that varies kv_heads."""
+    return f"heads={key[0]},kv_heads={key[1]}" if kv_axis else f"heads={key[0]}"
+
+
+# ------------------------------------------------------------------------ parameters
 
 
 def _counts(params: set) -> str:
@@ -50,51 +51,99 @@ def _counts(params: set) -> str:
 
 def check_equal_params(jobs: list) -> tuple[bool, str]:
     """Whether the finished jobs' parameter counts are what the sweep intends (False raises
-    the report's alarm), and a sentence saying so. A plain heads sweep needs one count for
-    all; with a kv_heads axis the count rightly depends on kv_heads (:func:`_kv_params`)."""
+    the report's alarm: docs/ablation.md), and a sentence saying so."""
     by_key: dict[Key, set] = {}
-    for job in jobs:
-        if job.completed:
-            by_key.setdefault(heads_key(job.results), set()).add(job.results.get("params"))
+    for job in (j for j in jobs if j.completed):
+        by_key.setdefault(heads_key(job.results), set()).add(job.results.get("params"))
     if not by_key:
         return True, "no finished jobs to compare"
-    if any(kv != heads for heads, kv in by_key):
-        return _kv_params(by_key)
-    counts = {p for ps in by_key.values() for p in ps}
-    if len(counts) == 1:
-        (params,) = counts
-        return True, (
-            f"every run has the same parameter count, {_counts(counts)}: the head count only "
-            "splits the same width d_model into heads of d_k = d_model / heads"
-        )
-    detail = "; ".join(f"heads={h}: {_counts(ps)}" for (h, _), ps in sorted(by_key.items()))
-    return False, (
-        f"PARAMETER COUNTS DIFFER ({detail}): the rows are not models of equal size, so BLEU "
-        "differences cannot be put down to the number of heads alone"
-    )
-
-
-def _kv_params(by_key: dict[Key, set]) -> tuple[bool, str]:
-    """The parameter check of a sweep with fewer key/value heads than heads somewhere: the
-    jobs of each row must agree, and so must all multi-head rows (kv_heads = heads), whose
-    size the head count alone does not change."""
+    kv_axis = any(kv != heads for heads, kv in by_key)
     mha = {key: ps for key, ps in by_key.items() if key[0] == key[1]}
-    mha_differ = len({p for ps in mha.values() for p in ps}) > 1
-    wrong = {key: ps for key, ps in by_key.items() if len(ps) > 1 or (mha_differ and key in mha)}
+    mha_counts = set().union(*mha.values())  # every count in a plain heads sweep
+    mha_differ = len(mha_counts) > 1
+    wrong = {k: ps for k, ps in by_key.items() if len(ps) > 1 or (mha_differ and k in mha)}
     if wrong:
-        detail = "; ".join(f"{key_label(k, True)}: {_counts(p)}" for k, p in sorted(wrong.items()))
+        detail = "; ".join(f"{key_label(k, kv_axis)}: {_counts(wrong[k])}" for k in sorted(wrong))
+        which = "jobs of one heads/kv_heads pair, or the multi-head rows (kv_heads = heads), are"
         return False, (
-            f"PARAMETER COUNTS DIFFER ({detail}): jobs of one heads/kv_heads pair, or the "
-            "multi-head rows (kv_heads = heads), are not models of equal size, so BLEU "
-            "differences cannot be put down to the heads alone"
+            f"PARAMETER COUNTS DIFFER ({detail}): {which if kv_axis else 'the rows are'} not "
+            "models of equal size, so BLEU differences cannot be put down to the "
+            + ("heads alone" if kv_axis else "number of heads alone")
         )
+    if not kv_axis:
+        return True, f"every run has the same parameter count, {_counts(mha_counts)}"
     rows = "; ".join(f"{key_label(k, True)}: {_counts(ps)}" for k, ps in sorted(by_key.items()))
     return True, (
-        f"the parameter count depends on kv_heads, as grouped-query attention intends ({rows}): "
-        "the key and value projections of every attention module shrink to kv_heads x d_k "
-        "outputs (from heads x d_k), so fewer key/value heads mean a smaller model; the jobs "
-        "of each row agree" + (", and so do the multi-head rows" if len(mha) > 1 else "")
+        f"the parameter count depends on kv_heads, as grouped-query attention intends ({rows}); "
+        "the jobs of each row agree" + (", and so do the multi-head rows" if len(mha) > 1 else "")
     )
+
+
+# ------------------------------------------------------------------------ across seeds
+
+
+def ci_of_mean(values: list[float]) -> tuple[float | None, float | None]:
+    """The two-sided :data:`CONFIDENCE` t interval (n - 1 degrees of freedom) of the mean:
+    mean ± t · s / √n; ``(None, None)`` with fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return None, None
+    from scipy import stats
+
+    half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    mean = statistics.fmean(values)
+    return mean - half, mean + half
+
+
+def welch_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p of Welch's t-test of the means; None with fewer than two values on a side
+    or no spread in either (the statistic is undefined)."""
+    if min(len(a), len(b)) < 2 or statistics.pvariance(a) == statistics.pvariance(b) == 0:
+        return None
+    from scipy import stats
+
+    with warnings.catch_warnings():
+        # scipy warns of precision loss for a side whose seeds agree exactly; its variance is
+        # then ~0 and the other side's carries the test, as Welch's formula has it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def smallest_permutation_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided p the exact permutation test can give: the observed split and
+    its mirror image out of all of them (0.1 with 3 and 3 seeds, 0.008 with 5 and 5)."""
+    return min(1.0, 2 / math.comb(n_a + n_b, n_a))
+
+
+def permutation_p(a: list[float], b: list[float]) -> float | None:
+    """Two-sided p of the exact permutation test of the difference in means over every split
+    of the pooled values; None with fewer than two values on a side, or more than
+    :data:`MAX_ARRANGEMENTS` splits (Welch's test then stands alone)."""
+    splits = math.comb(len(a) + len(b), len(a))
+    if min(len(a), len(b)) < 2 or splits > MAX_ARRANGEMENTS:
+        return None
+    import numpy as np
+    from scipy import stats
+
+    result = stats.permutation_test(
+        (a, b),
+        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=splits,  # as many as there are splits: exact
+        alternative="two-sided",
+    )
+    return float(result.pvalue)
+
+
+def detected(*p_values: float | None) -> bool | None:
+    """The seed-level decision rule: a difference is detected where every test that could be
+    run is below :data:`LEVEL` (choosing the smaller p would test twice); None where none could."""
+    known = [p for p in p_values if p is not None]
+    return all(p < LEVEL for p in known) if known else None
+
+
+# ------------------------------------------------------------------------ paired bootstrap
 
 
 def _read_lines(path: Path) -> list[str] | None:
@@ -109,13 +158,28 @@ def _paired_p(
     baseline: tuple[str, ...], hyp: tuple[str, ...], ref: tuple[str, ...], n_samples: int
 ) -> tuple[float, str]:
     """``(p, signature)`` of one paired bootstrap, remembered for the process: the sweep
-    callback writes the report after every job, and each report re-ran the test of every
-    finished pair (9 s of a 10 s report over the 20-job study, measured), also after each
-    finished job a resumed sweep skips. Seeded, so a remembered p is the one a new test gives."""
+    callback writes the report after every job, and re-testing every finished pair took 9 s
+    of a 10 s report over the 20-job study. Seeded, so a remembered p is the one a new test
+    gives."""
     from translate.metrics import paired_bootstrap
 
     test = paired_bootstrap(list(baseline), {"run": list(hyp)}, list(ref), n_samples=n_samples)
     return test["run"]["p_value"], test["run"]["signature"]
+
+
+def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
+    """``(baseline hyp, hyp, ref)`` of a job and the baseline job of its seed, or None with a
+    warning where they cannot be compared."""
+    hyp, ref = _read_lines(job.path / "test.hyp.txt"), _read_lines(job.path / "test.ref.txt")
+    base_hyp = _read_lines(other.path / "test.hyp.txt")
+    base_ref = _read_lines(other.path / "test.ref.txt")
+    if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
+        warnings.append(
+            f"no significance test for {job.name} against {other.name}: test.hyp.txt / "
+            "test.ref.txt missing, of different length or with different references"
+        )
+        return None
+    return base_hyp, hyp, ref
 
 
 def significance(groups: dict, baseline: Key, n_samples, warnings) -> tuple[dict, str | None]:
@@ -131,24 +195,13 @@ def significance(groups: dict, baseline: Key, n_samples, warnings) -> tuple[dict
         per_seed, pooled = {}, ([], [], [])
         for job in jobs:
             seed = job.results.get("seed")
-            other = base.get(seed)
-            if other is None or seed in per_seed:
+            if seed not in base or seed in per_seed:
                 continue
-            hyp, ref = (
-                _read_lines(job.path / "test.hyp.txt"),
-                _read_lines(job.path / "test.ref.txt"),
-            )
-            base_hyp = _read_lines(other.path / "test.hyp.txt")
-            base_ref = _read_lines(other.path / "test.ref.txt")
-            if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
-                warnings.append(
-                    f"no significance test for {job.name} against {other.name}: test.hyp.txt / "
-                    "test.ref.txt missing, of different length or with different references"
-                )
+            texts = _pair(job, base[seed], warnings)
+            if texts is None:
                 continue
-            texts = (tuple(base_hyp), tuple(hyp), tuple(ref))
-            per_seed[seed], signature = _paired_p(*texts, n_samples)
-            for part, lines in zip(pooled, (base_hyp, hyp, ref)):
+            per_seed[seed], signature = _paired_p(*map(tuple, texts), n_samples)
+            for part, lines in zip(pooled, texts):
                 part.extend(lines)
         if len(per_seed) > 1:
             per_seed["pooled"], _ = _paired_p(*map(tuple, pooled), n_samples)

@@ -1,6 +1,7 @@
 """Figures: attention heatmaps (one panel per head, token labels on both axes), the per-head
-grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBoard; and a
-run's row in TensorBoard's HParams table, which sits beside its heatmaps there."""
+grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBoard; a run's
+row in TensorBoard's HParams table, which sits beside its heatmaps there; and the heads
+ablation's ``ablation.png``."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from translate.analysis.ablation_stats import heads_key
+from translate.analysis.speed_file import ratio_key
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
 from translate.runtime.device import eval_mode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from translate.analysis.ablation import Report
 
 
 def pyplot():
@@ -213,5 +218,93 @@ def pruning_figure(curve: list[dict], num_heads: int):
     loss_ax.set_ylabel("dev loss (nats/token)", color="tab:red")
     ax.set_title(f"Pruning curve, {num_heads} heads per module", fontsize=10)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------ ablation.png
+
+
+def _x(report: Report, entry: dict) -> int:
+    """A row's or a job's place on the x-axis: its kv_heads when the sweep varies them."""
+    heads, kv = heads_key(entry)
+    return kv if report.kv_axis else heads
+
+
+def _heads_axis(ax, report: Report, xs: list[int], ylabel: str, title: str) -> None:
+    if xs:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(set(xs)), [str(x) for x in sorted(set(xs))])
+    # A GQA sweep varies kv_heads at one head count (or a few: "4/8").
+    heads = "/".join(str(h) for h in sorted({r["heads"] for r in report.rows}))
+    ax.set_xlabel(f"kv heads (at {heads} heads)" if report.kv_axis else "attention heads")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def _bleu_panel(ax, report: Report) -> None:
+    """Mean ± std over seeds per row, every seed's BLEU a grey dot."""
+    rows = [r for r in report.rows if r["bleu_mean"] is not None]
+    xs = [_x(report, r) for r in rows]
+    yerr = [r["bleu_std"] or 0.0 for r in rows]
+    ax.errorbar(xs, [r["bleu_mean"] for r in rows], yerr=yerr, fmt="o-", capsize=4)
+    for job in (j for j in report.jobs if j.completed and j.results.get("bleu") is not None):
+        ax.plot(_x(report, job.results), job.results["bleu"], ".", color="gray", alpha=0.6)
+    _heads_axis(ax, report, xs, "test BLEU", "Test BLEU (mean ± std over seeds)")
+
+
+LATENCY = {"latency_greedy_ms": "greedy", "latency_beam_ms": "beam"}  # metric -> legend
+
+
+def _latency_points(report: Report, metric: str) -> tuple[list[int], list[float]]:
+    """A latency metric's ratios to the speed file's baseline row, where it has one."""
+    speed = report.speed or {}
+    base = speed.get("baseline_heads")
+    rows = sorted(speed.get("heads", []), key=heads_key) if base is not None else []
+    points = [(_x(report, r), r.get(ratio_key(metric, base))) for r in rows]
+    points = [(x, ratio) for x, ratio in points if ratio is not None]
+    return [x for x, _ in points], [ratio for _, ratio in points]
+
+
+def _latency_panel(ax, report: Report) -> None:
+    base, xs = report.speed["baseline_heads"], []
+    for metric, label in LATENCY.items():
+        x, ratios = _latency_points(report, metric)
+        ax.plot(x, ratios, "o-", label=label)
+        xs += x
+    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
+    ax.legend(fontsize=8)
+    ylabel = f"ms / sentence, x {base} heads" + (f" ({base} kv)" if report.kv_axis else "")
+    _heads_axis(ax, report, xs, ylabel, "Decoding latency, batch 1")
+
+
+def _params_panel(ax, report: Report) -> None:
+    """The parameter count per row, from zero: a flat line says equal model size (with a kv
+    axis it rightly rises with kv_heads)."""
+    rows = [r for r in report.rows if isinstance(r["params"], int)]
+    xs = [_x(report, r) for r in rows]
+    ax.plot(xs, [r["params"] / 1e6 for r in rows], "s-")
+    ax.set_ylim(bottom=0)
+    title = "Parameters (equal)" if report.params_equal else "Parameters DIFFER"
+    if report.kv_axis and report.params_equal:
+        title = "Parameters (by kv heads)"
+    _heads_axis(ax, report, xs, "parameters (millions)", title)
+
+
+def ablation_figure(report: Report):
+    """The panels with something to show side by side, against heads (or kv_heads): test BLEU,
+    batch-1 latency over the baseline row's, parameters; None when none has."""
+    shown = {
+        _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),
+        _latency_panel: any(_latency_points(report, m)[0] for m in LATENCY),
+        _params_panel: any(isinstance(r["params"], int) for r in report.rows),
+    }
+    panels = [panel for panel, has_data in shown.items() if has_data]
+    if not panels:
+        return None
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(14 * len(panels) / 3, 4), squeeze=False)
+    for panel, ax in zip(panels, axes[0]):
+        panel(ax, report)
     fig.tight_layout()
     return fig

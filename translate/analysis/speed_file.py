@@ -1,14 +1,7 @@
-"""``ablation_speed.json``, a heads sweep's side-by-side speed figures: its name, its metrics,
-and reading it back into the report's rows.
-
-Its rows (the list ``heads``) are keyed by ``(heads, kv_heads)``, like the report's; a file
-written before grouped-query attention has no ``kv_heads`` in them (multi-head: = heads). The
-ratios are over the baseline row: ``baseline_heads`` heads with as many kv heads (8, else the
-sweep's largest multi-head head count; null, and no ratios, where no row is multi-head).
-
-Written by :mod:`translate.analysis.speed` (``python -m translate.ablation speed SWEEP_DIR``), read
-by :mod:`translate.analysis.ablation`. A module apart from the measuring one because it imports
-nothing heavy: the report is built when Hydra starts a sweep, and this module is part of it.
+"""``ablation_speed.json``, a heads sweep's side-by-side speed figures written by
+:mod:`translate.analysis.speed`: its name, its metrics, and reading it back into the report's
+rows (keyed by ``(heads, kv_heads)``, with ratios over the ``baseline_heads`` row). Apart from
+the measuring module because the report, built when Hydra starts a sweep, reads it.
 """
 
 from __future__ import annotations
@@ -28,9 +21,8 @@ SPEED_METRICS = {
     "train_tokens_per_s": ("train tok/s", 0),
     "peak_mem_mb": ("peak mem MB", 0),
 }
-# The same checkpoints exported to CTranslate2 (float32), timed in the same rounds: what the
-# model costs without our engine. Only in files written since, and only where ctranslate2 was
-# installed; the report shows them where a row has a value.
+# The same checkpoints exported to CTranslate2, timed in the same rounds; only in files
+# written where ctranslate2 was installed, and shown where a row has a value.
 CT2_METRICS = {
     "ct2_latency_greedy_ms": ("CT2 greedy ms/sent (batch 1)", 1),
     "ct2_latency_beam_ms": ("CT2 beam ms/sent (batch 1)", 1),
@@ -39,45 +31,41 @@ ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
 
 
 def ratio_key(metric: str, baseline_heads: int) -> str:
-    """The key of ``metric`` over the baseline row's, e.g. ``latency_beam_ms_vs_8`` (the row of
-    8 heads and 8 kv heads)."""
+    """``latency_beam_ms_vs_8``: ``metric`` over the baseline row's (8 heads, 8 kv heads)."""
     return f"{metric}_vs_{baseline_heads}"
 
 
 def shown_metrics(data: dict) -> dict:
-    """The metrics of ``data``'s table, each -> (column header, decimals): :data:`SPEED_METRICS`
-    with CTranslate2's after our latency where any row has them (none in an older file)."""
+    """The metrics of ``data``'s table, each -> (column header, decimals), CTranslate2's right
+    after our latency where any row has them."""
     rows = data.get("heads") or []
     ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
     latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
-    return {**latency, **ct2, **SPEED_METRICS}  # CTranslate2's columns right after our latency
+    return {**latency, **ct2, **SPEED_METRICS}
+
+
+def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str:
+    """``40.0 (1.60x)``: a row's value of ``metric`` with its ratio to the baseline row's."""
+    value, ratio = row.get(metric), row.get(ratio_key(metric, baseline))
+    text = "-" if value is None else f"{value:,.{digits}f}"
+    return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
 
 def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
-    """The sweep dir's speed file, or None when it has none (or an unreadable one, or one that
-    measured another sweep's checkpoints, with a warning). ``finished``: the completed jobs'
-    names; those the file lacks are named in a warning with why (a job not timed, or one that
-    finished after the measurement), since their rows then mix."""
-    path = Path(sweep_dir) / SPEED_FILE
+    """The sweep dir's speed file; None when it has none, or (with a warning) an unreadable
+    one. The ``finished`` jobs it has no figures for are named in a warning
+    with why, since their rows then mix."""
+    path = sweep_dir / SPEED_FILE
     if not path.is_file():
         return None
     command = SPEED_COMMAND.replace("SWEEP_DIR", str(sweep_dir))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        measured = {job["name"] for job in data["jobs"]}
-        if not isinstance(data.get("heads"), list) or "baseline_heads" not in data:
-            raise KeyError("heads or baseline_heads")
-        elsewhere = _measured_elsewhere(data, Path(sweep_dir).resolve())
-        not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        warnings.append(f"{path} is unreadable ({err!r}): no speed columns; run {SPEED_COMMAND}")
+    except (OSError, ValueError) as err:
+        warnings.append(f"{path} is unreadable ({err}): no speed columns; run {command}")
         return None
-    if elsewhere is not None:
-        warnings.append(
-            f"{path} is the speed file of another sweep (it timed {elsewhere}): its figures are "
-            f"left out; run {command} to time this sweep's checkpoints"
-        )
-        return None
+    measured = {job["name"] for job in data["jobs"]}
+    not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
     for name in (n for n in finished if n not in measured and n in not_timed):
         warnings.append(
             f"{SPEED_FILE} has no figures for {name}; it was not timed: {not_timed[name]}"
@@ -91,25 +79,11 @@ def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dic
     return data
 
 
-def _measured_elsewhere(data: dict, sweep_dir: Path) -> str | None:
-    """The sweep dir (or a checkpoint outside ``sweep_dir``) a speed file timed when that is
-    not ``sweep_dir`` (resolved): a file copied from another sweep; None when it is this one's
-    (a file from before the sweep dir was recorded, with relative paths, is taken as it is)."""
-    if data.get("sweep_dir") is not None:
-        return None if Path(data["sweep_dir"]) == sweep_dir else data["sweep_dir"]
-    for job in data["jobs"]:
-        checkpoint = Path(job.get("checkpoint") or ".")
-        if checkpoint.is_absolute() and not checkpoint.resolve().is_relative_to(sweep_dir):
-            return str(checkpoint)
-    return None
-
-
-def speed_cells(data: dict, heads: int, kv_heads: int | None = None) -> dict:
-    """The row of ``heads`` heads and ``kv_heads`` (default: as many) key/value heads: every
-    metric and its ratio to the baseline's (None where the file has no such row; no ratio
-    columns where it has no baseline)."""
-    baseline, key = data["baseline_heads"], (heads, heads if kv_heads is None else kv_heads)
-    row = next((r for r in data["heads"] if "heads" in r and heads_key(r) == key), {})
+def speed_cells(data: dict, key: tuple[int, int]) -> dict:
+    """The row of ``key`` (heads, kv_heads): every metric and its ratio to the baseline's
+    (None where the file has no such row; no ratio columns where it has no baseline)."""
+    baseline = data["baseline_heads"]
+    row = next((r for r in data["heads"] if heads_key(r) == key), {})
     out = {}
     for metric in shown_metrics(data):
         out[metric] = row.get(metric)
