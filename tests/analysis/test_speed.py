@@ -146,6 +146,21 @@ def test_a_copied_sweep_times_only_its_own_checkpoints_and_lists_the_others(
     assert "finished after it was measured" not in warnings
 
 
+def test_a_speed_file_of_another_sweep_is_left_out_of_the_report_with_a_warning(
+    speed_sweep, tmp_path
+):
+    """``speed <sweepA> --json <sweepB>/ablation_speed.json``: before, sweep B's report showed
+    sweep A's timings without a word."""
+    other = Path(shutil.copytree(speed_sweep, tmp_path / "other"))
+    argv = [str(speed_sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
+    assert _script().main([*argv, "--json", str(other / SPEED_FILE)]) == 0
+    report = write_report(other, bootstrap_samples=100)
+    assert report.speed is None and "ms/sent" not in (other / "ablation.md").read_text()
+    said = [w for w in report.warnings if "speed file of another sweep" in w]
+    assert len(said) == 1 and f"(it timed {speed_sweep.resolve()})" in said[0]
+    assert f"translate.ablation speed {other}" in said[0]
+
+
 def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):
     """Every job's checkpoint exported and timed in the same rounds, right after our latency;
     its medians, ratios to 8 heads and columns beside ours."""

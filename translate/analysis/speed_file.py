@@ -53,8 +53,8 @@ def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str
 
 def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
     """The sweep dir's speed file; None when it has none, or (with a warning) an unreadable
-    one. The ``finished`` jobs it has no figures for are named in a warning
-    with why, since their rows then mix."""
+    one or one that timed another sweep. The ``finished`` jobs it has no figures for are named
+    in a warning with why, since their rows then mix."""
     path = sweep_dir / SPEED_FILE
     if not path.is_file():
         return None
@@ -63,6 +63,14 @@ def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dic
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         warnings.append(f"{path} is unreadable ({err}): no speed columns; run {command}")
+        return None
+    timed = data.get("sweep_dir")  # absent in files from before it was recorded
+    if timed is not None and Path(timed) != sweep_dir.resolve():
+        # `speed <sweepA> --json <sweepB>/...`: A's timings must not pass for B's.
+        warnings.append(
+            f"{path} is the speed file of another sweep (it timed {timed}): its figures are "
+            f"left out; run {command} to time this sweep's checkpoints"
+        )
         return None
     measured = {job["name"] for job in data["jobs"]}
     not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
