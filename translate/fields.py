@@ -1,16 +1,14 @@
-"""The fields of a JSON file a command reads back (an export's manifest, a sweep job's
-``results.json``), each checked against what the command that wrote it writes there, so that a
-hand-edited or damaged file is refused in one line naming the field.
+"""The fields of a JSON file a command reads back (an export's manifest), each checked against
+what the command that wrote it writes there, so that a hand-edited or damaged file is refused
+in one line naming the field.
 
 A field is named by its dotted path (``tokenizer.vocab_size``); one inside an object that is
-absent is not looked at (the object's own field says whether it must be there). Nothing heavy
-is imported: the ablation report is built when Hydra starts a sweep.
+absent is not looked at (the object's own field says whether it must be there).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,23 +20,11 @@ class Field:
     check: Check
     what: str  # what the value must be, in words: "a whole number >= 0"
     required: bool = False
-    null: bool = False  # whether null is written there (a score a run did not compute)
 
 
 def whole(low: int | None = None, high: int | None = None) -> Check:
     """A whole number (never a boolean) in ``[low, high]``."""
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and _within(v, low, high)
-
-
-def number(low: float | None = None, high: float | None = None) -> Check:
-    """A finite number (never a boolean, NaN or infinity, which JSON files may hold as Python
-    writes them) in ``[low, high]``."""
-
-    def check(v) -> bool:
-        real = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        return real and _within(v, low, high)
-
-    return check
 
 
 def of_type(kind: type) -> Check:
@@ -62,7 +48,7 @@ def field_problem(data: dict, fields: dict[str, Field]) -> str | None:
                 return f"no field {name!r}"
             continue
         value = holder[key]
-        if not (field.check(value) or (value is None and field.null)):
+        if not field.check(value):
             return f"field {name!r} is {json.dumps(value)}, not {field.what}"
     return None
 

@@ -1,4 +1,4 @@
-"""Timing: one call's wall (and CPU) time with the device waited for, and the rotated order
+"""Timing: one call's wall time with the device waited for, and the rotated order
 the benchmarks time their variants in."""
 
 from __future__ import annotations
@@ -15,22 +15,13 @@ T = TypeVar("T")
 
 
 def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
-    """``(fn(), wall seconds)``: :func:`timed_cpu` without the CPU time."""
-    out, wall, _ = timed_cpu(fn, device)
-    return out, wall
-
-
-def timed_cpu(fn: Callable[[], T], device: torch.device) -> tuple[T, float, float]:
-    """``(fn(), wall seconds, CPU seconds)``; on CUDA the queued work is finished before and
-    after, since kernels run asynchronously and the clock would otherwise stop before they do.
-    CPU seconds are the process's (``time.process_time``: every thread, user + system), which
-    other jobs on a shared host barely move; with N busy threads they approach N x wall."""
+    """``(fn(), wall seconds)``; on CUDA the queued work is finished before and after, since
+    kernels run asynchronously and the clock would otherwise stop before they do."""
     synchronize(device)
-    cpu, start = time.process_time(), time.perf_counter()
+    start = time.perf_counter()
     out = fn()
     synchronize(device)
-    wall = time.perf_counter() - start
-    return out, wall, time.process_time() - cpu
+    return out, time.perf_counter() - start
 
 
 def rotated(items: list[T], r: int) -> list[T]:
