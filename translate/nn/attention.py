@@ -86,8 +86,7 @@ def scaled_dot_product_attention(
     weights = torch.softmax(scores, dim=-1)
     if fully_masked is not None:
         weights = weights.masked_fill(fully_masked, 0.0)
-    if training and dropout_p > 0.0:
-        weights = dropout(weights, dropout_p)
+    weights = dropout(weights, dropout_p, training)
     out = weights.reshape(B, Hkv, H // Hkv * T, S) @ v  # (B, Hkv, G*T, Dh)
     return out.view(B, H, T, Dh), weights  # (B, H, T, Dh), (B, H, T, S)
 
