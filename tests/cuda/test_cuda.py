@@ -264,7 +264,7 @@ def test_greedy_equals_beam_1_and_cached_equals_full(device):
 
 
 def trainer_for(device, precision, seed=0, eps=1e-9, ddp=None, model=None) -> Trainer:
-    optim = OptimSettings(3e-3, [0.9, 0.98], eps, 0.0, 0, 0.1, 1.0)
+    optim = OptimSettings(3e-3, [0.9, 0.98], eps, 0.0, 0, 0.0, 0.1, 1.0)
     model = model or tiny_model(device, seed)
     return Trainer(model, optim, device, precision, pad_id=PAD, ddp=ddp)
 

@@ -105,7 +105,7 @@ def test_mean_nll_equals_the_full_logits_mean():
 
 @pytest.mark.parametrize("clip_norm", [0.0, 1.0])
 def test_trainer_step_equals_the_full_logits_reference(clip_norm):
-    optim = OptimSettings(1e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.1, clip_norm)
+    optim = OptimSettings(1e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.0, 0.1, clip_norm)
     model = tiny(dropout=0.1)
     reference = copy.deepcopy(model).train()
     trainer = Trainer(model, optim, CPU, "32", pad_id=PAD)

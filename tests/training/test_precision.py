@@ -29,7 +29,7 @@ def tiny(seed: int = 0) -> Seq2SeqTransformer:
 
 
 def make_trainer(precision: str, model=None, compiled=None) -> Trainer:
-    optim = OptimSettings(3e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.1, 1.0)
+    optim = OptimSettings(3e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.0, 0.1, 1.0)
     return Trainer(model or tiny(), optim, CPU, precision, pad_id=0, compiled_model=compiled)
 
 

@@ -141,7 +141,7 @@ def test_resume_without_a_checkpoint_says_which_file_is_missing(tiny_train_cfg, 
 def test_non_finite_loss_skips_the_update():
     torch.manual_seed(0)
     model = ModelSettings(16, 2, 1, 1, 32, 0.0, 0.0, 0.0, "relu", True, "manual").build(30, 0)
-    trainer = Trainer(model, OptimSettings(1e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.1, 1.0),
+    trainer = Trainer(model, OptimSettings(1e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.0, 0.1, 1.0),
                       torch.device("cpu"), "32", pad_id=0)  # fmt: skip
     before = [p.detach().clone() for p in model.parameters()]
     with torch.no_grad():

@@ -16,7 +16,7 @@ from translate.data.batching import collate
 from translate.evaluate import evaluate
 from translate.schema import ModelSettings, OptimSettings
 from translate.train import train
-from translate.training.optim import inverse_sqrt_factor
+from translate.training.optim import Schedule
 from translate.training.step import Trainer
 from translate.translate import translate_lines
 
@@ -159,7 +159,7 @@ def test_translate_keeps_one_line_per_input_line(trained_run, capsys):
 def test_loss_falls_when_overfitting_a_handful_of_pairs():
     torch.manual_seed(0)
     model = ModelSettings(32, 2, 1, 1, 64, 0.0, 0.0, 0.0, "relu", True, "manual").build(40, 0)
-    optim = OptimSettings(3e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.0, 1.0)
+    optim = OptimSettings(3e-3, [0.9, 0.98], 1e-9, 0.0, 0, 0.0, 0.0, 1.0)
     trainer = Trainer(model, optim, torch.device("cpu"), "32", pad_id=0)
     g = torch.Generator().manual_seed(0)
     pairs = [
@@ -181,7 +181,7 @@ def test_gradient_accumulation_equals_one_large_batch():
         model = ModelSettings(16, 2, 1, 1, 32, 0.0, 0.0, 0.0, "relu", True, "manual").build(30, 0)
         # eps=1 keeps Adam's first step smooth in the gradient (with a tiny eps it is ~sign(g),
         # which turns rounding noise on near-zero gradients into whole-lr differences).
-        optim = OptimSettings(1e-3, [0.9, 0.98], 1.0, 0.0, 0, 0.1, 0.0)
+        optim = OptimSettings(1e-3, [0.9, 0.98], 1.0, 0.0, 0, 0.0, 0.1, 0.0)
         return Trainer(model, optim, torch.device("cpu"), "32", pad_id=0)
 
     g = torch.Generator().manual_seed(1)
@@ -209,7 +209,7 @@ def test_weight_decay_is_decoupled_and_without_it_the_update_is_adams():
     def stepped(weight_decay: float, cls=None) -> tuple[torch.Tensor, torch.Tensor]:
         torch.manual_seed(0)
         used, idle = torch.nn.Parameter(torch.randn(8)), torch.nn.Parameter(torch.ones(8))
-        optim = OptimSettings(1e-2, [0.9, 0.98], 1e-9, weight_decay, 0, 0.0, 0.0)
+        optim = OptimSettings(1e-2, [0.9, 0.98], 1e-9, weight_decay, 0, 0.0, 0.0, 0.0)
         opt = make_optimizer([used, idle], optim)[0] if cls is None else cls([used, idle], 1e-2)
         for _ in range(3):
             (used**2).sum().backward()
@@ -228,9 +228,42 @@ def test_weight_decay_is_decoupled_and_without_it_the_update_is_adams():
 
 
 def test_inverse_sqrt_schedule_warms_up_then_decays():
-    f = inverse_sqrt_factor(100)
+    f = Schedule(100)
     assert f(0) == pytest.approx(0.01) and f(99) == pytest.approx(1.0)
-    assert f(399) == pytest.approx(0.5) and inverse_sqrt_factor(0)(1000) == 1.0
+    assert f(399) == pytest.approx(0.5) and Schedule(0)(1000) == 1.0
+
+
+def test_cooldown_falls_linearly_to_zero_over_the_end_of_the_step_budget():
+    plain, cool = Schedule(100), Schedule(100, cooldown=0.25, max_steps=1600)
+    assert all(cool(s) == plain(s) for s in range(0, 1201, 50))  # untouched before 1,200
+    assert cool(1400) == pytest.approx(plain(1400) * 0.5)
+    assert 0 < cool(1599) < 0.01 * plain(1599)  # the last update still learns, a little
+    assert cool(1600) == 0.0 and Schedule(100, cooldown=0.25)(1600) == plain(1600)
+
+
+def test_cooldown_under_a_clock_follows_the_clock_not_the_steps():
+    """A machine twice as fast cools down after twice the updates: the share of the budget
+    used is the larger of the steps' and the seconds'."""
+    cool = Schedule(0, cooldown=0.5, max_steps=100_000, max_minutes=10)
+    cool.seconds = 4.5 * 60
+    assert cool(300) == 1.0
+    cool.seconds = 7.5 * 60
+    assert cool(300) == pytest.approx(0.5) and cool(600) == pytest.approx(0.5)
+    cool.seconds = 10 * 60
+    assert cool(300) == 0.0
+
+
+def test_optim_cooldown_reaches_the_optimizer(tiny_train_cfg, tmp_path):
+    """A run with a cooldown ends on a zero learning rate (the next update's, in last.pt)
+    and trains at the full rate before its cooldown starts."""
+    common = ["optim.cooldown=0.5", "optim.warmup_steps=0", "trainer.checkpoint_every_n_steps=3"]
+    common += ["trainer.val_every_n_steps=3", "trainer.keep_last_checkpoints=2"]
+    train(tiny_train_cfg(*common, "trainer.max_steps=6", run_dir=tmp_path / "a"))
+    last = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
+    assert last["optimizer"]["param_groups"][0]["lr"] == 0.0
+    step_3 = load_checkpoint(tmp_path / "a" / "checkpoints" / "step_00000003.pt")
+    # Update 4 (3 of 6 done, the cooldown is the last 3): still the full rate.
+    assert step_3["optimizer"]["param_groups"][0]["lr"] == pytest.approx(tiny_train_cfg().optim.lr)
 
 
 @pytest.mark.parametrize("mode", ["true", "auto"])
@@ -253,7 +286,7 @@ def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode):
     # The learning-rate curve continues: the resumed run's first update used step 3's lr.
     warmup = OmegaConf.to_container(tiny_train_cfg().optim)["warmup_steps"]
     peak = tiny_train_cfg().optim.lr
-    assert lr_at_3 == pytest.approx(peak * inverse_sqrt_factor(warmup)(3))
+    assert lr_at_3 == pytest.approx(peak * Schedule(warmup)(3))
     assert resumed["bleu"] == pytest.approx(straight["bleu"])
     assert len(list((tmp_path / "b" / "checkpoints").glob("step_*.pt"))) == 2
 

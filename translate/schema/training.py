@@ -36,6 +36,13 @@ class OptimSettings:
         "; 0 = a constant rate",
         check=non_negative,
     )
+    cooldown: float = doc(
+        "share of the training budget (trainer.max_steps or max_minutes, whichever ends "
+        "first) over whose end the learning rate falls linearly to zero",
+        "fraction",
+        "; 0 = no cooldown",
+        check=fraction,
+    )
     label_smoothing: float = doc(
         "share of the target probability spread over the whole vocabulary",
         "fraction",

@@ -72,6 +72,7 @@ def fit(run: Run) -> tuple[str, int | None]:
         run.dist.world_size,
     )
     reset_peak_memory(run.trainer.device)
+    run.trainer.schedule.seconds = p.train_seconds  # a resumed run's clock
     bar = TrainBar(p, t.max_steps, t.max_minutes, t.progress_bar and run.dist.is_main)
     # A resumed run may already be at a limit (e.g. it stopped while scoring): no extra step.
     stop_reason = limit_reached(p, t)
@@ -179,11 +180,12 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
 
 def _stop_reason(run: Run, stop: StopRequest) -> str | None:
     """A step or time limit, or a signal; under DDP every rank agrees on the clock and on
-    signals first, so all stop after the same step."""
+    signals first, so all stop after the same step (and cool the learning rate down alike)."""
     p = run.progress
     if run.dist.enabled:
         p.train_seconds, sig = distributed.max_all([p.train_seconds, stop.signal or 0])
         stop.signal = int(sig) or None
+    run.trainer.schedule.seconds = p.train_seconds  # the clock a cooldown follows
     budget = budget_reached(p, run.settings.trainer)
     return budget or (signal.Signals(stop.signal).name if stop.signal else None)
 

@@ -1,7 +1,6 @@
 """The optimiser recipe: Adam with decoupled weight decay (AdamW, as fairseq's Adam decays
-weights) and linear warm-up then inverse-square-root decay (Vaswani et al. 2017; fairseq's
-``inverse_sqrt``), all values from ``conf/optim/``. Without weight decay AdamW's update is
-Adam's, bit for bit."""
+weights) and its learning-rate schedule (:class:`Schedule`), all values from ``conf/optim/``.
+Without weight decay AdamW's update is Adam's, bit for bit."""
 
 from __future__ import annotations
 
@@ -13,23 +12,55 @@ import torch
 from translate.schema import OptimSettings
 
 
-def inverse_sqrt_factor(warmup_steps: int):
-    """LR multiplier at update ``step`` (0-based): linear warm-up to 1, then ``1/sqrt`` decay.
-    With ``warmup_steps=0`` the learning rate is constant."""
+class Schedule:
+    """The learning-rate multiplier of each update (``optim.lr`` times it): linear warm-up to
+    1 over ``warmup_steps`` then ``1/sqrt`` decay (Vaswani et al. 2017; fairseq's
+    ``inverse_sqrt``; ``warmup_steps=0``: constant), and with ``cooldown`` > 0 a linear fall
+    to zero over the last ``cooldown`` share of the training budget (warmup-stable-decay:
+    the cooled-down weights are the ones a run ends with, whatever its length).
 
-    def factor(step: int) -> float:
-        if warmup_steps == 0:
-            return 1.0
-        n = step + 1
-        return min(n / warmup_steps, math.sqrt(warmup_steps / n))
+    The budget is ``max_steps`` updates or ``max_minutes`` of training, whichever runs out
+    first. Under a clock the training loop sets ``seconds`` (the training time so far, agreed
+    by every rank under DDP) after each update, so the cooldown starts when the clock says the
+    end is near: a machine twice as fast cools down after twice the updates.
+    """
 
-    return factor
+    def __init__(
+        self,
+        warmup_steps: int,
+        cooldown: float = 0.0,
+        max_steps: int | None = None,
+        max_minutes: float | None = None,
+    ) -> None:
+        self.warmup_steps = warmup_steps
+        self.cooldown = cooldown
+        self.max_steps = max_steps
+        self.max_seconds = None if max_minutes is None else max_minutes * 60
+        self.seconds = 0.0
+
+    def used(self, step: int) -> float:
+        """Share of the budget used before update ``step + 1``: steps or seconds, the larger."""
+        shares = [0.0 if self.max_steps is None else step / self.max_steps]
+        if self.max_seconds is not None:
+            shares.append(self.seconds / self.max_seconds)
+        return max(shares)
+
+    def __call__(self, step: int) -> float:
+        """The multiplier of update ``step + 1`` (``step`` updates are done)."""
+        factor = 1.0
+        if self.warmup_steps > 0:
+            n = step + 1
+            factor = min(n / self.warmup_steps, math.sqrt(self.warmup_steps / n))
+        if self.cooldown > 0:
+            factor *= min(1.0, max(0.0, 1.0 - self.used(step)) / self.cooldown)
+        return factor
 
 
 def make_optimizer(
-    params: Iterable[torch.nn.Parameter], optim: OptimSettings
+    params: Iterable[torch.nn.Parameter], optim: OptimSettings, schedule: Schedule | None = None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """``(AdamW, its warm-up/decay schedule)`` for ``params``."""
+    """``(AdamW, its learning-rate schedule)`` for ``params``; ``schedule`` defaults to
+    ``optim``'s warm-up and decay without a cooldown (no budget to cool down towards)."""
     optimizer = torch.optim.AdamW(
         params,
         lr=optim.lr,
@@ -37,7 +68,8 @@ def make_optimizer(
         eps=optim.eps,
         weight_decay=optim.weight_decay,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, inverse_sqrt_factor(optim.warmup_steps)
-    )
+    schedule = schedule or Schedule(optim.warmup_steps)
+    # A function around the schedule, not the schedule: LambdaLR saves a callable object's
+    # attributes into the checkpoint and restores them on resume, over the resumed run's budget.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: schedule(step))
     return optimizer, scheduler

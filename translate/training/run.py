@@ -33,6 +33,7 @@ from translate.runtime.rng import seed_everything, use_deterministic_algorithms
 from translate.settings import TrainSettings
 from translate.training import distributed
 from translate.training.distributed import Dist
+from translate.training.optim import Schedule
 from translate.training.progress import Progress
 from translate.training.resume import resume_or_start
 from translate.training.rundir import RunLock, check_fresh, remove_partial_writes
@@ -126,7 +127,9 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
     ddp = distributed.wrap(model, device) if dist.enabled else None
     compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
-    trainer = Trainer(model, settings.optim, device, precision, tok.PAD, compiled, ddp)
+    o = settings.optim
+    schedule = Schedule(o.warmup_steps, o.cooldown, t.max_steps, t.max_minutes)
+    trainer = Trainer(model, o, device, precision, tok.PAD, compiled, ddp, schedule)
     around_best = t.average_last_n if t.average_around_best else 0
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints, around_best)
     progress = Progress()

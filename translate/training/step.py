@@ -16,7 +16,7 @@ from translate.data.batching import Batch
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import OptimSettings
 from translate.scoring import batch_loss
-from translate.training.optim import make_optimizer
+from translate.training.optim import Schedule, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class Trainer:
     DDP's ``module.`` prefix) and evaluation. Training runs through ``compiled_model`` (a
     ``torch.compile``'d callable) if given, else ``ddp`` (the model wrapped in
     ``DistributedDataParallel`` when several processes train together), else ``model``.
+    ``schedule``: the learning rate's (default: ``optim``'s warm-up and decay, no cooldown).
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class Trainer:
         pad_id: int,
         compiled_model=None,
         ddp: torch.nn.parallel.DistributedDataParallel | None = None,
+        schedule: Schedule | None = None,
     ) -> None:
         self.model = model
         self.ddp = ddp
@@ -64,7 +66,9 @@ class Trainer:
         self.pad_id = pad_id
         self.label_smoothing = optim.label_smoothing
         self.clip_norm = optim.clip_norm
-        self.optimizer, self.scheduler = make_optimizer(model.parameters(), optim)
+        # The training loop tells a cooldown under a clock the time (``schedule.seconds``).
+        self.schedule = schedule or Schedule(optim.warmup_steps)
+        self.optimizer, self.scheduler = make_optimizer(model.parameters(), optim, self.schedule)
         # Loss scaling only for fp16; bf16 has fp32's range.
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
