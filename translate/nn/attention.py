@@ -1,27 +1,23 @@
 """Multi-head attention written out by hand, with an optional fused kernel.
 
-The manual path is the reference: every step of Vaswani et al. (2017) is visible and it can
-return per-head weights. ``impl="sdpa"`` computes the same function through
-``torch.nn.functional.scaled_dot_product_attention`` (Flash / memory-efficient / math kernels,
-chosen by PyTorch for the device). Which path runs is decided by configuration only; the one
-exception is ``need_weights=True`` with ``impl="sdpa"``, which must use the manual path because
-the fused kernels never materialise the weights. That switch is logged (once per process).
+The manual path is the reference (Vaswani et al. 2017) and can return per-head weights;
+``impl="sdpa"`` computes the same function through ``F.scaled_dot_product_attention``. Only
+``need_weights=True`` switches ``sdpa`` to the manual path (fused kernels never materialise the
+weights), logged once per process.
 
-Mask conventions are exactly ``torch.nn.MultiheadAttention``'s: a boolean ``True`` means "this
-key is excluded"; a float mask is added to the scores. A query row whose keys are all excluded
-returns zeros (not NaN) and gets all-zero weights.
+Masks follow ``torch.nn.MultiheadAttention``: bool ``True`` excludes a key, a float mask is
+added to the scores. A query row whose keys are all excluded gives zeros (not NaN) and zero
+weights.
 
 Incremental decoding follows fairseq's contract: the caller owns an :class:`AttentionCache` per
-attention module, passes it in at every step and it is updated in place. Self-attention appends
-the new step's keys/values; cross-attention (``static=True``) projects the encoder output once
-and reuses it; :meth:`AttentionCache.reorder` selects beams. Keys/values may hold one row per
-``r`` query rows: a sentence's beams then read one copy of its encoder output, not ``r``.
+module, updated in place at every step; cross-attention (``static=True``) projects the encoder
+output once. Keys/values may hold one row per ``r`` query rows: a sentence's beams then read
+one copy of its encoder output, not ``r``.
 
-Grouped-query attention (Ainslie et al. 2023) shares each key/value head across a group of
-``G = num_heads // num_kv_heads`` query heads; ``num_kv_heads=1`` is multi-query attention
-(Shazeer 2019) and ``num_kv_heads=num_heads`` (the default) is multi-head attention, parameter
-for parameter. Query head ``h`` reads K/V head ``h // G``. The K/V projections, and so the
-decoding cache, shrink by ``G``; masks, per-head weights and ``head_mask`` stay per query head.
+Grouped-query attention (Ainslie et al. 2023): query head ``h`` reads K/V head ``h // G``,
+``G = num_heads // num_kv_heads`` (1 K/V head: multi-query, Shazeer 2019). The K/V
+projections and the decoding cache shrink by ``G``; masks, weights and ``head_mask`` stay per
+query head.
 """
 
 from __future__ import annotations
@@ -35,7 +31,6 @@ from torch import Tensor, nn
 from translate.nn.cache import AttentionCache
 from translate.nn.derived import DerivedWeight, Linear, linear_t, stacked, transposed, uses_derived
 from translate.nn.dropout import dropout
-from translate.nn.masks import merge_masks
 from translate.nn.sdpa import fused_attention, masked_fused_attention
 
 log = logging.getLogger(__name__)
@@ -52,21 +47,8 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     training: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Reference attention, step by step.
-
-    Args:
-        q: queries ``(B, H, T, Dh)``.
-        k: keys ``(B, Hkv, S, Dh)``; ``Hkv`` divides ``H`` and query head ``h`` reads K/V head
-            ``h // (H // Hkv)`` (``Hkv == H``: one K/V head per query head).
-        v: values ``(B, Hkv, S, Dh)``.
-        mask: broadcastable to ``(B, H, T, S)``; boolean ``True`` = excluded, or float added
-            to the scores (``-inf`` = excluded).
-        dropout_p: dropout probability on the attention weights, applied only if ``training``.
-
-    Returns:
-        ``(out, weights)``: ``(B, H, T, Dh)`` and ``(B, H, T, S)``. Rows whose keys are all
-        excluded give zero output and zero weights.
-    """
+    """Reference attention: ``q (B, H, T, Dh)``, ``k``/``v (B, Hkv, S, Dh)``, ``mask``
+    broadcastable to ``(B, H, T, S)`` -> ``out (B, H, T, Dh)``, ``weights (B, H, T, S)``."""
     B, H, T, Dh = q.shape
     Hkv, S = k.size(1), k.size(2)
     # The G = H / Hkv query heads of a group take turns on the query axis, so each shared K/V
@@ -92,21 +74,8 @@ def scaled_dot_product_attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention, batch-first, ``torch.nn.MultiheadAttention`` semantics.
-
-    Args:
-        embed_dim: model width ``D`` (of queries and of the output); split into ``num_heads``
-            heads of ``D // num_heads``.
-        num_heads: number of (query) heads ``H``.
-        dropout: dropout on the attention weights (training mode only).
-        bias: whether the four projections have biases.
-        impl: ``"manual"`` (reference) or ``"sdpa"`` (fused PyTorch kernel).
-        kdim: width of the keys given to :meth:`forward`; ``None`` = ``embed_dim``.
-        vdim: width of the values given to :meth:`forward`; ``None`` = ``embed_dim``.
-        num_kv_heads: key/value heads ``Hkv``, a divisor of ``H``: ``None`` or ``H`` is
-            multi-head attention, 1 multi-query, in between grouped-query attention. The K/V
-            projections map to ``Hkv * D // H`` features.
-    """
+    """Multi-head attention, batch-first, with ``torch.nn.MultiheadAttention``'s semantics;
+    ``num_kv_heads`` (a divisor of ``num_heads``, None = ``num_heads``) K/V heads."""
 
     def __init__(
         self,
@@ -141,8 +110,7 @@ class MultiHeadAttention(nn.Module):
         self._qkv_weight, self._qkv_bias = DerivedWeight(transposed), DerivedWeight(stacked)
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        """Xavier-uniform weights, zero biases (as ``nn.MultiheadAttention`` does)."""
+    def reset_parameters(self) -> None:  # as nn.MultiheadAttention's
         for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             nn.init.xavier_uniform_(proj.weight)
             if proj.bias is not None:
@@ -160,26 +128,14 @@ class MultiHeadAttention(nn.Module):
         cache: AttentionCache | None = None,
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from ``query`` to ``key``/``value``.
+        """``query (B, T, D)`` to ``key (B, S, kdim)``/``value (B, S, vdim)`` -> ``(B, T, D)``
+        and, with ``need_weights``, ``(B, H, T, S_total)``.
 
-        Args:
-            query: ``(B, T, D)``.
-            key: ``(B, S, kdim)``; value: ``(B, S, vdim)``. With a static cache that is already
-                filled they are ignored (the cached encoder projections are used). They (and
-                a static cache) may have ``B / r`` rows, without ``attn_mask`` or
-                ``is_causal``: query rows ``i*r .. i*r + r-1`` then attend to key row ``i``
-                (the ``r`` beams of a sentence read its encoder output once).
-            key_padding_mask: ``(B_kv, S_total)`` for ``B_kv`` key rows; bool (``True`` =
-                padding, excluded) or float (added to the scores).
-            attn_mask: ``(T, S_total)`` or ``(B*H, T, S_total)``; bool (``True`` = excluded) or
-                float (added to the scores).
-            is_causal: exclude keys after each query's position (offset by the cached length).
-            need_weights: also return per-head weights ``(B, H, T, S_total)``.
-            cache: incremental-decoding state (``num_kv_heads`` heads), updated in place.
-            head_mask: ``(H,)`` multiplier per query head's output (0 removes a head).
-
-        Returns:
-            ``(output (B, T, D), weights (B, H, T, S_total) or None)``.
+        A filled static cache replaces ``key``/``value``. They (and a static cache) may have
+        ``B / r`` rows, without ``attn_mask`` or ``is_causal``: query rows ``i*r .. i*r + r-1``
+        then attend to key row ``i``. ``key_padding_mask (B_kv, S_total)``; ``attn_mask
+        (T, S_total)`` or ``(B*H, T, S_total)``; ``is_causal`` is offset by the cached length;
+        ``head_mask (H,)`` multiplies each query head's output (0 removes it).
         """
         B, T, _ = query.shape
         q, k, v, past, r = self._project(query, key, value, attn_mask, is_causal, cache)
@@ -226,10 +182,9 @@ class MultiHeadAttention(nn.Module):
         return q, k, v, past, r
 
     def _project_step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor, int]:
-        """A decoding step's self-attention projections of ``x (B, T, D)`` as one GEMM over
-        the three weight matrices stacked (:mod:`translate.nn.derived`): a step of a few rows
-        pays per operator, not per multiply. The keys and values are appended to ``cache``;
-        returns ``q``, ``k``, ``v`` and the cached length before."""
+        """A decoding step's self-attention projections of ``x (B, T, D)`` as one GEMM of the
+        stacked weights (a step of a few rows pays per operator, not per multiply); K/V are
+        appended to ``cache``. Returns ``q``, ``k``, ``v`` and the cached length before."""
         projections = (self.q_proj, self.k_proj, self.v_proj)
         weight_t = self._qkv_weight.get(*(p.weight for p in projections))  # (D, D + 2*Dkv)
         bias = self._qkv_bias.get(*(p.bias for p in projections))  # (D + 2*Dkv,) or None
@@ -248,11 +203,7 @@ class MultiHeadAttention(nn.Module):
     def _project_kv(
         self, key: Tensor, value: Tensor, cache: AttentionCache | None
     ) -> tuple[Tensor, Tensor, int]:
-        """Keys and values ``(B, Hkv, S_total, Dh)`` for this call, and the cached length before it.
-
-        A filled static cache is reused unchanged; otherwise the new projections are appended to
-        (self-attention) or stored in (first cross-attention step) the cache.
-        """
+        """Keys and values ``(B, Hkv, S_total, Dh)``, and the cached length before this call."""
         if cache is not None and cache.static and cache.k is not None:
             return cache.k, cache.v, 0  # encoder keys/values projected at the first step
         k = self._split_heads(self.k_proj(key), self.num_kv_heads)  # (B, Hkv, S, Dh)
@@ -299,17 +250,10 @@ class MultiHeadAttention(nn.Module):
             return scaled_dot_product_attention(q, k, v, mask, dropout_p, self.training)
         return masked_fused_attention(q, k, v, mask, dropout_p), None
 
-    # ---------------- drop-in compatibility with torch.nn.MultiheadAttention: its weight
-    # layouts (its float and 3-D masks are merged by translate.nn.masks)
-
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention, impl: str = "manual") -> MultiHeadAttention:
-        """Build our module with the weights of a ``torch.nn.MultiheadAttention``.
-
-        Handles both the packed ``in_proj_weight`` layout and the separate
-        ``q/k/v_proj_weight`` one that torch uses when ``kdim``/``vdim`` differ from
-        ``embed_dim``. The module must be batch-first, as ours is.
-        """
+        """Our module with the weights of a batch-first ``torch.nn.MultiheadAttention``, in its
+        packed ``in_proj_weight`` layout or the separate one of other ``kdim``/``vdim``."""
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
         if not module.batch_first:
@@ -348,12 +292,8 @@ class MultiHeadAttention(nn.Module):
         return ours
 
 
-# ---------------------------------------------------------------------------- helpers
-
-
 def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
-    """The head layout rule: ``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1``
-    divides ``num_heads``; raises :class:`HeadLayoutError` on the first that does not hold."""
+    """``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1`` divides ``num_heads``."""
     if num_heads < 1:
         raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
     if embed_dim % num_heads != 0:
@@ -371,9 +311,8 @@ def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
 
 
 class HeadLayoutError(ValueError):
-    """A head layout that does not fit. ``argument`` names the one at fault (``num_heads``,
-    ``embed_dim`` or ``num_kv_heads``), so that a caller with its own names for them (the
-    training config's ``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
+    """``argument`` names the one at fault, so that a caller with its own names for them
+    (``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
 
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(message)
@@ -381,7 +320,6 @@ class HeadLayoutError(ValueError):
 
 
 def _query_group(B: int, B_kv: int, attn_mask: Tensor | None, is_causal: bool) -> int:
-    """How many consecutive query rows share one key/value row: ``B / B_kv``."""
     if B_kv == B:
         return 1
     if B % B_kv or attn_mask is not None or is_causal:
@@ -397,3 +335,47 @@ def _log_weights_fallback() -> None:
     if not _logged_weights_fallback:  # once per process
         log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
     _logged_weights_fallback = True
+
+
+def merge_masks(
+    B: int,
+    H: int,
+    T: int,
+    S: int,
+    key_padding_mask: Tensor | None,
+    attn_mask: Tensor | None,
+    is_causal: bool,
+    past: int,
+    device: torch.device,
+) -> Tensor | None:
+    """The masks of one call as one broadcastable to ``(B, H, T, S)`` (None if none): bool, or
+    float if any is. Only the drop-in compatibility needs float and 3-D ``(B*H, T, S)`` masks."""
+    masks = []
+    if key_padding_mask is not None:
+        masks.append(key_padding_mask.view(B, 1, 1, S))  # (B, 1, 1, S)
+    if attn_mask is not None:
+        if attn_mask.dim() == 3:
+            attn_mask = attn_mask.view(B, H, T, S)  # (B, H, T, S) from (B*H, T, S)
+        masks.append(attn_mask)
+    if is_causal:
+        # Query t (absolute position past + t) may see keys 0..past + t.
+        rows = torch.arange(past, past + T, device=device).unsqueeze(1)  # (T, 1)
+        masks.append(torch.arange(S, device=device).unsqueeze(0) > rows)  # (T, S)
+    if not masks:
+        return None
+    if any(m.dtype != torch.bool for m in masks):
+        dtype = next(m.dtype for m in masks if m.dtype != torch.bool)
+        as_float = [
+            torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
+            if m.dtype == torch.bool
+            else m
+            for m in masks
+        ]
+        merged = as_float[0]
+        for m in as_float[1:]:
+            merged = merged + m
+        return merged
+    merged = masks[0]
+    for m in masks[1:]:
+        merged = merged | m
+    return merged

@@ -1,8 +1,5 @@
-"""The keys and values one attention module keeps between incremental decoding steps.
-
-Only the key/value heads are stored: with grouped-query attention (``num_kv_heads < num_heads``)
-the cache is ``num_kv_heads / num_heads`` the size of multi-head attention's, which is the
-point of sharing K/V heads at decoding time.
+"""The keys and values one attention module keeps between incremental decoding steps (only
+the K/V heads: with grouped-query attention the cache shrinks with them).
 
 Beam search reorders the self-attention rows at every step. The reordering is kept pending and
 done by the next append, which gathers the history straight into the new, one step longer
@@ -22,12 +19,8 @@ from torch import Tensor
 
 @dataclass
 class AttentionCache:
-    """Keys and values kept between decoding steps for one attention module.
-
-    ``static=True`` marks cross-attention: keys/values come from the encoder, are computed
-    once and stored whole (:meth:`store`). Otherwise each step's keys/values are added with
-    :meth:`append`.
-    """
+    """``static=True``: cross-attention, the encoder's keys/values stored once (:meth:`store`);
+    otherwise each step's are added by :meth:`append`."""
 
     static: bool = False
     _k: Tensor | None = None  # (B, Hkv, length, Dh)
@@ -36,37 +29,31 @@ class AttentionCache:
 
     @property
     def length(self) -> int:
-        """Positions held along the time axis (0 before the first step)."""
         return 0 if self._k is None else self._k.size(2)
 
     @property
     def k(self) -> Tensor | None:
-        """The cached keys ``(B, Hkv, length, Dh)`` (None before the first step)."""
         self._apply_pending()
         return self._k
 
     @property
     def v(self) -> Tensor | None:
-        """The cached values ``(B, Hkv, length, Dh)`` (None before the first step)."""
         self._apply_pending()
         return self._v
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the keys and values held (0 before the first step)."""
         if self._k is None:
             return 0
         rows = self._k.size(0) if self._pending is None else self._pending.numel()
         return 2 * rows * self._k[0].numel() * self._k.element_size()
 
     def store(self, k: Tensor, v: Tensor) -> None:
-        """Keep the encoder's projected keys/values ``(B, Hkv, S, Dh)`` (static caches)."""
         self._k, self._v, self._pending = k, v, None
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add this step's keys/values ``(B, Hkv, T, Dh)`` after the history (its rows selected
-        by any pending :meth:`reorder`); returns the whole history ``(B, Hkv, past + T, Dh)``
-        each."""
+        """This step's ``(B, Hkv, T, Dh)`` after the history (its rows selected by any pending
+        :meth:`reorder`); returns the whole history ``(B, Hkv, past + T, Dh)`` each."""
         if self._k is None:
             self._k, self._v = k, v
             return k, v
@@ -83,10 +70,8 @@ class AttentionCache:
         return new_k, new_v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows (beams) given by ``index`` ``(B',)``, in that order.
-
-        A self-attention cache selects them at its next append (or when ``k``/``v`` are read);
-        a static one at once."""
+        """Keep the rows (beams) ``index (B',)``: a static cache at once, a self-attention one at
+        its next append (or when ``k``/``v`` are read)."""
         if self._k is None:
             return
         if self.static:
@@ -102,7 +87,6 @@ class AttentionCache:
             self._k, self._v, self._pending = new_k, new_v, None
 
     def _gather_into(self, out_k: Tensor, out_v: Tensor) -> None:
-        """Write the history's rows of the pending selection into ``out_*``."""
         if self._k.requires_grad:  # out= has no gradient: gather, then copy
             out_k.copy_(self._k.index_select(0, self._pending))
             out_v.copy_(self._v.index_select(0, self._pending))

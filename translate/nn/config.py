@@ -1,11 +1,7 @@
-"""The Transformer's hyperparameters: one frozen dataclass, :class:`TransformerConfig`, that
-:class:`~translate.nn.model.Seq2SeqTransformer` is built from (as nanoGPT's ``GPTConfig``).
+"""The Transformer's hyperparameters, :class:`TransformerConfig` (as nanoGPT's ``GPTConfig``).
 
-Its field defaults are the model's only defaults; ``conf/model/transformer.yaml`` writes the
-same values out for Hydra, and a test (tests/test_settings.py) holds the two equal. Each field
-says what it means, its unit and its range, and checks it (:func:`doc`, :class:`Check`):
-``python -m translate.train --help`` lists them, the model refuses a value out of range, and
-the settings word it with the command's key. :func:`doc` and the checks live here, at the
+Its field defaults are the model's only defaults (``conf/model/transformer.yaml`` repeats them;
+tests/test_settings.py holds the two equal). :func:`doc` and the range checks live here, at the
 bottom of the package, so that every settings group (:mod:`translate.schema`) shares them.
 """
 
@@ -25,8 +21,7 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 @dataclass(frozen=True)
 class Check:
-    """A range declared with a field (``doc(..., check=positive)``): ``--help`` shows
-    ``range``, and :func:`translate.settings.build` refuses a value that fails ``test`` with
+    """A field's range: ``--help`` shows ``range``; a value failing ``test`` is refused with
     ``<key>=<value> must be <must>``. None (no limit, or unset) is never tested."""
 
     range: str
@@ -40,8 +35,7 @@ fraction = Check("[0, 1)", lambda value: 0 <= value < 1, "in [0, 1)")
 
 
 def out_of_range(settings) -> tuple[str, Any, Check] | None:
-    """The first field of ``settings`` (a dataclass of :func:`doc` fields) whose value fails
-    its check, with the value and the check; None when all pass."""
+    """``(name, value, check)`` of the first field of ``settings`` that fails its check."""
     for f in fields(settings):
         check, value = f.metadata["check"], getattr(settings, f.name)
         if check is not None and value is not None and not check.test(value):
@@ -58,12 +52,9 @@ def doc(
     mechanics: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """A dataclass field that says what it means, its unit and its range of values (a group of
-    settings has neither). ``check``: the range the value must lie in, shown before ``values``
-    (which then adds to it: ``"; null = no limit"``). ``key``: False for a field a command fills
-    in, which is no config key. ``mechanics``: how a job runs, not what it computes (a device,
-    a folder, a progress bar; ``translate.settings.mechanics_keys``). ``kwargs`` go to
-    :func:`dataclasses.field` (``default=``)."""
+    """A dataclass field that says what it means, its unit and its range. ``check``'s range is
+    shown before ``values``; ``key=False``: a field a command fills in, no config key;
+    ``mechanics``: how a job runs, not what it computes (``translate.settings.mechanics_keys``)."""
     shown = (check.range if check else "") + values
     metadata = {"help": what, "unit": unit, "range": shown, "key": key}
     return field(metadata={**metadata, "check": check, "mechanics": mechanics}, **kwargs)

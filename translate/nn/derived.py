@@ -1,21 +1,14 @@
 """Inference copies of parameters in the layout a decoding step reads fastest.
 
-A cached decoding step multiplies a few rows by each weight matrix, so it is bound by reading
-the weights and by the number of operators, not by arithmetic. Two things help there:
+A cached decoding step multiplies a few rows by each weight, so it is bound by reading weights
+and by operator count: weights stored ``(in, out)`` contiguous (a few rows times ``F.linear``'s
+transposed view take 1.3-1.9 times as long on the CPU, docs/benchmarks.md), and self-attention's
+three projections as one GEMM.
 
-* Weights stored ``(in, out)``, contiguous: a GEMM of a few rows by a ``(out, in)`` weight read
-  through a transposed view (``F.linear``'s layout) takes 1.3-1.9 times as long on the CPU
-  (docs/benchmarks.md). :class:`Linear` and the tied output table
-  (:class:`~translate.nn.model.TokenEmbedding`) keep such a copy.
-* Self-attention's three projections as one matrix, one GEMM where there were three
-  (:class:`~translate.nn.attention.MultiHeadAttention`).
-
-Only computations without autograd read the copies (the output table's, only in cached
-decoding steps), and they are rebuilt when a parameter changes. A product through a copy may
-differ from ``F.linear``'s in the last bits at a few rows, where the BLAS sums in another order
-(measured on this model's four layer shapes: all four differ at 1 and 5 rows, one still at 25
-and 60, none from 400 on): the decoding tests compare within a tolerance, and the study models'
-test hypotheses stayed byte-identical.
+Only computations without autograd read the copies, rebuilt when a parameter changes. A product
+through a copy may differ from ``F.linear``'s in the last bits at a few rows (the BLAS sums in
+another order; none from 400 rows on): the decoding tests compare within a tolerance, and the
+study models' test hypotheses stayed byte-identical.
 """
 
 from __future__ import annotations
@@ -28,12 +21,9 @@ from torch import Tensor, nn
 
 
 class DerivedWeight:
-    """A tensor built from parameters by ``build``, kept until one of them changes.
-
-    The copy is neither a parameter nor a buffer: it is not saved, and it is rebuilt (on the
-    next :meth:`get`) when a parameter's storage, version (an optimizer step or ``copy_`` bumps
-    it), dtype or device differs from the ones it was built from.
-    """
+    """``build(*params)``, neither parameter nor buffer (not saved), rebuilt by :meth:`get`
+    when a parameter's storage, version (an optimizer step or ``copy_`` bumps it), dtype or
+    device changes."""
 
     def __init__(self, build: Callable[..., Tensor]) -> None:
         self._build = build
@@ -41,7 +31,6 @@ class DerivedWeight:
         self._key: tuple | None = None
 
     def get(self, *params: Tensor | None) -> Tensor:
-        """``build(*params)`` (detached), from the cache while the parameters are unchanged."""
         key = tuple(
             None if p is None else (p.data_ptr(), p._version, p.dtype, p.device) for p in params
         )
@@ -53,34 +42,28 @@ class DerivedWeight:
 
 
 def uses_derived(weight: Tensor) -> bool:
-    """Whether a computation may read derived copies of ``weight``: only without autograd,
-    since gradients must reach the parameters themselves."""
+    """Only without autograd: gradients must reach the parameters themselves."""
     return not (torch.is_grad_enabled() and weight.requires_grad)
 
 
 def transposed(*weights: Tensor) -> Tensor:
-    """Weights ``(N_i, K)`` stacked along their first dimension and transposed, contiguous:
-    ``(K, sum N_i)``, the layout :func:`linear_t` reads."""
+    """Weights ``(N_i, K)`` stacked and transposed, contiguous: ``(K, sum N_i)``."""
     return torch.cat(weights, dim=0).t().contiguous()
 
 
 def stacked(*tensors: Tensor | None) -> Tensor | None:
-    """Tensors stacked along their first dimension (projections' biases, into one projection's);
-    None if they are None (projections without bias)."""
+    """Biases stacked into one projection's; None for projections without bias."""
     return None if tensors[0] is None else torch.cat(tensors, dim=0)
 
 
 def linear_t(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, weight, bias)`` for ``x (..., K)`` from ``weight_t = weight.t()`` stored
-    contiguous ``(K, N)``; returns ``(..., N)``. ``F.linear`` multiplies by its weight's
-    transpose, which for ``weight_t.t()`` is ``weight_t`` itself: the GEMM reads the
-    contiguous copy, and one call does the reshapes and the bias."""
+    """``F.linear(x, weight, bias)`` from ``weight_t = weight.t()`` stored contiguous
+    ``(K, N)``: ``F.linear`` multiplies by ``weight_t.t()``'s transpose, the contiguous copy."""
     return F.linear(x, weight_t.t(), bias)
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` (the same parameters and state dict) that, without autograd, multiplies by
-    a contiguous transposed copy of its weight (module docstring)."""
+    """``nn.Linear`` that, without autograd, multiplies by a contiguous transposed copy."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

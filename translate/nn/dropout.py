@@ -39,8 +39,6 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
 
 
 class Dropout(nn.Module):
-    """:func:`dropout` as a module, in place of ``nn.Dropout``."""
-
     def __init__(self, p: float) -> None:
         super().__init__()
         self.p = p

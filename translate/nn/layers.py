@@ -1,8 +1,5 @@
-"""Transformer building blocks: sinusoidal positions, feed-forward, encoder and decoder layers.
-
-Every layer supports pre-norm (``norm_first=True``, the default: stable without long warm-up,
-as in fairseq's ``--encoder-normalize-before``) and post-norm (the original paper).
-Each attention call returns per-head weights on request, never stored on the module.
+"""Transformer building blocks: sinusoidal positions, feed-forward, encoder and decoder layers,
+pre-norm (the default: stable without long warm-up) or post-norm (the original paper).
 
 Dropout modules are called only in training mode: in eval mode they are the identity, and a
 decoding step would still pay a module call for each of them (nine per step of the 2-layer
@@ -24,10 +21,7 @@ from translate.nn.dropout import Dropout
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sin/cos positions (Vaswani et al. 2017, §3.5); a buffer, no parameters.
-
-    The table grows on demand, so sequence length is never capped by a constant.
-    """
+    """Fixed sin/cos positions (Vaswani et al. 2017, §3.5), a table that grows on demand."""
 
     def __init__(self, d_model: int, initial_length: int = 1024) -> None:
         super().__init__()
@@ -46,7 +40,6 @@ class SinusoidalPositionalEncoding(nn.Module):
         return table  # (L, D)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
-        """Positions ``offset .. offset + length - 1`` as ``(length, D)``."""
         if offset + length > self.table.size(0):
             self.table = self._make_table(2 * (offset + length)).to(self.table.device)
         return self.table[offset : offset + length]
@@ -72,7 +65,6 @@ class FeedForward(nn.Module):
 
 
 def attention(config: TransformerConfig) -> MultiHeadAttention:
-    """One self- or cross-attention of a layer built from ``config``."""
     return MultiHeadAttention(
         config.d_model,
         config.num_heads,
@@ -83,9 +75,8 @@ def attention(config: TransformerConfig) -> MultiHeadAttention:
 
 
 class _Sublayer(nn.Module):
-    """Where a sublayer's LayerNorm sits around its residual connection: pre-norm
-    ``x + dropout(f(norm(x)))``, post-norm ``norm(x + dropout(f(x)))``. A layer reads
-    ``out = f(block.pre(x)); x = block.post(x, out)``."""
+    """A sublayer's LayerNorm around its residual: pre-norm ``x + dropout(f(norm(x)))``,
+    post-norm ``norm(x + dropout(f(x)))``; ``x = block.post(x, f(block.pre(x)))``."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -94,18 +85,14 @@ class _Sublayer(nn.Module):
         self.norm_first = config.norm_first
 
     def pre(self, x: Tensor) -> Tensor:
-        """The sublayer's input: normalised in pre-norm, as it is in post-norm."""
         return self.norm(x) if self.norm_first else x
 
     def post(self, x: Tensor, out: Tensor) -> Tensor:
-        """The residual sum of ``x`` and the sublayer's ``out``, normalised in post-norm."""
         x = x + (self.dropout(out) if self.training else out)
         return x if self.norm_first else self.norm(x)
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each in a residual sublayer."""
-
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.self_attn = attention(config)
@@ -131,8 +118,6 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the encoder, feed-forward."""
-
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.self_attn = attention(config)

@@ -9,14 +9,11 @@ from torch import Tensor
 def sequence_loss(
     logits: Tensor, target: Tensor, pad_id: int, label_smoothing: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets.
+    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets, in float32,
+    of ``logits (B, T, V)`` / ``target (B, T)`` or ``(N, V)`` / ``(N,)`` (the real positions).
 
-    ``logits (B, T, V)`` with ``target (B, T)``, or the real positions alone, ``logits (N, V)``
-    with ``target (N,)`` (``Seq2SeqTransformer.forward``'s ``target_index``): both are scored
-    position by position, so the sums agree. Logits in any dtype are scored in float32. One
-    log-softmax serves both sums (fairseq's ``label_smoothed_nll_loss``): the vocabulary-sized
-    tensors dominate a small model's step, so computing them once matters. The smoothed loss
-    spreads ``label_smoothing`` uniformly over the vocabulary, as ``F.cross_entropy`` does.
+    One log-softmax serves both sums (fairseq's ``label_smoothed_nll_loss``): the vocabulary-
+    sized tensors dominate a small model's step. Smoothing is uniform, as ``F.cross_entropy``'s.
     """
     lprobs = torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.size(-1))  # (M, V)
     gold = target.reshape(-1, 1)  # (M, 1), M = B*T or N

@@ -1,18 +1,13 @@
-"""The encoder-decoder Transformer (2 + 2 layers by default) on our own multi-head attention.
+"""The encoder-decoder Transformer on our own multi-head attention, with one token table for
+source, target and output projection (the SentencePiece vocabulary is joint).
 
-Read top-down: :class:`Seq2SeqTransformer` embeds tokens (one table shared by source, target
-and the output projection, since the SentencePiece vocabulary is joint), adds sinusoidal
-positions, runs the encoder and decoder stacks, and projects to the vocabulary.
+Initialisation: weight matrices Xavier-uniform, biases zero; the shared embedding normal with std
+``d_model ** -0.5``: scaled by ``sqrt(d_model)`` on input, token vectors enter with unit
+variance like the positions, and as the tied output projection it starts with logits of unit
+scale (fairseq's and Vaswani et al.'s convention).
 
-Initialisation: every weight matrix is Xavier-uniform (Glorot & Bengio 2010), biases zero.
-The shared embedding is normal with std ``d_model ** -0.5`` rather than Xavier: it is scaled by
-``sqrt(d_model)`` on input, so token vectors enter with unit variance, matching the sinusoidal
-positions, and as the tied output projection it starts with logits of unit scale (fairseq's and
-Vaswani et al.'s convention).
-
-Head masking (Michel et al. 2019) is an inference option: ``head_mask`` maps ``"encoder"``,
-``"decoder_self"`` and ``"decoder_cross"`` to a ``(num_layers, H)`` tensor of multipliers
-(0 removes a head's output before the output projection).
+Head masking (Michel et al. 2019), at inference: ``head_mask`` maps ``"encoder"``,
+``"decoder_self"`` and ``"decoder_cross"`` to ``(num_layers, H)`` multipliers of head outputs.
 """
 
 from __future__ import annotations
@@ -33,9 +28,7 @@ HEAD_MASK_KEYS = ("encoder", "decoder_self", "decoder_cross")
 
 
 class TokenEmbedding(nn.Module):
-    """The joint token table in its three roles: source and target input (scaled by
-    ``sqrt(d_model)``, plus sinusoidal positions, then dropout) and the tied output projection.
-    """
+    """The joint token table as source and target input and as the tied output projection."""
 
     def __init__(self, vocab_size: int, d_model: int, pad_id: int, dropout: float) -> None:
         super().__init__()
@@ -51,18 +44,13 @@ class TokenEmbedding(nn.Module):
             self.embed.weight[self.pad_id].zero_()
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
-        """Token ids ``(B, T)`` at positions ``offset..offset+T-1`` -> ``(B, T, D)``."""
         x = self.embed(tokens) * math.sqrt(self.d_model)  # (B, T, D)
         x = x + self.positions(tokens.size(1), offset).to(x.dtype)
         return self.dropout(x) if self.training else x
 
     def project(self, x: Tensor, step: bool = False) -> Tensor:
-        """Hidden states ``(..., D)`` -> logits ``(..., V)`` through the tied table.
-
-        ``step``: a cached decoding step, which (without autograd) reads a contiguous ``(D, V)``
-        copy of the table (:mod:`translate.nn.derived`): a GEMM of a few rows (a batch-1 beam
-        step) reads it about twice as fast as the ``(V, D)`` table through a transposed view.
-        """
+        """``(..., D)`` -> logits ``(..., V)``. A cached decoding ``step`` (without autograd)
+        reads a contiguous ``(D, V)`` copy: a few rows read it about twice as fast."""
         weight = self.embed.weight
         if step and uses_derived(weight):
             return x @ self._table.get(weight)
@@ -70,8 +58,7 @@ class TokenEmbedding(nn.Module):
 
 
 def init_weights(module: nn.Module) -> None:
-    """Xavier-uniform for every ``nn.Linear`` matrix, zero biases, and the embedding's own
-    normal init (module docstring); the one initialisation of our model and the baselines."""
+    """The one initialisation (module docstring) of our model and the baselines."""
     for sub in module.modules():
         if isinstance(sub, nn.Linear):
             nn.init.xavier_uniform_(sub.weight)
@@ -83,7 +70,7 @@ def init_weights(module: nn.Module) -> None:
 
 @dataclass
 class DecoderCache:
-    """Incremental-decoding state: one self- and one cross-attention cache per decoder layer."""
+    """One self- and one cross-attention cache per decoder layer."""
 
     self_attn: list[AttentionCache] = field(default_factory=list)
     cross_attn: list[AttentionCache] = field(default_factory=list)
@@ -96,16 +83,13 @@ class DecoderCache:
         )
 
     @property
-    def length(self) -> int:
-        """Number of target positions already decoded."""
+    def length(self) -> int:  # target positions already decoded
         return self.self_attn[0].length
 
     def reorder(self, rows: Tensor, sources: Tensor | None) -> None:
-        """Select target rows (beams) ``rows (B',)`` in every self-attention cache and rows
-        ``sources`` in every cross-attention cache. ``sources=None`` leaves the encoder keys and
-        values as they are: right when they hold one row per sentence (each sentence's beams
-        attend to it, :class:`~translate.nn.attention.MultiHeadAttention`) and ``rows`` only
-        moves beams within their sentences."""
+        """Select rows ``rows (B',)`` of the self-attention caches and ``sources`` of the
+        cross-attention ones; ``sources=None`` keeps the encoder's one row per sentence, right
+        when ``rows`` only moves beams within their sentences."""
         for cache in self.self_attn:
             cache.reorder(rows)
         if sources is not None:
@@ -123,15 +107,8 @@ class AttentionMaps:
 
 
 class Seq2SeqTransformer(nn.Module):
-    """Encoder-decoder Transformer with tied embeddings, built from a :class:`TransformerConfig`.
-
-    Args:
-        vocab_size: joint vocabulary size ``V`` (the tokenizer's, so not a hyperparameter).
-        config: the hyperparameters.
-        pad_id: padding token id.
-        fields: without ``config``, the config's fields that differ from its defaults
-            (``d_model=32``), for code that varies a few.
-    """
+    """Built from a :class:`TransformerConfig`, or without one from the fields that differ
+    from its defaults (``d_model=32``); ``vocab_size`` is the tokenizer's."""
 
     def __init__(
         self,
@@ -223,7 +200,7 @@ class Seq2SeqTransformer(nn.Module):
         src_padding_mask: Tensor | None = None,
         head_mask: dict[str, Tensor] | None = None,
     ) -> Tensor:
-        """Token ids ``src (B, S)``, ``src_padding_mask (B, S)`` (True = pad) -> ``(B, S, D)``."""
+        """``src (B, S)``, ``src_padding_mask (B, S)`` (True = pad) -> ``(B, S, D)``."""
         return self._encode(src, src_padding_mask, False, head_mask)[0]
 
     def decode(
@@ -234,14 +211,9 @@ class Seq2SeqTransformer(nn.Module):
         cache: DecoderCache | None = None,
         head_mask: dict[str, Tensor] | None = None,
     ) -> Tensor:
-        """Next-token logits ``(B, T, V)`` for target tokens ``tgt (B, T)``.
-
-        Without a cache ``tgt`` is the whole prefix (BOS first). With a cache it holds only the
-        new tokens; their positions continue after ``cache.length`` and the cache is updated
-        in place (encoder K/V are projected once, at the first step; after it ``memory`` is
-        not read and may be None). ``memory (B / r, S, D)`` and its padding mask may hold one
-        row per ``r`` consecutive target rows (the beams of a sentence share its encoder output).
-        """
+        """Next-token logits ``(B, T, V)`` for ``tgt (B, T)``: the whole prefix, or with a cache
+        the new tokens only (the cache updated in place; ``memory`` is read at the first step
+        only). ``memory (B / r, S, D)`` may hold one row per ``r`` consecutive target rows."""
         hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
         return self.embedding.project(hidden, step=cache is not None)  # (B, T, V)
 
@@ -253,17 +225,13 @@ class Seq2SeqTransformer(nn.Module):
         head_mask: dict[str, Tensor] | None = None,
         target_index: Tensor | None = None,
     ) -> Tensor:
-        """Teacher-forced logits ``(B, T, V)`` for ``src (B, S)`` and ``tgt_in (B, T)``.
+        """Teacher-forced logits ``(B, T, V)`` for ``src (B, S)`` and ``tgt_in (B, T)`` (target
+        padding comes last, behind the causal mask: no target padding mask is needed).
 
-        Target padding sits at the end of each row; the causal mask keeps real tokens from
-        seeing it and the loss ignores padded positions, so no target padding mask is needed.
-
-        ``target_index (N,)``: flat positions ``b * T + t`` of the real target tokens (row-major,
-        as ``Batch.target_index`` gives them); the logits are then ``(N, V)`` for those positions
-        only. The vocabulary projection and the loss's log-softmax dominate a small model's
-        step, so padding skips them. Indices rather than a boolean mask because their count
-        comes with the tensor's shape: selecting by a mask would need the device to count it
-        (a host sync) and would break a ``torch.compile`` graph.
+        ``target_index (N,)``: flat positions ``b * T + t`` of the real target tokens; the logits
+        are then ``(N, V)``, skipping padding in the projection and log-softmax that dominate a
+        small model's step. Indices, not a boolean mask: a mask's count would need a host sync
+        and break a ``torch.compile`` graph.
         """
         memory = self.encode(src, src_padding_mask, head_mask)
         hidden = self._decode(tgt_in, memory, src_padding_mask, None, False, head_mask)[0]
@@ -280,7 +248,6 @@ class Seq2SeqTransformer(nn.Module):
         src_padding_mask: Tensor | None = None,
         head_mask: dict[str, Tensor] | None = None,
     ) -> AttentionMaps:
-        """Every layer's per-head attention weights for a teacher-forced pass."""
         memory, enc_w = self._encode(src, src_padding_mask, True, head_mask)
         _, self_w, cross_w = self._decode(tgt_in, memory, src_padding_mask, None, True, head_mask)
         return AttentionMaps(enc_w, self_w, cross_w)

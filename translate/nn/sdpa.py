@@ -1,11 +1,6 @@
 """PyTorch's fused ``scaled_dot_product_attention`` for grouped K/V heads, and which kernel it
-picks.
-
-Grouped-query attention gives ``H`` query heads ``Hkv`` key/value heads (``Hkv`` divides ``H``);
-query head ``h`` reads K/V head ``h // (H // Hkv)``. torch >= 2.5 does that indexing inside the
-kernel (``enable_gqa=True``); an older torch gets every query head its own copy of its group's
-K/V head first. Which of the two runs is decided by a probe of the installed torch at import,
-not by its version string.
+picks. torch >= 2.5 indexes the shared K/V heads inside the kernel (``enable_gqa``); an older
+torch gets them copied per query head. A probe at import decides, not the version string.
 """
 
 from __future__ import annotations
@@ -17,8 +12,6 @@ from torch.nn.attention import SDPBackend
 
 
 def probe_enable_gqa() -> bool:
-    """Whether this torch's ``F.scaled_dot_product_attention`` takes ``enable_gqa``: one tiny
-    call."""
     q = torch.zeros(1, 2, 1, 1)  # (B, H=2, T, Dh)
     kv = torch.zeros(1, 1, 1, 1)  # (B, Hkv=1, S, Dh)
     try:
@@ -41,9 +34,7 @@ def fused_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
 ) -> Tensor:
-    """``F.scaled_dot_product_attention`` for queries ``(B, H, T, Dh)`` and keys/values
-    ``(B, Hkv, S, Dh)`` with ``Hkv`` dividing ``H``; ``attn_mask`` broadcastable to
-    ``(B, H, T, S)`` (SDPA's convention). Returns ``(B, H, T, Dh)``."""
+    """SDPA of ``q (B, H, T, Dh)`` and ``k``/``v (B, Hkv, S, Dh)`` -> ``(B, H, T, Dh)``."""
     group = q.size(1) // k.size(1)
     if group == 1:
         return F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
@@ -61,9 +52,8 @@ def fused_attention(
 def masked_fused_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float = 0.0
 ) -> Tensor:
-    """:func:`fused_attention` with ``torch.nn.MultiheadAttention``'s mask convention (bool
-    ``True`` = excluded, or a float mask added to the scores); rows whose keys are all excluded
-    give zeros, as the manual path's do, not NaN. Returns ``(B, H, T, Dh)``."""
+    """:func:`fused_attention` with ``nn.MultiheadAttention``'s mask convention; rows whose keys
+    are all excluded give zeros, as the manual path's do, not NaN."""
     if mask.dtype == torch.bool:
         fully_masked = mask.all(dim=-1, keepdim=True)
         allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend
@@ -83,11 +73,8 @@ def sdpa_backend(
     masked: bool,
     num_kv_heads: int | None = None,
 ) -> str:
-    """The kernel ``F.scaled_dot_product_attention`` picks for our calls of this shape (causal
-    without a mask, or with a padding mask), e.g. ``"flash_attention"``, to say in a run's
-    log; asks torch's (private) dispatcher, ``"unknown"`` where it cannot answer. With
-    ``num_kv_heads`` below ``num_heads`` it asks about the grouped call :func:`fused_attention`
-    makes (not every kernel supports ``enable_gqa``)."""
+    """The kernel SDPA picks for our calls of this shape (causal, or with a padding mask), e.g.
+    ``"flash_attention"``, for a run's log: torch's private dispatcher, else ``"unknown"``."""
     kv_heads = num_heads if num_kv_heads is None or not SUPPORTS_ENABLE_GQA else num_kv_heads
     q = torch.zeros(2, num_heads, 8, head_dim, device=device, dtype=dtype)  # (B, H, T, Dh)
     kv = torch.zeros(2, kv_heads, 8, head_dim, device=device, dtype=dtype)  # (B, Hkv, S, Dh)
