@@ -58,7 +58,7 @@ def test_decode_stops_at_eos_and_drops_pad_and_bos(tmp_path):
 def test_model_proto_round_trip(tmp_path):
     tok, path = train(tmp_path)
     assert path.read_bytes() == tok.model_proto
-    again = Tokenizer.from_model_proto(tok.model_proto)
+    again = Tokenizer(tok.model_proto)
     assert again.encode(TEXTS[:2]) == tok.encode(TEXTS[:2])
 
 
@@ -102,4 +102,4 @@ def test_model_with_other_special_ids_is_rejected():
         sentence_iterator=iter(TEXTS), model_writer=model, vocab_size=40, minloglevel=2
     )  # SentencePiece's defaults: unk 0, bos 1, eos 2, no pad
     with pytest.raises(UserError, match=r"expected \(0, 1, 2, 3\)"):
-        Tokenizer.from_model_proto(model.getvalue())
+        Tokenizer(model.getvalue())

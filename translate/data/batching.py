@@ -1,18 +1,14 @@
 """Batching: token-bounded batches of similar length, and padding them into tensors.
 
-:func:`cut_batches` is the one rule every batch follows (training, validation, test decoding,
-translation, head statistics and the decode benchmark): walk the examples in length order and
-start a new batch when ``rows * longest`` would pass ``max_tokens`` on either side.
-:func:`length_sorted_batches` applies it to sentences sorted by length, and
-:func:`sorted_batches` collates pairs in those batches (the dev loss, head statistics, the
-speed measurements); :class:`TokenBatchSampler` adds the seeded per-epoch shuffle that training
-needs.
+:func:`cut_batches` is the one rule every batch follows (training, evaluation, translation,
+benchmarks); :func:`length_sorted_batches` applies it to sentences sorted by length,
+:class:`TokenBatchSampler` with training's seeded per-epoch shuffle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -42,8 +38,8 @@ def cut_batches(
 def length_sorted_batches(
     src_lens: Sequence[int], tgt_lens: Sequence[int] | None, max_tokens: int
 ) -> list[list[int]]:
-    """Indices sorted by length (target, then source; stable) and cut by :func:`cut_batches`.
-    ``tgt_lens=None`` for sources alone (decoding). Lengths as the model sees them."""
+    """Indices sorted by length (target, then source; stable) and cut by :func:`cut_batches`;
+    ``tgt_lens=None`` for sources alone (decoding)."""
     src = np.asarray(src_lens, dtype=np.int64)
     tgt = np.zeros_like(src) if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
     order = np.lexsort((src, tgt)).tolist()
@@ -51,24 +47,17 @@ def length_sorted_batches(
 
 
 class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
-    """Batches of indices whose padded size, ``len(batch) * max(len)``, stays within
-    ``max_tokens`` for source and target alike.
+    """:func:`cut_batches` of the indices: in their order (``shuffle=False``), or sorted by
+    length with ties broken at random and the batches shuffled, from ``(seed, epoch)``.
 
-    ``shuffle=True``: indices sorted by length (target, then source) with ties broken at random,
-    cut into batches, and the batches shuffled, all from ``(seed, epoch)``; call
-    :meth:`set_epoch` each epoch. The source order snakes: rising within even target lengths,
-    falling within odd ones, so a batch cut across two target lengths joins similar sources.
-    On Multi30k's train split (5k vocabulary, 2,048 tokens) that raises the real share of the
-    padded positions from 95.6% to 97.1% (source 92.1% -> 94.7%) at the same randomness.
-    ``shuffle=False``: consecutive batches in the original order.
-    Lengths are as the model sees them (:attr:`EncodedSplit.src_lens`).
+    The shuffled source order snakes, rising within even target lengths and falling within odd
+    ones, so a batch cut across two target lengths joins similar sources: on Multi30k's train
+    split (2,048 tokens) the real share of padded positions rises from 95.6% to 97.1%.
     """
 
     def __init__(self, src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int = 0):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
-        if self.src_lens.shape != self.tgt_lens.shape:
-            raise ValueError("src_lens and tgt_lens differ in length")
         self.max_tokens, self.shuffle, self.seed = int(max_tokens), shuffle, int(seed)
         self.epoch = 0
         longest = np.maximum(self.src_lens, self.tgt_lens)
@@ -117,32 +106,18 @@ class Batch:
     num_tgt_tokens: int  # non-PAD tokens in tgt_out (what the loss counts)
 
     def target_index(self, pad_id: int = Tokenizer.PAD) -> torch.Tensor:
-        """Flat positions ``b * T + t`` of the non-PAD tokens of ``tgt_out (B, T)``, row-major:
-        ``(num_tgt_tokens,)``, where the model projects to the vocabulary (the ``target_index``
-        of ``Seq2SeqTransformer.forward``). Take it before :meth:`to`: on the host, counting
-        the positions does not wait for the device."""
+        """Flat positions ``b * T + t`` of the non-PAD tokens of ``tgt_out (B, T)`` (the model's
+        ``target_index``). Take it before :meth:`to`: on the host, counting does not wait."""
         return (self.tgt_out.reshape(-1) != pad_id).nonzero().squeeze(1)  # (N,)
 
     def to(self, device: torch.device | str) -> Batch:
-        """The batch's tensors on ``device``, each by :func:`to_device`."""
-        return Batch(
-            to_device(self.src, device),
-            to_device(self.src_padding_mask, device),
-            to_device(self.tgt_in, device),
-            to_device(self.tgt_out, device),
-            self.indices,
-            self.num_src_tokens,
-            self.num_tgt_tokens,
-        )
+        tensors = ("src", "src_padding_mask", "tgt_in", "tgt_out")
+        return replace(self, **{name: to_device(getattr(self, name), device) for name in tensors})
 
 
 def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """``t`` on ``device``; from the host to a GPU through pinned memory, without waiting.
-
-    A copy from pageable host memory first waits for the work already queued on the GPU: one
-    host-device synchronisation per tensor and update (docs/scale.md counts them). A pinned
-    copy is queued like a kernel, and PyTorch keeps its pinned block until the copy is done.
-    """
+    """``t`` on ``device``; from the host to a GPU through pinned memory, without waiting (a
+    copy from pageable memory waits for the GPU's queued work: a host sync per tensor)."""
     device = torch.device(device)
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
@@ -157,10 +132,9 @@ def collate(
 ) -> Batch:
     """``[(index, src_ids, tgt_ids), ...]`` (ids without specials) -> a padded :class:`Batch`.
 
-    Built with whole-array numpy operations, not a loop of tensor writes per row: at the
-    IWSLT2017 recipe's 8,192-token batches (about 300 rows) the loop took 6.5 ms a batch on an
-    idle core (12 ms on a busy one), most of the training loop's host side; this takes 1.1 ms
-    and gives the same tensors (the IWSLT-size rehearsal, docs/scale.md)."""
+    Whole-array numpy, not a loop of tensor writes per row: at IWSLT2017's 8,192-token batches
+    the loop took 6.5 ms a batch, most of the training loop's host side; this 1.1 ms
+    (docs/scale.md)."""
     srcs = [np.asarray(s, np.int64) for _, s, _ in examples]
     tgts = [np.asarray(t, np.int64) for _, _, t in examples]
     src = torch.from_numpy(_padded(srcs, pad_id, end=eos_id))  # (B, S): ids, EOS, PAD
@@ -181,8 +155,7 @@ def collate(
 def _padded(
     seqs: list[np.ndarray], pad_id: int, start: int | None = None, end: int | None = None
 ) -> np.ndarray:
-    """``(B, longest + 1)`` int64: row ``r`` is ``[start] + seqs[r] + [end]`` (whichever of
-    the two is given), then ``pad_id``."""
+    """``(B, longest + 1)``: row ``r`` is ``[start] + seqs[r] + [end]`` (as given), then pads."""
     lens = np.fromiter(map(len, seqs), np.int64, len(seqs))  # (B,)
     out = np.full((len(seqs), int(lens.max()) + 1), pad_id, np.int64)
     rows = np.repeat(np.arange(len(seqs)), lens)  # (sum lens,): the row of every id
@@ -199,9 +172,7 @@ def _padded(
 def sorted_batches(
     examples: Sequence[tuple[int, Sequence[int], Sequence[int]]], max_tokens: int
 ) -> Iterator[Batch]:
-    """``[(index, src_ids, tgt_ids), ...]`` (what :func:`collate` takes) collated in the
-    batches of :func:`length_sorted_batches`, at the lengths the model sees (+ EOS / BOS).
-    Lazily: one padded batch at a time."""
+    """:func:`collate`'s examples in :func:`length_sorted_batches`, one batch at a time."""
     src_lens = [len(s) + 1 for _, s, _ in examples]
     tgt_lens = [len(t) + 1 for _, _, t in examples]
     for idx in length_sorted_batches(src_lens, tgt_lens, max_tokens):
@@ -213,12 +184,8 @@ def padding_ratio(
     src_lens: Sequence[int] | None = None,
     tgt_lens: Sequence[int] | None = None,
 ) -> dict[str, float]:
-    """Real (non-PAD) tokens over padded positions, ``rows * longest``, of ``batches``: per
-    side and overall, ``{"src": ..., "tgt": ..., "all": ...}`` (NaN when there are none).
-
-    ``batches``: collated :class:`Batch` es, or index batches (what :class:`TokenBatchSampler`
-    yields) with ``src_lens`` and ``tgt_lens`` as the model sees them.
-    """
+    """Real tokens over padded positions of ``batches`` (collated, or index batches with their
+    lengths): ``{"src": ..., "tgt": ..., "all": ...}``, NaN when there are none."""
     src = None if src_lens is None else np.asarray(src_lens, dtype=np.int64)
     tgt = None if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
     real, padded = np.zeros(2, np.int64), np.zeros(2, np.int64)  # [source, target]

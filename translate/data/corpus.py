@@ -1,13 +1,6 @@
-"""The corpus: a configured source -> one joint tokenizer -> encoded, filtered splits.
-
-:func:`load_corpus` takes the typed ``data`` settings (:class:`~translate.schema.DataSettings`)
-and returns a
-:class:`Corpus` whose splits are keyed by role (``train``, ``valid``, ``test``). Ids are stored
-without specials; the model sees the source with EOS appended and the target as
-``tgt_in = [BOS] + tgt`` / ``tgt_out = tgt + [EOS]``, so every length used for filtering and
-batching is ``len(ids) + 1`` (:attr:`EncodedSplit.src_lens`, :attr:`EncodedSplit.tgt_lens`).
-
-Run ``python -m translate.data data=<source> [overrides]`` to check a corpus before training.
+"""The corpus: a configured source -> one joint tokenizer -> encoded, filtered splits, keyed by
+role (``train``, ``valid``, ``test``). Ids are stored without specials; the model sees one more
+token on each side (EOS, or BOS), so every length for filtering and batching is ``len + 1``.
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EncodedSplit:
-    """The kept pairs of one split, in their original order; ids without BOS/EOS."""
+    """The kept pairs of one split, in their original order."""
 
     name: str  # the corpus's own split name, e.g. "val" or "test_2016_flickr"
     src_text: list[str]
@@ -50,23 +43,19 @@ class EncodedSplit:
         return len(self.src_ids)
 
     def __getitem__(self, i: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """``(i, src_ids, tgt_ids)``: the example :func:`collate` takes (a map-style dataset)."""
         return i, self.src_ids[i], self.tgt_ids[i]
 
     @property
-    def src_lens(self) -> np.ndarray:
-        """Source lengths as the model sees them: subwords + EOS."""
+    def src_lens(self) -> np.ndarray:  # as the model sees them: + EOS
         return np.fromiter((len(x) + 1 for x in self.src_ids), np.int64, len(self.src_ids))
 
     @property
-    def tgt_lens(self) -> np.ndarray:
-        """Target lengths as the model sees them: subwords + BOS (tgt_in) or + EOS (tgt_out)."""
+    def tgt_lens(self) -> np.ndarray:  # + BOS (tgt_in) or + EOS (tgt_out)
         return np.fromiter((len(x) + 1 for x in self.tgt_ids), np.int64, len(self.tgt_ids))
 
     def batches(self, max_tokens: int, max_len: int | None = None) -> Iterator[Batch]:
-        """Padded batches sorted by length (for the loss on valid/test) of the pairs whose
-        sides fit ``max_len`` tokens (all when None), so one long line cannot exhaust the
-        memory; a pair longer than ``max_tokens`` forms a batch of its own."""
+        """Batches sorted by length (the loss on valid/test) of the pairs within ``max_len``
+        (None: all), so one long line cannot exhaust the memory."""
         src_lens, tgt_lens = self.src_lens, self.tgt_lens
         kept = np.arange(len(self))
         if max_len is not None:
@@ -83,20 +72,14 @@ class Corpus:
     tgt_lang: str
     max_tokens: int = 4096  # data.max_tokens: training batch size in (padded) tokens
     eval_max_tokens: int = 8192  # data.eval_max_tokens
-    max_src_len: int | None = None  # data.filter.max_src_len (counts the EOS)
-    max_tgt_len: int | None = None  # data.filter.max_tgt_len (counts the BOS/EOS)
     eval_max_len: int | None = None  # data.eval_max_len (counts the EOS/BOS)
     # role -> text_fingerprint of the split as read: checkpoints store it, so data read from
     # another place can be recognised as the same text.
     fingerprints: dict[str, str] = field(default_factory=dict)
 
 
-# ------------------------------------------------------------------------ loading
-
-
 def load_corpus(data: DataSettings) -> Corpus:
-    """Read, tokenize (training or reusing the cached SentencePiece model), encode (cached) and
-    filter every split named in ``data.splits``; logs kept/dropped counts per split."""
+    """Read, tokenize, encode (both cached) and filter every split named in ``data.splits``."""
     names, langs = data.split_names, (data.src_lang, data.tgt_lang)
     cache_dir = make_folder(data.cache_dir, "data.cache_dir")  # a bad one fails before reading
     texts = _read_texts(data, names, langs)
@@ -144,16 +127,12 @@ def load_corpus(data: DataSettings) -> Corpus:
         data.tgt_lang,
         max_tokens=data.max_tokens,
         eval_max_tokens=data.eval_max_tokens,
-        max_src_len=data.filter.max_src_len,
-        max_tgt_len=data.filter.max_tgt_len,
         fingerprints=prints,
         eval_max_len=data.eval_cap,
     )
 
 
 def _warn_over_long(role: str, split: EncodedSplit, cap: int | None) -> None:
-    """Say how many of an evaluation split's pairs are longer than ``data.eval_max_len``:
-    decoding reads only the first tokens of their sources, the dev loss leaves them out."""
     if cap is None:
         return
     over = int(((split.src_lens > cap) | (split.tgt_lens > cap)).sum())
@@ -171,7 +150,6 @@ def _warn_over_long(role: str, split: EncodedSplit, cap: int | None) -> None:
 
 
 def _kept(name: str, cols, ids, data: DataSettings, apply_filter: bool) -> EncodedSplit:
-    """The pairs of one split that pass ``data.filter`` (all of them if not ``apply_filter``)."""
     src_ids, tgt_ids = ids[data.src_lang], ids[data.tgt_lang]
     keep, dropped = _filter(src_ids, tgt_ids, data.filter, apply_filter)
     return EncodedSplit(
@@ -187,14 +165,12 @@ def _kept(name: str, cols, ids, data: DataSettings, apply_filter: bool) -> Encod
 
 
 def split_fingerprints(data: DataSettings) -> dict[str, str]:
-    """``{role: text_fingerprint}`` of every split in ``data.splits``, as :func:`load_corpus`
-    computes them, but read only: no tokenizer is trained and nothing is encoded."""
+    """``{role: text_fingerprint}`` as :func:`load_corpus` computes them, without tokenizing."""
     texts = _read_texts(data, data.split_names, (data.src_lang, data.tgt_lang))
     return {role: text_fingerprint(cols) for role, cols in texts.items()}
 
 
 def load_raw_split(data: DataSettings, role: str) -> tuple[str, list[str], list[str]]:
-    """A split's name, sources and references as read (unfiltered, no tokenizer)."""
     name = data.split_names.get(role)
     if name is None:
         raise UserError(f"data.splits.{role} is null: name the split to use")
@@ -205,7 +181,6 @@ def load_raw_split(data: DataSettings, role: str) -> tuple[str, list[str], list[
 def _read_texts(
     data: DataSettings, names: dict[str, str], langs: tuple[str, str]
 ) -> dict[str, dict[str, list[str]]]:
-    """``{role: {lang: sentences}}``, each distinct split read once."""
     unique = list(dict.fromkeys(names.values()))
     by_name = source(data.source).read(data, unique, langs)
     columns = {n: _columns(ds, langs) for n, ds in by_name.items()}
@@ -218,8 +193,7 @@ def _read_texts(
 
 
 def _check_has_text(data: DataSettings, name: str, columns: dict[str, list[str]]) -> None:
-    """A training split whose lines are all blank on one side has no text to learn from (nor
-    to train the tokenizer on); an empty split is left to load_corpus's "has no pairs"."""
+    # An empty split is left to load_corpus's "has no pairs".
     for lang, lines in columns.items():
         if lines and not any(lines):
             raise UserError(
@@ -230,8 +204,7 @@ def _check_has_text(data: DataSettings, name: str, columns: dict[str, list[str]]
 
 
 def _check_has_pairs(data: DataSettings, role: str, name: str, columns) -> None:
-    """A dev or test split without one pair that has text on both sides cannot be scored:
-    refused before the tokenizer is trained, not after training when its scoring fails."""
+    """A dev or test split with no pair to score is refused before training, not after it."""
     src, tgt = columns[data.src_lang], columns[data.tgt_lang]
     if any(s and t for s, t in zip(src, tgt)):
         return
@@ -244,7 +217,6 @@ def _check_has_pairs(data: DataSettings, role: str, name: str, columns) -> None:
 
 
 def _where(data: DataSettings, name: str, lang: str) -> str:
-    """Where split ``name`` of ``lang`` was read from, for error messages."""
     return source(data.source).describe(data, name, lang)
 
 
@@ -259,7 +231,7 @@ def _columns(ds, langs: tuple[str, str]) -> dict[str, list[str]]:
 def _filter(
     src_ids: list[np.ndarray], tgt_ids: list[np.ndarray], limits: FilterSettings, apply: bool
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """Keep mask and ``{reason: dropped}``: empty side, too long (with EOS/BOS), length ratio."""
+    """Keep mask and ``{reason: dropped}``."""
     n = len(src_ids)
     if not apply:
         return np.ones(n, bool), {}

@@ -1,14 +1,9 @@
 """IWSLT 2017 De-En: from the Hugging Face hub, or from a local copy of the official release.
 
-- :func:`load_iwslt_hub`: the Parquet export of ``IWSLT/iwslt2017`` (``data.hub.repo``,
-  ``revision``, ``config``, ``file``) through ``datasets.load_dataset``. When that export is
-  missing or lacks a split, it falls back, with a warning, to the release archive the same hub
-  repository keeps (``data.hub.archive`` at ``data.hub.archive_revision``), downloaded through
-  ``huggingface_hub.hf_hub_download`` and read by :class:`IwsltRelease`. A network error is no
-  reason to fall back: it stops at once with :func:`hub_unreachable`'s one line.
-- :class:`IwsltRelease`: the release archive (``de-en.tgz`` or ``de-en.zip``) or its folder.
-
-Every split is a ``datasets.Dataset`` of ``{"translation": {"de": ..., "en": ...}}`` records.
+:func:`load_iwslt_hub` reads the hub's Parquet export; when it is missing or lacks a split, it
+falls back, with a warning, to the release archive the same repository keeps
+(``data.hub.archive``), read by :class:`IwsltRelease`. A network error is no reason to fall
+back: it stops at once with :func:`hub_unreachable`'s one line.
 """
 
 from __future__ import annotations
@@ -41,31 +36,22 @@ LOCAL_ALTERNATIVES = (
     "data=jsonl data.dir=<folder with {split}.jsonl>, or data=multi30k data.dir=<folder>"
 )
 
-# ------------------------------------------------------------------- IWSLT 2017 release
-
 _SEG = re.compile(r"<seg[^>]*>(.*?)(?:</seg>)?$")
 # What the split "test" joins, in this order (8,079 pairs in the release).
 TEST_SETS = tuple(f"tst{year}" for year in range(2010, 2016))
 
 
 def train_file(pair: str, lang: str) -> str:
-    """The release's training file of one language: ``train.tags.de-en.de``."""
     return f"train.tags.{pair}.{lang}"
 
 
 def xml_file(name: str, pair: str, lang: str) -> str:
-    """The release's file of dev/test set ``name`` (``dev2010``, ``tst2010``, ...) and one
-    language: ``IWSLT17.TED.dev2010.de-en.de.xml``."""
     return f"IWSLT17.TED.{name}.{pair}.{lang}.xml"
 
 
 class IwsltRelease:
-    """The official IWSLT 2017 De-En release: ``de-en.tgz``, ``de-en.zip`` or the folder they
-    extract to (``de-en/train.tags.de-en.de``, ``de-en/IWSLT17.TED.dev2010.de-en.de.xml``, ...).
-
-    Splits: ``train`` (``train.tags.de-en.*``, lines starting with ``<`` skipped), ``validation``
-    (dev2010), ``test`` (tst2010..tst2015 joined in that order), or one of ``dev2010``,
-    ``tst2010``..``tst2015`` alone. XML files keep the text of their ``<seg>`` lines.
+    """The official release: ``de-en.tgz``, ``de-en.zip`` or the folder they extract to.
+    Splits: ``train``, ``validation`` (dev2010), ``test`` (:data:`TEST_SETS`) or one set alone.
     """
 
     def __init__(self, path: Path, pair: str = "de-en"):
@@ -112,7 +98,6 @@ class IwsltRelease:
         return split_lines(decode_utf8(item, self._where(name)))
 
     def _where(self, name: str) -> str:
-        """The file ``name`` as an error message names it: its path, or ``archive:name``."""
         item = self._files.get(name)
         return str(item) if isinstance(item, Path) else f"{self.path}:{name}"
 
@@ -138,7 +123,6 @@ class IwsltRelease:
 
 
 def _archive_members(path: Path, pair: str) -> dict[str, bytes]:
-    """``{file name: bytes}`` of the release's files in a ``.tgz`` or ``.zip``, at any depth."""
     wanted = re.compile(rf"^(train\.tags|IWSLT17\.TED\.\w+)\.{re.escape(pair)}\.")
     try:
         if zipfile.is_zipfile(path):
@@ -166,7 +150,6 @@ def _archive_members(path: Path, pair: str) -> dict[str, bytes]:
 
 
 def _segments(lines: list[str]) -> list[str]:
-    """Text of the ``<seg id="…">text</seg>`` lines, XML entities unescaped."""
     segs = []
     for line in lines:
         if line.startswith("<seg"):
@@ -176,17 +159,13 @@ def _segments(lines: list[str]) -> list[str]:
     return segs
 
 
-# ------------------------------------------------------------------------ the hub
-
-
 class NotOnHub(Exception):
-    """A file the hub does not have (repository, revision or file not found)."""
+    """The hub has no such repository, revision or file."""
 
 
 def load_iwslt_hub(
     hub: HubSettings, names: list[str], langs: tuple[str, str], pair: str = "de-en"
 ) -> dict[str, datasets.Dataset]:
-    """The splits ``names`` from the hub: the Parquet export, else the release archive."""
     offline = [v for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE") if _truthy(os.environ.get(v))]
     if offline:
         raise UserError(hub_unreachable(f"{offline[0]}=1 is set"))
@@ -230,8 +209,7 @@ def archive_url(hub: HubSettings) -> str:
 
 
 def load_parquet(urls: dict[str, str], langs: tuple[str, str]) -> dict[str, datasets.Dataset]:
-    """``{split: url}`` Parquet files through ``datasets.load_dataset``; :class:`NotOnHub` when
-    a file or split is missing, a one-line UserError when the hub cannot be reached."""
+    """``{split: url}`` Parquet files; :class:`NotOnHub` when a file or split is missing."""
     import datasets  # imported only here, as in translate.data.sources
 
     loaded = _from_hub(lambda: datasets.load_dataset("parquet", data_files=urls))
@@ -249,7 +227,6 @@ def load_parquet(urls: dict[str, str], langs: tuple[str, str]) -> dict[str, data
 
 
 def download_archive(hub: HubSettings) -> str:
-    """The local path of ``data.hub.archive``, downloaded (or reused from the hub's cache)."""
     return _from_hub(
         lambda: huggingface_hub.hf_hub_download(
             repo_id=hub.repo,
@@ -261,8 +238,7 @@ def download_archive(hub: HubSettings) -> str:
 
 
 def _from_hub(call):
-    """``call()``, with the hub's failures sorted: unreachable (a UserError, no fallback) or
-    not found (:class:`NotOnHub`, the caller may fall back); anything else propagates."""
+    """``call()``: unreachable is a UserError (no fallback), not found :class:`NotOnHub`."""
     try:
         return call()
     except Exception as err:
@@ -281,7 +257,6 @@ def hub_unreachable(reason: str) -> str:
 
 
 def _reason(err: BaseException) -> str:
-    """``Type: first line of the message``, at most 200 characters."""
     text = str(err).strip()
     first = text.splitlines()[0] if text else ""
     reason = f"{type(err).__name__}: {first}" if first else type(err).__name__
@@ -302,10 +277,8 @@ _NETWORK_NAMES = {
 
 
 def is_network_error(err: BaseException) -> bool:
-    """Whether ``err`` or what caused it is a connection, DNS, timeout or offline-mode error.
-
-    By class name too, since huggingface_hub has used requests, httpx and httpx2 over time.
-    """
+    """Whether ``err`` or its cause is a connection, DNS, timeout or offline-mode error; by class
+    name too, since huggingface_hub has used requests, httpx and httpx2 over time."""
     seen = 0
     while err is not None and seen < 10:
         if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror)):

@@ -1,12 +1,8 @@
 """The data sources by name: what ``data.source`` (``data=<name>``) reads, in one table.
 
 A new source is one reader, one entry in :data:`SOURCES` and one ``conf/data/<name>.yaml``
-that sets ``source: <name>``. A reader takes the typed ``data`` settings, the split names to
-read and the language pair, and returns ``{split name: datasets.Dataset}`` of translation
-records (:func:`translate.data.sources.make_dataset`); a source of one file set per split in
-``data.dir`` is :func:`in_folder` around a function that reads one split. :func:`source` is the
-one lookup: the settings reader checks ``data.source`` with it before any work, the corpus
-reads through it.
+(docs/extending.md); a source of one file set per split in ``data.dir`` is :func:`in_folder`
+around a function that reads one split.
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ class Source:
 
 
 def data_path(value: str | None, key: str) -> Path:
-    """``data.<key>`` as a path (``~`` expanded); unset is a UserError naming the key."""
     if value is None:
         raise UserError(f"data.{key} is not set: add data.{key}=<path> to the command")
     return Path(os.path.expanduser(value))
@@ -53,9 +48,8 @@ def in_folder(
     file_name: str,
     default: Callable[[], Path] | None = None,
 ) -> Source:
-    """A source of files in ``data.dir`` (``default()`` when it is null): ``read_split(folder,
-    split, langs)`` reads one split; ``file_name`` (with ``{split}`` and ``{lang}``) names the
-    file of one side in messages."""
+    """Files in ``data.dir`` (``default()`` when null); ``file_name`` (with ``{split}`` and
+    ``{lang}``) names one side's file in messages."""
 
     def folder(data: DataSettings) -> Path:
         return default() if data.dir is None and default else data_path(data.dir, "dir")
@@ -71,7 +65,6 @@ def in_folder(
 
 
 def read_iwslt(data: DataSettings, names: list[str], langs: Langs) -> dict[str, datasets.Dataset]:
-    """IWSLT 2017 from ``data.path`` (the release archive or folder), else from the hub."""
     if data.path is not None:
         release = iwslt.IwsltRelease(data_path(data.path, "path"), pair=data.pair)
         return {name: release.split(name, langs) for name in names}
@@ -93,7 +86,6 @@ SOURCES: dict[str, Source] = {
 
 
 def source(name: str) -> Source:
-    """The source ``data.source=name``; an unknown name is one line listing the known ones."""
     if name not in SOURCES:
         raise UserError(f"data.source={name} is unknown; choose one of {', '.join(SOURCES)}")
     return SOURCES[name]

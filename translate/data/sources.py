@@ -1,18 +1,9 @@
-"""Where parallel text comes from. Every reader returns Hugging Face ``datasets.Dataset`` splits
-with one schema, ``{"translation": {"de": "...", "en": "..."}}``, as the hub's IWSLT2017 does.
-
-- :func:`read_text_pair`: plain parallel text ``{split}.{lang}`` or ``{split}.{lang}.gz``
-  (Multi30k's layout, and the built-in sample corpus in :func:`sample_dir`).
-- :func:`read_jsonl`: JSON lines ``{split}.jsonl`` or ``.jsonl.gz`` in the record schema above.
-- :mod:`translate.data.iwslt`: IWSLT 2017 from the hub (Parquet export, then the release
-  archive) or from a local release archive or folder.
-
-Which reader ``data.source`` names, and how to add a source: :mod:`translate.data.registry`.
+"""Where parallel text comes from: readers of ``datasets.Dataset`` splits of
+``{"translation": {"de": "...", "en": "..."}}`` records, as the hub's IWSLT2017.
 
 Corpus lines are read as UTF-8 with universal newlines and stripped, as the hub's loading script
 did (:func:`read_lines`). Text to translate is split on ``\\n`` and ``\\r\\n`` only and kept as
-it is (:func:`read_input_lines`, :func:`decode_input`), so one input line is one output line.
-Anything the user can fix raises :class:`~translate.errors.UserError`; no reader truncates or
+it is (:func:`read_input_lines`), so one input line is one output line. No reader truncates or
 skips pairs silently.
 """
 
@@ -35,7 +26,6 @@ if TYPE_CHECKING:
 
 
 def make_dataset(columns: dict[str, list[str]]) -> datasets.Dataset:
-    """A dataset of translation records from equally long lists of sentences, one per language."""
     import datasets
 
     langs = list(columns)
@@ -45,15 +35,11 @@ def make_dataset(columns: dict[str, list[str]]) -> datasets.Dataset:
 
 
 def sample_dir() -> Path:
-    """The small German-English corpus shipped inside the package (``data=sample``)."""
+    """The small corpus shipped inside the package (``data=sample``)."""
     return Path(str(importlib.resources.files("translate"))) / "resources" / "sample"
 
 
-# ---------------------------------------------------------------------------- plain files
-
-
 def decode_utf8(data: bytes, where: str | os.PathLike) -> str:
-    """``data`` as text; bytes that are not UTF-8 raise a UserError naming ``where`` and line."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -74,10 +60,8 @@ def split_lines(text: str) -> list[str]:
 
 
 def split_input_lines(text: str) -> list[str]:
-    """Lines of text to translate: only ``\\n`` and ``\\r\\n`` end a line, not a lone ``\\r``,
-    ``\\x0b``, ``\\x0c``, ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028`` or ``\\u2029`` (which
-    ``str.splitlines`` would split on). A final newline ends the last line without adding an
-    empty one; lines are not stripped."""
+    """Lines of text to translate, not stripped: only ``\\n`` and ``\\r\\n`` end a line, not the
+    others ``str.splitlines`` splits on (a lone ``\\r``, ``\\x85``, ``\\u2028`` ...)."""
     parts = text.split("\n")
     last = parts.pop()  # the text after the last "\n": "" when the text ends with a newline
     lines = [part[:-1] if part.endswith("\r") else part for part in parts]
@@ -87,14 +71,12 @@ def split_input_lines(text: str) -> list[str]:
 
 
 def decode_input(data: bytes, where: str = "stdin") -> list[str]:
-    """:func:`split_input_lines` of UTF-8 ``data`` read from ``where`` (e.g. ``sys.stdin.buffer``);
-    bytes that are not UTF-8 raise a UserError naming ``where`` and the line."""
     return split_input_lines(decode_utf8(data, where))
 
 
 def read_text(path: Path) -> str:
-    """A UTF-8 text file, gunzipped when its name ends in ``.gz``; a missing file, a folder, an
-    unreadable or damaged file or bytes that are not UTF-8 raise a one-line UserError."""
+    """A UTF-8 text file, gunzipped when its name ends in ``.gz``; every way it can be bad is
+    one line."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a file; name a text file")
@@ -110,7 +92,6 @@ def read_text(path: Path) -> str:
 
 
 def gunzip(data: bytes, where: str | os.PathLike) -> bytes:
-    """``data`` decompressed; a damaged or truncated gzip stream raises a one-line UserError."""
     try:
         return gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as err:
@@ -122,18 +103,14 @@ def gunzip(data: bytes, where: str | os.PathLike) -> bytes:
 
 
 def read_lines(path: Path) -> list[str]:
-    """Stripped lines of a UTF-8 text file, gunzipped when its name ends in ``.gz``."""
     return split_lines(read_text(path))
 
 
 def read_input_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file to translate (:func:`split_input_lines`: split on ``\\n`` and
-    ``\\r\\n`` only, not stripped), gunzipped when its name ends in ``.gz``."""
     return split_input_lines(read_text(path))
 
 
 def find_file(folder: Path, name: str) -> Path:
-    """``folder/name`` or ``folder/name.gz``, whichever exists."""
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
         raise UserError(f"data folder {folder} {what}")
@@ -146,7 +123,7 @@ def find_file(folder: Path, name: str) -> Path:
 
 
 def read_text_pair(folder: Path, split: str, langs: tuple[str, str]) -> datasets.Dataset:
-    """Line-aligned ``{split}.{lang}[.gz]`` files, one sentence per line."""
+    """Line-aligned ``{split}.{lang}[.gz]`` files (Multi30k's layout)."""
     paths = [find_file(folder, f"{split}.{lang}") for lang in langs]
     columns = {lang: read_lines(path) for lang, path in zip(langs, paths)}
     check_aligned(columns, paths, "lines")

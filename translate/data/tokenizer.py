@@ -1,21 +1,14 @@
 """One joint SentencePiece model for both languages, with fixed special ids, cached on disk.
 
-The model is trained on the training split of both languages and stored under ``cache_dir`` by a
-key made of the data source, a fingerprint of its training text and the tokenizer settings, never
-the model settings: every job of a sweep that shares the data shares one file. The file is written
-to a temporary name and renamed, so a concurrent job sees either no file or a complete one.
-Checkpoints embed :attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
+The model is cached under a key of the data source, its training text's fingerprint and the
+tokenizer settings, never the model settings: the jobs of a sweep share one file. Checkpoints
+embed :attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
+:func:`encode_cached` caches a split's ids the same way.
 
-:func:`encode_cached` caches the ids of a split the same way, keyed by the model's bytes and the
-text's fingerprint, so a second run skips encoding too.
-
-A cache file that is damaged or does not match what it is named for (a garbled model, another
-vocabulary size, another split's ids copied over the name) is never used: it is built again and
-written over, with a warning naming it, so one bad file never fails every later run.
-
-A file is built by one process at a time (:func:`_building`: an exclusive ``flock`` beside it):
-the jobs of a sweep started together wait for the first to build the tokenizer and encodings,
-then read them, instead of each training its own (minutes at IWSLT2017's size).
+A cache file that is damaged or not what it is named for is built again and written over, with
+a warning, so one bad file never fails every later run. One process at a time builds a file
+(:func:`_building`): the jobs of a sweep started together wait for the first to build the
+tokenizer and encodings instead of each training its own (minutes at IWSLT2017's size).
 """
 
 from __future__ import annotations
@@ -67,12 +60,7 @@ class Tokenizer:
             )
 
     @classmethod
-    def from_model_proto(cls, proto: bytes) -> Tokenizer:
-        return cls(proto)
-
-    @classmethod
     def from_file(cls, path: str | os.PathLike) -> Tokenizer:
-        """The model in file ``path``; every way it can be bad is one UserError naming it."""
         path = Path(path)
         try:
             proto = path.read_bytes()
@@ -94,7 +82,6 @@ class Tokenizer:
         return self._sp.get_piece_size()
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Subword ids of each text, without BOS/EOS."""
         return self._sp.encode(list(texts), out_type=int, num_threads=_threads())
 
     def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
@@ -113,7 +100,7 @@ class Tokenizer:
         return self._sp.decode(kept)
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
-        """One label per id (``<pad>``, ``<s>``, ``</s>``, ``▁Haus``), for attention heatmaps."""
+        """One label per id (``<pad>``, ``▁Haus``), for attention heatmaps."""
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
 
@@ -122,7 +109,6 @@ def _threads() -> int:
 
 
 def tokenizer_key(key_parts: Mapping[str, object], settings: Mapping[str, object]) -> str:
-    """Hex digest naming a tokenizer: what the data is (``key_parts``) and how it is split."""
     blob = json.dumps({"data": dict(key_parts), "settings": dict(settings)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -138,12 +124,8 @@ def train_or_load_tokenizer(
     input_sentence_size: int = 0,
     seed: int = 0,
 ) -> tuple[Tokenizer, Path]:
-    """Load the cached model for ``key_parts`` + settings, or train it on ``train_texts()``.
-
-    ``key_parts`` identifies the data (e.g. ``{"source": "multi30k", "fingerprint": "ab12…"}``);
-    ``train_texts`` is only called when there is no cached model. ``input_sentence_size`` > 0
-    trains on a seeded random sample of that many sentences. Returns the tokenizer and its path.
-    """
+    """The cached model for ``key_parts`` (what the data is) and the settings, or one trained on
+    ``train_texts()``; and its path. ``input_sentence_size > 0``: a seeded sample."""
     if model_type not in ("unigram", "bpe"):
         raise UserError(f"data.tokenizer.model_type must be unigram or bpe, not {model_type!r}")
     settings = {
@@ -170,7 +152,6 @@ def train_or_load_tokenizer(
 
 
 def _reuse(path: Path, vocab_size: int, warn: bool) -> Tokenizer | None:
-    """The cached model at ``path`` if there is a usable one; ``warn``: say why one is not."""
     if not path.is_file():
         return None
     tokenizer, why = _load_cached(path, vocab_size)
@@ -183,10 +164,8 @@ def _reuse(path: Path, vocab_size: int, warn: bool) -> Tokenizer | None:
 
 
 def _built_once(path: Path, reuse: Callable[[bool], T | None], build: Callable[[], T]) -> T:
-    """What ``reuse(warn)`` finds cached at ``path``, else what ``build()`` writes there, one
-    process at a time (:func:`_building`). The cache is checked again once the lock is held,
-    since another process may have built it while this one waited; only that second look says
-    (``warn``) why a cached file is unusable."""
+    """What ``reuse(warn)`` finds cached at ``path``, else what ``build()`` writes there; looked
+    up again (with ``warn``) once the lock is held: another process may have built it."""
     found = reuse(False)
     if found is not None:
         return found
@@ -197,9 +176,8 @@ def _built_once(path: Path, reuse: Callable[[bool], T | None], build: Callable[[
 
 @contextlib.contextmanager
 def _building(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on building ``path`` (``.<name>.lock`` beside it, removed on
-    release); logs how long it waited for another process. Where the file system has no locks
-    (or the folder is read-only) it builds without one, as before locks: correct, if twice."""
+    """An exclusive lock on building ``path`` (``.<name>.lock``, removed on release). Where the
+    file system has no locks (or is read-only) it builds without one: correct, if twice."""
     lock = path.with_name(f".{path.name}.lock")
     start, fd = time.perf_counter(), None
     try:
@@ -239,7 +217,6 @@ def _lock(lock: Path) -> int:
 
 
 def _load_cached(path: Path, vocab_size: int) -> tuple[Tokenizer | None, str]:
-    """``(tokenizer, "")`` for a usable cached model, else ``(None, why not)``, naming the file."""
     try:
         tokenizer = Tokenizer.from_file(path)
     except UserError as err:
@@ -289,7 +266,7 @@ def _train(texts: Iterable[str], settings: Mapping[str, object]) -> bytes:
 
 
 def text_fingerprint(columns: Mapping[str, Sequence[str]]) -> str:
-    """sha256 of the text of every language (sorted, so de->en and en->de share it)."""
+    """sha256 of the text (languages sorted, so de->en and en->de share it)."""
     digest = hashlib.sha256()
     for lang in sorted(columns):
         digest.update(f"{lang}\0{len(columns[lang])}\0".encode())
@@ -300,10 +277,8 @@ def text_fingerprint(columns: Mapping[str, Sequence[str]]) -> str:
 def encode_cached(
     tokenizer: Tokenizer, columns: Mapping[str, list[str]], fingerprint: str, cache_dir: Path
 ) -> dict[str, list[np.ndarray]]:
-    """Ids of every sentence, cached by (tokenizer model bytes, text fingerprint).
-
-    The file holds its full key and is checked against it on load: a file renamed or copied
-    over another split's name would otherwise train on the wrong pairs without a word."""
+    """Ids of every sentence, cached by tokenizer and text. The file holds its full key, checked on
+    load: one copied over another split's name would otherwise train on the wrong pairs."""
     model_hash = hashlib.sha256(tokenizer.model_proto).hexdigest()
     key = hashlib.sha256(f"{model_hash}:{fingerprint}".encode()).hexdigest()
     path = cache_dir / f"encoded-{key[:24]}.npz"
@@ -331,8 +306,6 @@ def _reuse_encoded(
 def _encode_all(
     tokenizer: Tokenizer, columns: Mapping[str, list[str]], key: str, path: Path
 ) -> dict[str, np.ndarray]:
-    """Every language's ids, flat, with offsets (``offsets[i]:offsets[i+1]`` is sentence i),
-    written to ``path``."""
     log.info("tokenizer: encoding %s sentence pairs -> %s", f"{_count(columns):,}", path)
     arrays = {"key": np.array(key)}
     for lang, texts in columns.items():
@@ -352,8 +325,8 @@ def _count(columns: Mapping[str, list[str]]) -> int:
 def _load_encoded(
     path: Path, key: str, columns: Mapping[str, list[str]]
 ) -> tuple[dict[str, np.ndarray] | None, str]:
-    """``(arrays, "")`` when ``path`` holds the ids for ``key`` of every sentence in ``columns``
-    (an offset per sentence; the offsets span the ids), else ``(None, why not)``."""
+    """``(arrays, "")`` when ``path`` holds the ids for ``key`` of ``columns``, else
+    ``(None, why not)``."""
     try:
         with np.load(path) as stored:
             arrays = {name: stored[name] for name in stored.files}
