@@ -1,41 +1,24 @@
 """Decoding with a model exported for CTranslate2 (``python -m translate.export``).
 
-An exported model is a folder: ``model.bin`` (CTranslate2's weights) with its vocabulary
-(:data:`VOCABULARY`), ``sentencepiece.model`` (our tokenizer) and ``translate.json``
-(:data:`MANIFEST`: the run's decode and data settings, the special ids, the rows of the position
-table and the SHA-256 of the tokenizer and of ``model.bin``). Every field of the manifest is
-checked on load, and a tokenizer or ``model.bin`` that is not the export's own is refused
-(:func:`check_tokenizer`, :func:`check_model`). :func:`load_exported` makes it a
-:class:`~translate.decoding.translator.Translator` like :func:`load_translator` does a
-checkpoint, so batching (``data.eval_max_tokens``), truncation (``data.eval_max_len``) and
-tokenization are ours; :class:`CT2Engine` only decodes each batch. Inference needs
-``ctranslate2`` and ``sentencepiece``, not the checkpoint.
+An export is a folder: ``model.bin`` with its vocabulary (:data:`VOCABULARY`), our tokenizer
+and :data:`MANIFEST` (the run's decode and data settings, the special ids, the position rows,
+the SHA-256 of the tokenizer and of ``model.bin``), each checked on load. :func:`load_exported`
+makes it a :class:`~translate.decoding.translator.Translator`, so batching, truncation and
+tokenization are ours; :class:`CT2Engine` only decodes each batch, searching as
+:mod:`translate.decoding.search` does:
 
-How CTranslate2 is asked to search as :mod:`translate.decoding.search` does:
-
-* ``max_decoding_length`` per call, so each batch is decoded in groups of sources that share
-  our limit ``int(max_len_a * (len + 1) + max_len_b)`` (``+ 1``: the EOS); within a
-  length-sorted batch these are few. ``min_decoding_length=0``: ours may emit EOS first.
-* ``max_input_length=0``: no truncation of its own; the translator cuts at ``eval_max_len``.
-* ``suppress_sequences`` of PAD and BOS, which ours never generates either. CTranslate2 removes
-  them before its softmax, ours sets their log-probability to ``-inf`` after it (as fairseq
-  does), so its per-step log-probabilities are ours plus ``-log(1 - p(PAD) - p(BOS))``: the same
-  greedy argmax, but beam scores that differ by what the model gives PAD and BOS (label
-  smoothing teaches it about ``label_smoothing / V`` each), which can tip a near tie between
-  beams. Beam search is identical to ours on a model whose PAD and BOS logits are ``-inf``.
-* ``return_end_token=True``: CTranslate2 normalises a finished hypothesis by
-  ``sum(log p) / len ** length_penalty`` with ``len`` its returned length; with the EOS
-  returned (and stripped here) that is ours, fairseq's, where ``len`` counts the EOS. Both take
-  the ``2K`` best extensions and keep the first ``K`` non-EOS ones live, and both finish the
-  live beams at the length limit.
-* The stopping rule differs. With ``length_penalty=0`` CTranslate2 stops a sentence when its
-  best extension is EOS and ours when ``K`` hypotheses are finished that no live beam can beat:
-  both return the best-scoring hypothesis, so they agree. Above 0 CTranslate2 stops once
-  ``round(K * patience)`` hypotheses are finished, ours only when, in addition, the best live
-  beam normalised at its current length does not beat the ``K``-th best of them; ours can search
-  longer and find a better hypothesis. ``patience=1`` stops at the same ``K`` hypotheses
-  (fairseq's rule), which agrees whenever ours stops there too; a larger patience would search
-  hypotheses ours never reaches.
+* ``max_decoding_length`` per group of sources sharing our limit (few in a length-sorted
+  batch); ``min_decoding_length=0``; ``max_input_length=0`` (the translator truncates).
+* ``suppress_sequences`` of PAD and BOS. CTranslate2 removes them before its softmax, ours
+  after it (as fairseq), so its log-probabilities are ours plus ``-log(1 - p(PAD) - p(BOS))``:
+  the same greedy argmax, but beam scores that can tip a near tie (label smoothing gives PAD and
+  BOS about ``label_smoothing / V`` each).
+* ``return_end_token=True``: its ``sum(log p) / len ** length_penalty`` then counts the EOS
+  (stripped here), as ours does.
+* The stopping rule differs. At ``length_penalty=0`` both return the best-scoring hypothesis.
+  Above 0 CTranslate2 stops at ``round(K * patience)`` finished hypotheses; ours also needs the
+  best live beam not to beat the ``K``-th of them, so it can search longer. ``patience=1``
+  (fairseq's rule) agrees whenever ours stops there too.
 """
 
 from __future__ import annotations
@@ -74,7 +57,6 @@ INSTALL = 'pip install -e ".[ct2]"'
 
 
 def import_ctranslate2():
-    """The ``ctranslate2`` module, or one line that says how to install it."""
     try:
         import ctranslate2
     except ImportError:
@@ -86,17 +68,13 @@ def import_ctranslate2():
 
 
 def output_limit(src_len: int, decode: DecodeSettings) -> int:
-    """Most output tokens for a source of ``src_len`` tokens, EOS included, under ``decode``:
-    search's own rule."""
+    """Most output tokens (EOS included) for a source of ``src_len`` tokens: search's rule."""
     return max_length(src_len, decode.max_len_a, decode.max_len_b)
 
 
 class CT2Engine:
-    """An exported model decoding batches with a ``ctranslate2.Translator`` on ``device``.
-
-    ``pieces``: the SentencePiece vocabulary, id -> piece (CTranslate2 reads pieces);
-    ``max_positions``: rows of the exported position table, which bounds every output.
-    """
+    """``pieces``: id -> piece (CTranslate2 reads pieces); ``max_positions``: rows of the
+    exported position table, which bounds every output."""
 
     strategies = ("beam", "greedy")  # its beam search; a beam of 1 is its greedy search
 
@@ -135,7 +113,7 @@ class CT2Engine:
     def _translate(
         self, src_ids: list[list[int]], limit: int, decode: DecodeSettings
     ) -> list[list[int]]:
-        """One ``translate_batch`` call, its options chosen as the module docstring explains."""
+        # The options as the module docstring explains.
         results = self.translator.translate_batch(
             [[self.pieces[i] for i in ids] for ids in src_ids],
             beam_size=1 if decode.strategy == "greedy" else decode.beam_size,
@@ -153,8 +131,7 @@ class CT2Engine:
 
 
 def read_manifest(model_dir: Path) -> dict:
-    """The exported model's :data:`MANIFEST`, every field checked (:func:`_check_manifest`);
-    every way it can be missing or bad is one line."""
+    """The export's :data:`MANIFEST`, every field checked; every way it can be bad is one line."""
     hint = "export one with python -m translate.export checkpoint=<ckpt> output=<dir>"
     if not model_dir.is_dir():
         raise UserError(f"exported model not found: {model_dir} is not a folder; {hint}")
@@ -208,8 +185,8 @@ MANIFEST_FIELDS = {
 
 
 def _check_manifest(path: Path, manifest: dict) -> None:
-    """Refuse, naming the field, a manifest field that is missing or not what an export writes
-    (a hand-edited or damaged file): decoding would use it, or trust it, as written."""
+    """Refuse, naming it, a field that is missing or not what an export writes (a hand-edited or
+    damaged file): decoding would use it, or trust it, as written."""
     problem = field_problem(manifest, MANIFEST_FIELDS)
     if problem is not None:
         raise UserError(f"{path}: {problem}; {_redo(manifest)}")
@@ -223,14 +200,12 @@ def _check_manifest(path: Path, manifest: dict) -> None:
 
 
 def _redo(manifest: dict) -> str:
-    """How to make a good export again: from the checkpoint the manifest names."""
     checkpoint = manifest.get("checkpoint")
     again = override_word("checkpoint", checkpoint if isinstance(checkpoint, str) else "<ckpt>")
     return f"export the checkpoint again: python -m translate.export {again} output=<new folder>"
 
 
 def tokenizer_identity(tokenizer: Tokenizer) -> dict:
-    """What the manifest records of the exported tokenizer: enough to tell it from any other."""
     digest = hashlib.sha256(tokenizer.model_proto).hexdigest()
     return {"sha256": digest, "vocab_size": tokenizer.vocab_size}
 
@@ -238,11 +213,9 @@ def tokenizer_identity(tokenizer: Tokenizer) -> dict:
 def check_tokenizer(
     model_dir: Path, manifest: dict, tokenizer: Tokenizer, pieces: list[str]
 ) -> None:
-    """Refuse a tokenizer (``pieces``: its vocabulary) that is not the exported model's own. One
-    from another model (``sentencepiece.model`` copied between exports) would feed it other
-    subwords: wrong hypotheses without a word, or a piece it cannot look up. An export from
-    before :data:`MANIFEST` recorded :func:`tokenizer_identity` is checked against the model's
-    vocabulary only (the same subwords in the same order)."""
+    """Refuse a tokenizer that is not the export's own (one copied from another export would
+    give wrong hypotheses without a word). An export from before :data:`MANIFEST` recorded
+    :func:`tokenizer_identity` is checked against the model's vocabulary only."""
     path, redo = model_dir / SENTENCEPIECE, _redo(manifest)
     recorded, found = manifest.get("tokenizer"), tokenizer_identity(tokenizer)
     if recorded is not None and recorded["sha256"] != found["sha256"]:
@@ -267,9 +240,8 @@ def check_tokenizer(
 
 
 def check_model(model_dir: Path, manifest: dict) -> None:
-    """Refuse a ``model.bin`` that is not the one exported with this manifest (copied from
-    another export: it would decode another model under this one's name and settings). An
-    export from before :data:`MANIFEST` recorded its SHA-256 is not checked."""
+    """Refuse a ``model.bin`` copied from another export (another model under this one's name);
+    an export from before :data:`MANIFEST` recorded its SHA-256 is not checked."""
     recorded = manifest.get("model_bin")
     if recorded is None:
         return
@@ -284,7 +256,6 @@ def check_model(model_dir: Path, manifest: dict) -> None:
 
 
 def _vocabulary(model_dir: Path, redo: str) -> list[str]:
-    """The exported model's pieces (:data:`VOCABULARY`)."""
     path = model_dir / VOCABULARY
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -293,8 +264,7 @@ def _vocabulary(model_dir: Path, redo: str) -> list[str]:
 
 
 def _source_cap(cap: int | None, decode: DecodeSettings, positions: int) -> int:
-    """The longest source the exported model takes (``cap`` within its positions); warns when
-    sources or outputs the settings allow would not fit its ``positions``."""
+    """``cap`` within the export's ``positions``; warns when sources or outputs would not fit."""
     if cap is None or cap > positions:
         given = "no data.eval_max_len is set" if cap is None else f"data.eval_max_len={cap}"
         print(
@@ -320,12 +290,8 @@ def load_exported(
     decode: DecodeSettings | dict | None = None,
     data_overrides=None,
 ) -> Loaded:
-    """Exported model folder -> :class:`Loaded` whose translator decodes with CTranslate2.
-
-    As :func:`~translate.decoding.translator.load_translator`: ``decode`` replaces the
-    exported decode settings and ``data_overrides`` are merged over its data config.
-    ``Loaded.config`` is the manifest.
-    """
+    """Exported model folder -> :class:`Loaded` (``config``: the manifest), as
+    :func:`~translate.decoding.translator.load_translator` loads a checkpoint."""
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
     tokenizer = Tokenizer.from_file(model_dir / SENTENCEPIECE)

@@ -1,22 +1,10 @@
-"""Export a checkpoint as a CTranslate2 model folder (``python -m translate.export``).
+"""Export a checkpoint as a CTranslate2 model folder (``python -m translate.export``): our
+weights described layer by layer through ``ctranslate2.specs``, saved with the chosen
+quantization beside the SentencePiece model and :data:`~translate.decoding.ct2.MANIFEST`.
 
-The model is described layer by layer through ``ctranslate2.specs`` (the weights are ours,
-unchanged), then saved with the chosen quantization next to the SentencePiece model and
-:data:`~translate.decoding.ct2.MANIFEST`; :mod:`translate.decoding.ct2` reads the folder.
-
-What our model is in CTranslate2's terms:
-
-* Encoder and decoder specs are built directly (``TransformerSpec.from_config`` cannot set
-  key/value heads), with ``num_heads_kv`` for grouped- and multi-query attention.
-* One table is the source and target embedding and the output projection (tied); inputs are
-  scaled by ``sqrt(d_model)`` as :class:`~translate.nn.model.TokenEmbedding` does.
-* Positions: CTranslate2's own sinusoidal table is not ours (sin and cos concatenated, another
-  frequency formula, positions from 1), so ours is stored as the position-encoding weight. It
-  has rows for the longest source and output the run evaluates with (``max_positions``).
-* Pre-norm models end each stack with a LayerNorm, post-norm ones do not; relu and gelu (erf)
-  map to CTranslate2's RELU and GELU.
-* Each source gets EOS appended (``add_source_eos``) and the decoder starts from BOS; the
-  vocabulary is the SentencePiece pieces.
+* The specs are built directly: ``TransformerSpec.from_config`` cannot set ``num_heads_kv``.
+* CTranslate2's own sinusoidal table is not ours (sin and cos concatenated, another frequency
+  formula, positions from 1), so ours is stored, with ``max_positions`` rows.
 """
 
 from __future__ import annotations
@@ -60,7 +48,7 @@ def _linear(spec, module: nn.Linear) -> None:
 
 
 def _fused(spec, modules: list[nn.Linear]) -> None:
-    """One linear layer of ``modules`` stacked on the output axis (CTranslate2's fused QKV/KV)."""
+    """``modules`` as one linear layer (CTranslate2's fused QKV/KV)."""
     spec.weight = np.concatenate([_array(m.weight) for m in modules])  # (sum of outputs, D)
     spec.bias = np.concatenate([_array(m.bias) for m in modules])
 
@@ -70,8 +58,6 @@ def _norm(spec, module: nn.LayerNorm) -> None:
 
 
 def _attention(spec, attn, block, self_attention: bool) -> None:
-    """An attention sublayer: projections (Q|K|V fused for self-attention, K|V for
-    cross-attention), output projection, and the sublayer's LayerNorm."""
     if self_attention:
         _fused(spec.linear[0], [attn.q_proj, attn.k_proj, attn.v_proj])
     else:
@@ -88,7 +74,6 @@ def _ffn(spec, layer) -> None:
 
 
 def _inputs(spec, model: Seq2SeqTransformer, table: np.ndarray) -> None:
-    """Embedding (the tied table), its scale, and our position table."""
     embedding = model.embedding
     spec.scale_embeddings = math.sqrt(embedding.d_model)  # TokenEmbedding's input scale
     spec.position_encodings.encodings = table
@@ -97,7 +82,6 @@ def _inputs(spec, model: Seq2SeqTransformer, table: np.ndarray) -> None:
 
 
 def _stacks(specs, settings: ModelSettings):
-    """Empty encoder and decoder specs shaped like ``settings``' model."""
     activations = {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU}
     if settings.activation not in activations:
         raise UserError(f"model.activation={settings.activation} has no CTranslate2 counterpart")
@@ -114,7 +98,6 @@ def _stacks(specs, settings: ModelSettings):
 
 
 def build_spec(model: Seq2SeqTransformer, settings: ModelSettings, pieces: list[str], rows: int):
-    """``model`` as a ``ctranslate2.specs.TransformerSpec`` with ``rows`` positions."""
     specs = import_ctranslate2().specs
     encoder, decoder = _stacks(specs, settings)
     table = _array(model.embedding.positions(rows))  # (rows, D): ours, from position 0
@@ -147,8 +130,8 @@ _NARROW = {"float16": torch.float16}
 
 
 def _check_range(model: Seq2SeqTransformer, quantization: str) -> None:
-    """Refuse, naming the tensor, weights that ``quantization`` cannot hold: float16 stores
-    values beyond 65,504 as infinity, an export that decodes to empty lines."""
+    """Refuse weights ``quantization`` cannot hold: float16 stores values beyond 65,504 as
+    infinity, an export that decodes to empty lines."""
     dtype = _NARROW.get(quantization)
     if dtype is None:
         return
@@ -163,8 +146,7 @@ def _check_range(model: Seq2SeqTransformer, quantization: str) -> None:
 
 
 def _positions(ckpt: dict, max_positions: int | None) -> int:
-    """Rows of the position table: ``max_positions``, or by default the longest source the
-    run evaluates (``data.eval_max_len``) and the longest output its decode settings allow."""
+    """``max_positions``, or the longest source the run evaluates and output it allows."""
     cap = data_settings(ckpt["config"]["data"]).eval_cap
     if max_positions is not None:
         if cap is not None and max_positions < cap:
@@ -184,8 +166,6 @@ def _positions(ckpt: dict, max_positions: int | None) -> int:
 def _manifest(
     ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer, model: Path
 ) -> dict:
-    """What our commands need to decode as the run did (:data:`MANIFEST`), and what the
-    tokenizer and the weights (``model``, the saved ``model.bin``) beside it must be."""
     data = dict(ckpt["config"]["data"])
     data["eval_max_len"] = data_settings(data).eval_cap  # explicit for an older checkpoint
     return {
@@ -205,12 +185,8 @@ def _manifest(
 def export_checkpoint(
     checkpoint: str | Path, output: str | Path, quantization: str, max_positions: int | None
 ) -> Path:
-    """Write ``checkpoint`` as a CTranslate2 model folder ``output``; returns its path.
-
-    The folder is written beside ``output`` under a temporary name and renamed when complete
-    (:func:`translate.io.write_folder`), so ``output`` never holds half an export; the next
-    export to ``output`` removes what a killed one left under such a name.
-    """
+    """Write ``checkpoint`` as a CTranslate2 model folder ``output`` (never half an export:
+    :func:`translate.io.write_folder`); returns its path."""
     import_ctranslate2()  # a missing package is the first thing said
     checkpoint, output = Path(checkpoint), Path(output)
     check_output_folder(output, "output")  # new or empty; its parents are made below

@@ -1,11 +1,6 @@
-"""What decodes a batch: the :class:`Engine` interface and our own engine behind it.
-
-A :class:`~translate.decoding.translator.Translator` batches, truncates, tokenizes and times;
-an engine turns one batch of source ids into hypothesis ids. Ours is :class:`TorchEngine`
-(the model and :mod:`translate.decoding.search`); an exported CTranslate2 model is
-:class:`translate.decoding.ct2.CT2Engine`. Both follow search's conventions: the source gets
-an EOS appended, at most ``int(max_len_a * (len(src) + 1) + max_len_b)`` tokens come out, PAD
-and BOS are never generated, and hypotheses carry no BOS/EOS.
+"""What decodes a batch of source ids for a :class:`~translate.decoding.translator.Translator`:
+:class:`TorchEngine` (our model) or :class:`translate.decoding.ct2.CT2Engine`. Both follow
+:mod:`translate.decoding.search`'s conventions, the source with an EOS appended.
 """
 
 from __future__ import annotations
@@ -22,8 +17,8 @@ from translate.schema import DecodeSettings
 
 
 class Engine(Protocol):
-    """Decodes one batch; ``device`` is where it runs (timings wait for its queued work);
-    ``strategies``: the ``decode.strategy`` values it runs."""
+    """``device``: where it runs (timings wait for its queued work); ``strategies``: the
+    ``decode.strategy`` values it runs."""
 
     device: torch.device
     precision: str
@@ -35,8 +30,6 @@ class Engine(Protocol):
 
 
 class TorchEngine:
-    """Our model and search, in eval mode under ``precision``'s autocast on ``device``."""
-
     strategies = tuple(STRATEGIES)
 
     def __init__(self, model: Seq2SeqTransformer, device: torch.device, precision: str) -> None:
@@ -44,7 +37,6 @@ class TorchEngine:
 
     @torch.inference_mode()  # no autograd bookkeeping at all, not only no gradients
     def generate(self, src_ids: list[list[int]], decode: DecodeSettings) -> list[list[int]]:
-        # The source gets an EOS appended, as in training.
         rows = collate([(i, ids, []) for i, ids in enumerate(src_ids)]).to(self.device)
         with eval_mode(self.model), autocast(self.device, self.precision):
             return generate(self.model, rows, decode)

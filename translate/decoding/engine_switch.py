@@ -1,12 +1,5 @@
-"""The engine switch of ``translate`` and ``evaluate``: which engine decodes is chosen here,
-where the :class:`~translate.decoding.translator.Translator` is built, and nowhere after.
-
-``engine=torch checkpoint=<ckpt>`` (the default) is our model and search
-(:func:`~translate.decoding.translator.load_translator`); ``engine=ctranslate2
-model_dir=<dir>`` a model written by ``python -m translate.export``
-(:func:`~translate.decoding.ct2.load_exported`). Both give a
-:class:`~translate.decoding.translator.Loaded` whose translator batches, truncates and
-tokenizes the same way.
+"""The engine switch of ``translate`` and ``evaluate``: ``engine=torch checkpoint=<ckpt>`` (our
+model) or ``engine=ctranslate2 model_dir=<dir>`` (an export), chosen here and nowhere after.
 """
 
 from __future__ import annotations
@@ -33,15 +26,13 @@ ENGINES = {"torch": _torch, "ctranslate2": _ctranslate2}
 def load_engine(
     command: EngineCommand, decode: DecodeSettings | dict, data_overrides=None
 ) -> Loaded:
-    """The command's engine, loaded: ``decode`` (whole settings, or the keys a command set)
-    replaces the stored decode settings and ``data_overrides`` are merged over the stored
-    data config."""
+    """The command's engine, ``decode`` (settings, or the keys a command set) over the stored
+    ones and ``data_overrides`` merged over the stored data config."""
     command.runtime.apply_to_process()
     return ENGINES[command.engine](command, decode, data_overrides)
 
 
 def describe_decode(decode: DecodeSettings, overridden: dict) -> str:
-    """What a command decodes with and where each setting came from, in one line."""
     where = "as the run decoded"
     if overridden:
         given = ", ".join(f"{k}={v}" for k, v in overridden.items())

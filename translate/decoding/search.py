@@ -1,25 +1,15 @@
-"""Greedy and batched beam search over the decoder's incremental cache.
+"""Greedy and batched beam search over the decoder's incremental cache (fairseq's contract).
 
-Both searches encode the source once and feed one new target token per step; the decoder cache
-(:meth:`Seq2SeqTransformer.new_cache`) keeps self-attention keys/values and the encoder's
-projected keys/values (fairseq's contract). Rows whose sentence is finished are dropped from the
-batch with :meth:`DecoderCache.reorder`, so long sentences do not make short ones pay.
+Finished sentences are dropped from the batch (:meth:`DecoderCache.reorder`), so long sentences
+do not make short ones pay. Both searches return, per input row in input order, the generated
+ids without BOS and EOS; at most ``int(max_len_a * src_len + max_len_b)`` of them (``src_len``:
+non-pad source tokens; fairseq's ``--max-len-a/b``), where a sentence stops without EOS and no
+EOS log-probability is scored. PAD and BOS are never generated. Log-softmax and scores are
+float32, whatever dtype the model runs in.
 
-Conventions shared by both searches:
-
-* Output: per input row, in input order, the generated ids without BOS and EOS.
-* Maximum output length per sentence: ``int(max_len_a * src_len + max_len_b)`` where
-  ``src_len`` counts non-pad source tokens (fairseq's ``--max-len-a/--max-len-b``). A sentence
-  that reaches it stops there, without EOS, and no EOS log-probability is added to its score.
-* PAD and BOS are never generated (their log-probabilities are ``-inf``).
-* The model runs in whatever dtype/autocast the caller set; log-softmax and scores are float32.
-
-Beam search scores a finished hypothesis with fairseq's length normalisation,
-``sum(log p) / len ** length_penalty``, where ``len`` counts the generated tokens including the
-EOS (fairseq's ``--lenpen``; not GNMT's ``((5 + len) / 6) ** alpha``).
-
-:func:`translate.decoding.generate.generate` is how the package calls them: ``decode.strategy``
-picks the search.
+Beam search normalises a finished hypothesis as fairseq's ``--lenpen``,
+``sum(log p) / len ** length_penalty`` with ``len`` counting the EOS (not GNMT's
+``((5 + len) / 6) ** alpha``).
 """
 
 from __future__ import annotations
@@ -34,18 +24,15 @@ from torch import Tensor
 if TYPE_CHECKING:
     from translate.nn.model import DecoderCache
 
-# Beam search's finished hypotheses: per original sentence, (normalised score, ids) in the order
-# they finished.
+# Per original sentence, (normalised score, ids) in the order they finished.
 _Finished = list[list[tuple[float, list[int]]]]
 
 
 def max_length(src_len: int, a: float, b: float) -> int:
-    """The output limit of a source of ``src_len`` tokens: ``int(a * src_len + b)``, at least 0."""
     return max(0, int(a * src_len + b))
 
 
 def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float) -> list[int]:
-    """Per-row :func:`max_length`; ``src (B, S)``."""
     if src_padding_mask is None:
         src_lens = [src.size(1)] * src.size(0)
     else:
@@ -54,14 +41,12 @@ def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float
 
 
 def _padding_only(mask: Tensor | None) -> Tensor | None:
-    """``mask`` if it excludes a key, else None: attention without a mask is the same function,
-    and a batch without padding (one sentence, or sentences of one length) skips the mask's
+    """``mask`` if it excludes a key, else None: a batch without padding skips the mask's
     arithmetic at every step."""
     return mask if mask is not None and bool(mask.any()) else None
 
 
 def _log_probs(logits: Tensor, pad_id: int, bos_id: int) -> Tensor:
-    """Float32 log-softmax of ``logits (N, V)`` with PAD and BOS excluded."""
     lprobs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
     lprobs[:, pad_id] = float("-inf")
     lprobs[:, bos_id] = float("-inf")
@@ -69,7 +54,6 @@ def _log_probs(logits: Tensor, pad_id: int, bos_id: int) -> Tensor:
 
 
 def most_probable(lprobs: Tensor) -> Tensor:
-    """Greedy search's token choice: the argmax of each row of ``lprobs (n, V)``, as ``(n,)``."""
     return lprobs.argmax(dim=-1)
 
 
@@ -87,18 +71,9 @@ def greedy_search(
     use_cache: bool = True,
     pick: Callable[[Tensor], Tensor] = most_probable,
 ) -> list[list[int]]:
-    """One token per step, by ``pick``: the most probable one unless told otherwise.
-
-    Args:
-        src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
-        use_cache: feed one token per step through the cache; ``False`` re-runs the decoder on
-            the whole prefix every step (same tokens, for benchmarking the cache).
-        pick: the token choice, float32 log-probs ``(n, V)`` of the live rows (PAD and BOS at
-            ``-inf``) to their next ids ``(n,)``; a sampling strategy passes its own draw.
-
-    Returns:
-        ``B`` lists of token ids (no BOS/EOS), in input order.
-    """
+    """One token per step, by ``pick`` (log-probs ``(n, V)`` of the live rows to ids ``(n,)``;
+    a sampling strategy passes its own draw). ``use_cache=False`` re-runs the decoder on the
+    whole prefix every step (the same tokens, for benchmarking the cache)."""
     B = src.size(0)
     if B == 0:
         return []
@@ -141,12 +116,9 @@ def greedy_search(
 
 @dataclass
 class _Beams:
-    """The live part of a batched beam search: ``n`` sentences times ``K`` beams.
-
-    Row ``i * K + k`` of ``tokens`` and the self-attention caches is beam ``k`` of live
-    sentence ``i``; ``memory``, ``mask`` and the cross-attention caches have one row per
-    sentence, which its ``K`` beams share (the model attends from ``K`` rows to one).
-    """
+    """``n`` live sentences times ``K`` beams: row ``i * K + k`` of ``tokens`` and the
+    self-attention caches is beam ``k`` of sentence ``i``; ``memory``, ``mask`` and the
+    cross-attention caches have one row per sentence, which its beams share."""
 
     # (n, S, D) until the first step projects it into the cross-attention caches, then None:
     # a dropped sentence's rows are not copied out of it at every later step.
@@ -164,7 +136,6 @@ class _Beams:
 def _start_beams(
     model, src: Tensor, src_padding_mask: Tensor | None, K: int, bos_id: int
 ) -> _Beams:
-    """``K`` beams per sentence of ``src (B, S)``, each holding just BOS."""
     B, device = src.size(0), src.device
     # Only beam 0 starts live, so the first step does not expand K copies of BOS.
     scores = torch.full((B, K), float("-inf"), device=device)  # (B, K)
@@ -183,11 +154,8 @@ def _start_beams(
 def _finish_at_limit(
     beams: _Beams, limits: list[int], t: int, length_penalty: float, finished: _Finished
 ) -> None:
-    """Finish the live beams of sentences at their length limit ``t``, without EOS.
-
-    Appends ``(normalised score, prefix)`` to ``finished[original index]`` and marks the
-    sentences done. The length is ``max(t, 1)`` so that a limit of 0 does not divide by zero.
-    """
+    """Finish the live beams of sentences at their length limit ``t``, without EOS (normalised
+    at ``max(t, 1)``: a limit of 0 does not divide by zero)."""
     at_limit = [i for i, s in enumerate(beams.sents) if limits[s] <= t and not beams.done[i]]
     if not at_limit:
         return
@@ -223,15 +191,9 @@ def _drop_done(beams: _Beams) -> bool:
 
 
 def _top_candidates(scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Each sentence's ``2K`` best one-token extensions of its beams, best first.
-
-    Args:
-        scores: ``(n, K)`` summed log-probs of the beams; lprobs: ``(n*K, V)`` next-token ones.
-
-    Returns:
-        Summed log-prob, source beam and token of each extension, each ``(n, 2K)`` (fewer
-        when the beams have fewer extensions); ties keep :meth:`Tensor.topk`'s order.
-    """
+    """Summed log-prob, source beam and token of each sentence's ``2K`` best extensions, best
+    first, each ``(n, 2K)``, from ``scores (n, K)`` and ``lprobs (n*K, V)``; ties keep
+    :meth:`Tensor.topk`'s order."""
     n, K = scores.shape
     # A sentence's best 2K extensions are among each beam's best 2K tokens, so only those get
     # the beam's score added (n*K*2K sums, not n*K*V) before the sentence-wide choice.
@@ -252,11 +214,8 @@ def _finish_eos(
     length_penalty: float,
     finished: _Finished,
 ) -> None:
-    """EOS among a sentence's first ``K`` candidates: a finished hypothesis of ``t + 1`` tokens.
-
-    The length counts the EOS; the hypothesis is its beam's prefix, so ``beams.tokens`` must not
-    have been advanced yet. Candidates ``(n, 2K)`` as from :func:`_top_candidates`.
-    """
+    """EOS among a sentence's first ``K`` candidates: a finished hypothesis of ``t + 1`` tokens
+    (EOS counted), its beam's prefix: call before :func:`_advance`."""
     K = beams.scores.size(1)
     if not is_eos[:, :K].any():  # most steps: one check instead of the search below
         return
@@ -290,34 +249,9 @@ def _advance(
     beams.cache.reorder(rows, None)
 
 
-def _expand(
-    model,
-    beams: _Beams,
-    t: int,
-    length_penalty: float,
-    finished: _Finished,
-    *,
-    bos_id: int,
-    eos_id: int,
-    pad_id: int,
-) -> None:
-    """One decoder step at output length ``t``: finish EOS candidates, advance the live beams."""
-    new = beams.tokens[:, -1:]  # (n*K, 1)
-    logits = model.decode(new, beams.memory, beams.mask, cache=beams.cache)[:, -1]  # (n*K, V)
-    beams.memory = None  # now in the cross-attention caches
-    lprobs = _log_probs(logits, pad_id, bos_id)  # (n*K, V)
-    top_scores, top_beams, top_tokens = _top_candidates(beams.scores, lprobs)  # (n, 2K) each
-    is_eos = top_tokens == eos_id  # (n, 2K)
-    _finish_eos(beams, top_scores, top_beams, is_eos, t, length_penalty, finished)
-    _advance(beams, top_scores, top_beams, top_tokens, is_eos)
-
-
 def _mark_stopped(beams: _Beams, t: int, length_penalty: float, finished: _Finished) -> None:
-    """Mark done the sentences with ``K`` finished hypotheses that the best live beam can't beat.
-
-    The best live beam is normalised at its current length ``t`` (Hugging Face's rule, see
-    :func:`beam_search`).
-    """
+    """Mark done the sentences with ``K`` finished hypotheses that the best live beam, normalised
+    at its current length ``t``, can't beat (:func:`beam_search`)."""
     K = beams.scores.size(1)
     full = [i for i, sent in enumerate(beams.sents) if len(finished[sent]) >= K]
     if not full:
@@ -343,24 +277,15 @@ def beam_search(
     max_len_b: float = 10,
     with_scores: bool = False,
 ) -> list[list[int]] | list[tuple[float, list[int]]]:
-    """Batched beam search: ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows.
+    """Batched beam search, ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows; each
+    sentence's best finished hypothesis (``with_scores``: with its normalised score).
 
-    Each step takes the top ``2K`` extensions of a sentence's ``K`` beams (fairseq): EOS among
-    the first ``K`` becomes a finished hypothesis, the first ``K`` non-EOS extensions stay live.
-    A sentence stops when it has ``K`` finished hypotheses and its best live beam, normalised at
-    its current length, scores no better than the worst of them (Hugging Face's default
-    stopping rule: exact for ``length_penalty <= 0``, a heuristic above 0, where a longer
-    hypothesis could still gain from the normalisation), or when it reaches its maximum length,
-    where the live beams are finished without EOS. With ``K = 1`` this is greedy search.
-
-    Args:
-        src: source ids ``(B, S)``; src_padding_mask: ``(B, S)`` bool, True = pad (or None).
-        beam_size: ``K``; length_penalty: exponent of the length normalisation (0 = raw sum).
-        with_scores: return ``(normalised score, ids)`` pairs instead of the ids alone.
-
-    Returns:
-        ``B`` lists of token ids (no BOS/EOS), in input order: each sentence's best finished
-        hypothesis by normalised score.
+    Each step takes the top ``2K`` extensions of a sentence's beams (fairseq): EOS among the
+    first ``K`` finishes a hypothesis, the first ``K`` non-EOS stay live. A sentence stops when
+    it has ``K`` finished hypotheses and its best live beam, normalised at its current length,
+    scores no better than the worst of them (Hugging Face's default rule: exact for
+    ``length_penalty <= 0``, a heuristic above), or at its maximum length, where the live beams
+    finish without EOS. With ``K = 1`` this is greedy search.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -376,9 +301,15 @@ def beam_search(
         _finish_at_limit(beams, limits, t, length_penalty, finished)
         if not _drop_done(beams):
             break
-        _expand(
-            model, beams, t, length_penalty, finished, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id
-        )
+        # One decoder step at output length t: finish EOS candidates, advance the live beams.
+        new = beams.tokens[:, -1:]  # (n*K, 1)
+        logits = model.decode(new, beams.memory, beams.mask, cache=beams.cache)[:, -1]  # (n*K, V)
+        beams.memory = None  # now in the cross-attention caches
+        lprobs = _log_probs(logits, pad_id, bos_id)  # (n*K, V)
+        top_scores, top_beams, top_tokens = _top_candidates(beams.scores, lprobs)  # (n, 2K) each
+        is_eos = top_tokens == eos_id  # (n, 2K)
+        _finish_eos(beams, top_scores, top_beams, is_eos, t, length_penalty, finished)
+        _advance(beams, top_scores, top_beams, top_tokens, is_eos)
         t += 1
         _mark_stopped(beams, t, length_penalty, finished)
     # max() keeps the first of equal scores, i.e. the one finished earliest.

@@ -1,14 +1,9 @@
-"""Running a trained model on text: batching, truncation, tokenization, timing, and the one way
-a checkpoint becomes a ready :class:`Translator` (:func:`load_translator`). Shared by training's
-validation and test, ``translate.evaluate``, ``translate.translate`` and ``translate.analyze``.
-
-What decodes each batch is the translator's :class:`~translate.decoding.engine.Engine`, chosen
-where the translator is built: our model or another one (e.g. an exported CTranslate2 model);
-nothing here depends on which."""
+"""Running a trained model on text: batching, truncation, tokenization and timing around an
+:class:`~translate.decoding.engine.Engine` (nothing here depends on which), and the one way a
+checkpoint becomes a ready :class:`Translator` (:func:`load_translator`)."""
 
 from __future__ import annotations
 
-import logging
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -28,25 +23,13 @@ from translate.runtime.timing import timed
 from translate.schema import DataSettings, DecodeSettings
 from translate.settings import data_settings, decode_over, model_settings
 
-log = logging.getLogger(__name__)
-
 WARN_LINES = 3  # truncated lines named one by one; beyond that, only their count
 
 
 class Translator:
-    """Translate token ids or text with an engine, in token-bounded batches of similar length.
-
-    Args:
-        engine: what decodes each batch: our model
-            (:class:`~translate.decoding.engine.TorchEngine`) or another (e.g. an exported
-            CTranslate2 model).
-        max_tokens: source tokens per batch (padded size).
-        max_src_len: longest source in tokens, EOS included (``data.eval_max_len``); longer
-            inputs are truncated to ``max_src_len - 1`` subwords (:meth:`translate` warns and
-            counts them); None = no limit.
-        cap_note: where ``max_src_len`` comes from, for that warning (default: the data
-            config's ``data.eval_max_len``).
-    """
+    """Translate token ids or text in batches of similar length, ``max_tokens`` padded source
+    tokens each. Sources are cut at ``max_src_len`` tokens with the EOS (None: no limit), with a
+    warning that says where that cap comes from (``cap_note``)."""
 
     def __init__(
         self,
@@ -71,8 +54,7 @@ class Translator:
         self.cap_note = cap_note or f"data.eval_max_len={max_src_len}, counting the EOS"
 
     @property
-    def model(self) -> Seq2SeqTransformer:
-        """Our engine's model (other engines have none)."""
+    def model(self) -> Seq2SeqTransformer:  # our engine's (other engines have none)
         return self.engine.model
 
     @property
@@ -84,19 +66,16 @@ class Translator:
         return self.engine.precision
 
     def _batches(self, src_ids: list[list[int]]) -> list[list[int]]:
-        """Indices grouped into batches by length, each within ``max_tokens`` padded tokens."""
         lengths = [len(ids[: self._max_src]) + 1 for ids in src_ids]  # + EOS
         return length_sorted_batches(lengths, None, self.max_tokens)
 
     def translate_ids(
         self, src_ids: list[list[int]], beam_size: int | None = None, progress: bool = False
     ) -> list[list[int]]:
-        """Hypothesis ids for each source (no BOS/EOS), in input order."""
         out: list[list[int]] = [[] for _ in src_ids]
+        decode = self.decode
         if beam_size is not None:  # a beam of that size (1: greedy) whatever the strategy
-            decode = replace(self.decode, strategy="beam", beam_size=beam_size)
-        else:
-            decode = self.decode
+            decode = replace(decode, strategy="beam", beam_size=beam_size)
         # Closed (and cleared) however decoding ends: a Ctrl-C's one line starts a line of its own.
         with tqdm(
             total=len(src_ids),
@@ -115,7 +94,7 @@ class Translator:
         return out
 
     def translate(self, sentences: list[str], progress: bool = False) -> list[str]:
-        """Detokenized translations, one per input; blank inputs give blank outputs."""
+        """Detokenized translations; blank inputs give blank outputs."""
         src_ids = self.tokenizer.encode([s.strip() for s in sentences])
         self._warn_cut(src_ids)
         todo = [i for i, ids in enumerate(src_ids) if ids]
@@ -126,7 +105,6 @@ class Translator:
         return out
 
     def _warn_cut(self, src_ids: list[list[int]]) -> None:
-        """Name the first lines that will be truncated, and count them all."""
         if self._max_src is None:
             return
         cut = [(n, len(ids)) for n, ids in enumerate(src_ids, 1) if len(ids) > self._max_src]
@@ -158,8 +136,6 @@ class Translator:
 
 @dataclass
 class Loaded:
-    """A checkpoint made ready to use: its translator and what it was trained with."""
-
     translator: Translator
     data: DataSettings  # the training data config, with the command's overrides merged
     config: dict  # the checkpoint's whole resolved training config
@@ -175,11 +151,10 @@ class Loaded:
 
 
 def model_from_checkpoint(ckpt: dict, path: Path) -> tuple[Seq2SeqTransformer, Tokenizer]:
-    """A loaded checkpoint's model, in eval mode on the CPU, and its tokenizer; ``path``, the
-    file it was loaded from, is named by every refusal: a broken tokenizer, NaN or infinite
-    weights (which decode to garbage with exit 0), weights that do not fit the model."""
+    """A loaded checkpoint's model, in eval mode on the CPU, and its tokenizer; every refusal
+    names ``path``: a broken tokenizer, non-finite weights (garbage with exit 0), misfits."""
     try:
-        tokenizer = Tokenizer.from_model_proto(ckpt["tokenizer"])
+        tokenizer = Tokenizer(ckpt["tokenizer"])
     except UserError as err:
         raise UserError(f"checkpoint {path} holds a broken tokenizer: {err}; {_OTHER}") from None
     broken = non_finite(ckpt["model"])
@@ -198,8 +173,8 @@ _NAMED = 3  # weight names a refusal lists; beyond that, their count
 
 
 def _load_weights(model: Seq2SeqTransformer, weights: dict, path: Path) -> None:
-    """``weights`` into ``model``, or one line naming the first that do not fit (torch's own
-    message runs to a line per weight)."""
+    """``weights`` into ``model``, or one line naming the first misfits (torch's message runs
+    to a line per weight)."""
     try:
         fit = model.load_state_dict(weights, strict=False)
     except RuntimeError as err:  # a shape differs: torch names it on the line after its header
@@ -221,8 +196,7 @@ def _listed(names: list[str]) -> str:
 
 
 def _cap_note(cap: int | None, run_cap: int | None) -> str | None:
-    """Where the source cap comes from when the command's ``data=`` set another one than the
-    checkpoint's run evaluated with (a cap of the data config, not of the model)."""
+    """Where the source cap comes from when the command's ``data=`` set another than the run's."""
     if cap == run_cap:
         return None
     return (
@@ -238,12 +212,8 @@ def load_translator(
     decode: DecodeSettings | dict | None = None,
     data_overrides=None,
 ) -> Loaded:
-    """Checkpoint -> model in eval mode on ``device`` and a :class:`Translator` over it.
-
-    ``decode`` replaces the checkpoint's decoding settings (whole settings, or a dict of the
-    keys to replace); ``data_overrides`` (a config node
-    of ``data`` keys) are merged over the checkpoint's data config.
-    """
+    """Checkpoint -> model in eval mode on ``device`` and a :class:`Translator` over it;
+    ``decode`` and ``data_overrides`` as :func:`~translate.decoding.engine_switch.load_engine`'s."""
     torch_device = resolve_device(device)
     precision = resolve_precision(precision, torch_device)
     ckpt = load_checkpoint(checkpoint)
