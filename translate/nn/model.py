@@ -123,8 +123,6 @@ class Seq2SeqTransformer(nn.Module):
         elif fields:
             # A field replaced in a config would keep the others' derived values (num_kv_heads).
             raise TypeError(f"give a config or its fields, not both: {sorted(fields)}")
-        if vocab_size < 1:
-            raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
         bad = out_of_range(config)
         if bad is not None:
             name, value, check = bad
