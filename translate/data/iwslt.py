@@ -187,7 +187,14 @@ def load_iwslt_hub(
         url,
     )
     try:
-        local = download_archive(hub)
+        local = _from_hub(
+            lambda: huggingface_hub.hf_hub_download(
+                repo_id=hub.repo,
+                filename=hub.archive,
+                repo_type="dataset",
+                revision=hub.archive_revision,
+            )
+        )
     except NotOnHub as missing:
         raise UserError(
             f"IWSLT2017 not found on the hub: tried {tried} and the release archive {url} "
@@ -226,17 +233,6 @@ def load_parquet(urls: dict[str, str], langs: tuple[str, str]) -> dict[str, data
     return {split: loaded[split] for split in urls}
 
 
-def download_archive(hub: HubSettings) -> str:
-    return _from_hub(
-        lambda: huggingface_hub.hf_hub_download(
-            repo_id=hub.repo,
-            filename=hub.archive,
-            repo_type="dataset",
-            revision=hub.archive_revision,
-        )
-    )
-
-
 def _from_hub(call):
     """``call()``: unreachable is a UserError (no fallback), not found :class:`NotOnHub`."""
     try:
@@ -244,7 +240,7 @@ def _from_hub(call):
     except Exception as err:
         if is_network_error(err):
             raise UserError(hub_unreachable(_reason(err))) from err
-        if _is_not_found(err):
+        if any(cls.__name__ in _NOT_FOUND_NAMES for cls in type(err).__mro__):
             raise NotOnHub(_reason(err)) from err
         raise
 
@@ -296,10 +292,6 @@ _NOT_FOUND_NAMES = {
     "RepositoryNotFoundError",
     "RevisionNotFoundError",
 }
-
-
-def _is_not_found(err: BaseException) -> bool:
-    return any(cls.__name__ in _NOT_FOUND_NAMES for cls in type(err).__mro__)
 
 
 def _truthy(value: str | None) -> bool:

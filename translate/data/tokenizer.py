@@ -306,7 +306,8 @@ def _reuse_encoded(
 def _encode_all(
     tokenizer: Tokenizer, columns: Mapping[str, list[str]], key: str, path: Path
 ) -> dict[str, np.ndarray]:
-    log.info("tokenizer: encoding %s sentence pairs -> %s", f"{_count(columns):,}", path)
+    pairs = len(next(iter(columns.values()), []))
+    log.info("tokenizer: encoding %s sentence pairs -> %s", f"{pairs:,}", path)
     arrays = {"key": np.array(key)}
     for lang, texts in columns.items():
         ids = tokenizer.encode(texts)
@@ -316,10 +317,6 @@ def _encode_all(
     np.savez(buffer, **arrays)
     write(path, buffer.getvalue(), "encoded cache", adopt=True)  # named by its key
     return arrays
-
-
-def _count(columns: Mapping[str, list[str]]) -> int:
-    return len(next(iter(columns.values()), []))
 
 
 def _load_encoded(
