@@ -65,14 +65,11 @@ class Translator:
     def precision(self) -> str:
         return self.engine.precision
 
-    def _batches(self, src_ids: list[list[int]]) -> list[list[int]]:
-        lengths = [len(ids[: self._max_src]) + 1 for ids in src_ids]  # + EOS
-        return length_sorted_batches(lengths, None, self.max_tokens)
-
     def translate_ids(
         self, src_ids: list[list[int]], beam_size: int | None = None, progress: bool = False
     ) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in src_ids]
+        lengths = [len(ids[: self._max_src]) + 1 for ids in src_ids]  # + EOS
         decode = self.decode
         if beam_size is not None:  # a beam of that size (1: greedy) whatever the strategy
             decode = replace(decode, strategy="beam", beam_size=beam_size)
@@ -85,7 +82,7 @@ class Translator:
             file=sys.stderr,
             leave=False,
         ) as bar:
-            for batch in self._batches(src_ids):
+            for batch in length_sorted_batches(lengths, None, self.max_tokens):
                 # Within max_src_len tokens once the engine appends the EOS.
                 sources = [src_ids[i][: self._max_src] for i in batch]
                 for i, hyp in zip(batch, self.engine.generate(sources, decode)):
