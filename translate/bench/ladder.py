@@ -112,19 +112,10 @@ def rung_name(minutes: float, seed: int) -> str:
 
 
 def train_command(args: argparse.Namespace, minutes: float, seed: int) -> list[str]:
-    run_dir = args.out / rung_name(minutes, seed)
-    return [
-        sys.executable,
-        "-m",
-        "translate.train",
-        f"experiment={args.experiment}",
-        f"trainer.max_minutes={minutes:g}",
-        f"seed={seed}",
-        f"hydra.run.dir={hydra_quoted(str(run_dir))}",
-        "trainer.resume=auto",
-        "trainer.progress_bar=false",
-        *args.overrides,
-    ]
+    run_dir = hydra_quoted(str(args.out / rung_name(minutes, seed)))
+    own = [f"experiment={args.experiment}", f"trainer.max_minutes={minutes:g}", f"seed={seed}"]
+    own += [f"hydra.run.dir={run_dir}", "trainer.resume=auto", "trainer.progress_bar=false"]
+    return [sys.executable, "-m", "translate.train", *own, *args.overrides]
 
 
 @contextlib.contextmanager
@@ -242,17 +233,16 @@ def summarize(rows: list[dict], minutes: list[float]) -> dict:
     """Per rung the mean test BLEU over its seeds and whether the dev loss rose at the end of
     any of its runs by more than :data:`ROSE_BY`; whether the longest rung scores below the
     one before it."""
-    summary: dict = {}
-    means = {}
+    summary, means = {}, {}
     for m in sorted(minutes):
         mine = [row for row in rows if row["minutes"] == m]
         means[m] = statistics.fmean(row["bleu"] for row in mine)
         summary[f"bleu_min{m:g}"] = means[m]
         rises = [row["last_dev_loss_above_min"] for row in mine]
         summary[f"dev_loss_rose_min{m:g}"] = any(r is not None and r > ROSE_BY for r in rises)
-    ordered = sorted(means)
-    if len(ordered) > 1:
-        summary["longest_below_previous"] = means[ordered[-1]] < means[ordered[-2]]
+    if len(means) > 1:
+        *_, previous, longest = means.values()
+        summary["longest_below_previous"] = longest < previous
     return summary
 
 

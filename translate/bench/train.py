@@ -128,16 +128,9 @@ def load_optim(path: Path) -> OptimSettings:
 
 
 def model_kwargs(args, vocab: int) -> dict:
-    return dict(
-        vocab_size=vocab,
-        d_model=args.d_model,
-        num_heads=args.heads,
-        num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers,
-        d_ff=args.d_ff,
-        dropout=args.dropout,
-        pad_id=Tokenizer.PAD,
-    )
+    layers = {"num_encoder_layers": args.layers, "num_decoder_layers": args.layers}
+    sizes = {"d_model": args.d_model, "num_heads": args.heads, "d_ff": args.d_ff, **layers}
+    return {"vocab_size": vocab, **sizes, "dropout": args.dropout, "pad_id": Tokenizer.PAD}
 
 
 def build(name: str, kwargs: dict, seed: int) -> nn.Module:
