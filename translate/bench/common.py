@@ -114,8 +114,6 @@ def parser(name: str, doc: str, timing: bool = True) -> argparse.ArgumentParser:
 
 
 def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
-    """``--system-malloc``: measure with glibc's default malloc instead of as the commands run
-    (:func:`~translate.runtime.memory.keep_freed_memory`)."""
     parser.add_argument(
         "--system-malloc",
         action="store_true",
@@ -142,9 +140,8 @@ def session(args: argparse.Namespace) -> Iterator[torch.device]:
 
 
 def interleaved(fns: dict, device: torch.device, warmup: int, repeats: int) -> dict[str, list]:
-    """Seconds per call of each function, measured in ``repeats`` rounds in
-    :func:`~translate.runtime.timing.rotated` order (A B C, B C A, C A B, ...) after ``warmup``
-    untimed calls each."""
+    """Seconds per call of each function in ``repeats`` rounds in rotated order (A B C, B C A,
+    ...) after ``warmup`` untimed calls each."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
@@ -169,7 +166,6 @@ def decode_row(mode: str, runs: list[float], hyps: list, n_sentences: int) -> di
     }
 
 
-# decode_row's metrics in print_table's columns.
 DECODE_COLUMNS = [
     ("sentences_per_s", "sent/s", ".4g"),
     ("ms_per_sentence", "ms/sent", ".3g"),

@@ -153,13 +153,10 @@ def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
 
 
 def train_flops(batch: Batch, args, vocab: int) -> float:
-    """Matmul FLOPs of one training step: 2 per multiply-add, forward x 3 for forward+backward.
-    Per layer: the q/k/v/output projections, the two feed-forward linears, attention's ``Q K^T``
-    and ``A V`` (full ``T x T`` in the decoder: no causal halving), and the decoder's
-    cross-attention, over the padded ``B x S`` and ``B x T`` positions, which the layers
-    compute. Plus the tied vocabulary projection over the real target tokens only (``Trainer``
-    passes ``target_index``). Not counted: the embedding gather, norms, softmax, dropout, the
-    loss and the optimizer."""
+    """Matmul FLOPs of one training step (2 per multiply-add, x 3 for forward+backward) over the
+    padded positions the layers compute (no causal halving), plus the tied vocabulary projection
+    over the real target tokens only (``Trainer`` passes ``target_index``). Not counted: the
+    embedding gather, norms, softmax, dropout, the loss and the optimizer."""
     B, S = batch.src.shape
     T = batch.tgt_in.size(1)
     D, F, L = args.d_model, args.d_ff, args.layers
