@@ -153,11 +153,7 @@ def query_layout(batch: Batch, kind: str, pad_id: int) -> tuple[Tensor, Tensor]:
 
 
 def make_batches(
-    src_ids: Sequence[Sequence[int]],
-    tgt_ids: Sequence[Sequence[int]],
-    max_tokens: int,
-    max_src_len: int | None = None,
-    max_tgt_len: int | None = None,
+    src_ids: Sequence, tgt_ids: Sequence, max_tokens: int, max_src_len=None, max_tgt_len=None
 ) -> list[Batch]:
     """Teacher-forcing batches of similar length within ``max_tokens`` padded tokens, each
     sequence cut to ``max_*_len - 1`` subwords (room for EOS/BOS), as in training."""

@@ -77,7 +77,7 @@ class Runner:
         if impl != "torch":
             module = MultiHeadAttention.from_torch(module, impl=impl)
         self.module = module.to(device=device, dtype=dtype)
-        self.is_torch = impl == "torch"
+        self.kwargs = {"need_weights": False} if impl == "torch" else {}
         gen = torch.Generator().manual_seed(seed + 1)
         shape = (case.batch, case.length, d_model)
         self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
@@ -85,9 +85,7 @@ class Runner:
         self.grad = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
 
     def _call(self, x):
-        if self.is_torch:
-            return self.module(x, x, x, need_weights=False)[0]
-        return self.module(x, x, x)[0]
+        return self.module(x, x, x, **self.kwargs)[0]
 
     def forward(self) -> None:
         self.module.eval()

@@ -44,8 +44,7 @@ def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict
     each thread count in a process of its own, so that their thread pools do not compete, the
     processes of a round in rotated order."""
     jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
-    times: dict[tuple, list[float]] = {}
-    outputs: dict[tuple, list] = {}
+    times, outputs = {}, {}
     for r in range(args.rounds):
         for threads, engine in rotated(jobs, r):
             job = {**spec, "engine": engine}
