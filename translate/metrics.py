@@ -28,12 +28,8 @@ def _check_lengths(references: list[str], **systems: list[str]) -> None:
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:
-    """Corpus BLEU and chrF of detokenized ``hypotheses`` against one reference each.
-
-    Returns:
-        ``{"bleu", "chrf", "bleu_signature", "chrf_signature"}``; scores on sacreBLEU's 0-100
-        scale, signatures as sacreBLEU prints them (e.g. ``nrefs:1|case:mixed|...|tok:13a|...``).
-    """
+    """Corpus BLEU and chrF (0-100) of detokenized ``hypotheses`` against one reference each,
+    with sacreBLEU's signatures (``nrefs:1|case:mixed|...|tok:13a|...``)."""
     _check_lengths(references, hypotheses=hypotheses)
     bleu, chrf = BLEU(), CHRF()
     return {
@@ -46,10 +42,8 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
 
 @contextmanager
 def _sacrebleu_test(seed: int) -> Iterator[None]:
-    """The surroundings of one sacreBLEU significance test. Its tests read their seed from
-    ``SACREBLEU_SEED`` only: set for the call. Its INFO lines ("Pre-computing BLEU statistics
-    ...", three per test) are muted meanwhile: the ablation report runs one test per job, so
-    they buried the report's own lines."""
+    """Around one sacreBLEU significance test: its seed, which it reads from ``SACREBLEU_SEED``
+    only, and its INFO lines muted (three per test; the ablation report runs one per job)."""
     previous = os.environ.get("SACREBLEU_SEED")
     os.environ["SACREBLEU_SEED"] = str(seed)
     logger = logging.getLogger("sacrebleu")
@@ -83,29 +77,13 @@ def paired_bootstrap(
     n_samples: int = 1000,
     seed: int = 12345,
 ) -> dict[str, dict]:
-    """BLEU of each system against ``baseline``, with sacreBLEU's paired bootstrap p-value.
-
-    This is ``sacrebleu --paired-bs`` (:class:`sacrebleu.significance.PairedTest`, which
-    follows Koehn 2004 and Moses' ``bootstrap-hypothesis-difference-significance.pl``): the
-    same ``n_samples`` resamples of sentence indices for every system, sufficient statistics
-    summed per resample, and ``p = (c + 1) / (n_samples + 1)`` where ``c`` counts resamples whose
-    centred absolute BLEU difference exceeds the observed one. Small p: the difference is
-    unlikely under "the two systems are equally good".
+    """BLEU of each of ``systems`` (name -> hypotheses) against ``baseline``, with the p-value
+    of ``sacrebleu --paired-bs`` (Koehn 2004) over ``n_samples`` resamples, and the mean and
+    95% half-width of the system's resampled BLEU.
 
     One correction: when the system's BLEU statistics equal the baseline's on every sentence
     (e.g. identical output), every resampled difference is 0, sacreBLEU's strict ``>`` gives
-    ``c = 0`` and so ``p = 1 / (n_samples + 1)`` - "significant". There is no difference to
-    test; we report ``p = 1.0``.
-
-    Args:
-        baseline: the reference system's hypotheses (the 8-head model in the ablation).
-        systems: name -> hypotheses, each aligned with ``references``.
-        n_samples: bootstrap resamples. seed: resampling seed (>= 1; sacreBLEU treats 0 as
-            "unseeded").
-
-    Returns:
-        name -> ``{"bleu", "baseline_bleu", "p_value", "bleu_mean", "bleu_ci95", "signature"}``;
-        ``bleu_mean`` and ``bleu_ci95`` (half-width) come from the system's resamples.
+    ``p = 1 / (n_samples + 1)``, "significant": there is no difference to test, so ``p = 1.0``.
     """
     _check_lengths(references, baseline=baseline, **systems)
     if seed < 1:

@@ -1,16 +1,13 @@
 """A command's record in its run dir (``.hydra/``), made once the command is accepted.
 
-Hydra writes the composed config, its own config and the overrides (``hydra.output_subdir``)
-before the command has checked anything. A refused command's record then stayed: ``heads=3``,
-refused, and then ``heads=2`` into the same dir trained a 2-head run whose
-``.hydra/config.yaml`` said 3. So ``hydra.output_subdir`` resolves to null here (Hydra writes
-nothing), the record is held as Hydra would have written it, and :func:`accept` writes it: a
-training run once it has claimed its dir and checked its checkpoints, any other command when it
-has done its work. A command that stops before (a user error, a crash, Ctrl-C) leaves its run
-dir as it found it: no record, no empty log, no folder it made. In a multirun the record is
-written as the job starts: the sweep's report names a failed job by it.
-
-Entry-point layer: it imports Hydra.
+Hydra writes its record before the command has checked anything, so a refused ``heads=3`` and
+then ``heads=2`` into the same dir trained a 2-head run whose ``.hydra/config.yaml`` said 3.
+Here Hydra writes nothing (``hydra.output_subdir`` resolves to null), the record is held as
+Hydra would have written it, and :func:`accept` writes it: a training run once it has claimed
+its dir and checked its checkpoints, any other command when it has done its work. A command
+that stops before leaves its run dir as it found it: no record, no empty log, no folder it
+made. In a multirun the record is written as the job starts: the sweep's report names a failed
+job by it. Entry-point layer: it imports Hydra.
 """
 
 from __future__ import annotations
@@ -31,13 +28,10 @@ from translate import io
 
 
 @dataclass
-class _Before:
-    """A single run's dir as it was before Hydra made it: the folders Hydra creates for it
-    (innermost first) and the names it already held."""
-
+class _Before:  # a single run's dir as it was before Hydra made it
     path: Path
-    made: list[Path]
-    names: set[str]
+    made: list[Path]  # the folders Hydra creates for it, innermost first
+    names: set[str]  # the names it already held
 
 
 @dataclass
@@ -79,7 +73,7 @@ def record_place(run_dir: Path) -> Path:
 
 class RecordCallback(Callback):
     """Notes what a single run's dir held before Hydra makes it (``on_run_start`` comes before
-    Hydra's mkdir and its log file), so that a refused command can leave it so."""
+    Hydra's mkdir and its log file)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         global _before
@@ -92,7 +86,7 @@ class RecordCallback(Callback):
 @contextlib.contextmanager
 def recorded(cfg: DictConfig | None) -> Iterator[None]:
     """Around a command's body: its record is written when it returns, or earlier through
-    :func:`accept`; if it stops before, what this invocation added to its run dir is removed."""
+    :func:`accept`; if it stops before, what it added to its run dir is removed."""
     _hold(cfg)
     if _pending is not None and HydraConfig.get().mode == RunMode.MULTIRUN:
         accept()
@@ -105,7 +99,6 @@ def recorded(cfg: DictConfig | None) -> Iterator[None]:
 
 
 def _hold(cfg: DictConfig | None) -> None:
-    """Hold this command's record, if its config asks for one, as Hydra would write it."""
     global _pending
     _pending = None
     if cfg is None or not HydraConfig.initialized():
@@ -124,11 +117,9 @@ def _hold(cfg: DictConfig | None) -> None:
 
 
 def accept(write: bool = True, replacing: bool = False) -> None:
-    """The command is accepted: write its record into its run dir (``write=False``: another
-    process writes it, e.g. rank 0 of a distributed run). ``replacing``: the run replaced
-    another in its dir (``trainer.overwrite``), whose record is set aside in
-    ``.hydra/runs/<time>_replaced/`` so that ``.hydra/config.yaml`` is this run's. Later calls
-    do nothing."""
+    """Write the accepted command's record into its run dir, once (``write=False``: another
+    process writes it, e.g. rank 0). ``replacing``: the run replaced another in its dir
+    (``trainer.overwrite``), whose record is set aside in ``.hydra/runs/<time>_replaced/``."""
     global _pending, _before
     pending, _pending, _before = _pending, None, None
     if pending is None or not write:
@@ -148,8 +139,8 @@ def _set_aside(record: Path) -> None:
 
 
 def _withdraw() -> None:
-    """The command stopped before it was accepted: drop its record, remove the empty files it
-    added to a single run's dir (Hydra's log), then the folders Hydra made for it if empty."""
+    """Drop the record of a command that stopped before it was accepted, the empty files it
+    added to a single run's dir (Hydra's log) and the folders Hydra made for it if empty."""
     global _pending, _before
     pending, before, _pending, _before = _pending, _before, None, None
     if pending is None or before is None or before.path != pending.run_dir:

@@ -1,7 +1,6 @@
-"""Figures: attention heatmaps (one panel per head, token labels on both axes), the per-head
-grids and the pruning curve of ``translate.analyze``, for PNG files and TensorBoard; a run's
-row in TensorBoard's HParams table, which sits beside its heatmaps there; and the heads
-ablation's ``ablation.png``."""
+"""Figures: attention heatmaps (one panel per head), the per-head grids and the pruning curve of
+``translate.analyze``, for PNG files and TensorBoard; a run's row in TensorBoard's HParams
+table; and the heads ablation's ``ablation.png``."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ if TYPE_CHECKING:
 
 
 def pyplot():
-    """``matplotlib.pyplot`` on the headless Agg backend (training boxes, sweep nodes and CI have
-    no display), imported on first use: every command imports this module, most draw nothing,
-    and matplotlib takes half a second to import."""
+    """``matplotlib.pyplot`` on the headless Agg backend, imported on first use: every command
+    imports this module, most draw nothing, and matplotlib takes half a second to import."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,9 +37,9 @@ def pyplot():
 
 
 def head_grid(heads: int) -> tuple[int, int]:
-    """``(rows, cols)`` of a near-square grid of ``heads`` panels (1x1, 1x2, 2x2 at 4, 3x3 at 8,
-    4x4 at 16): TensorBoard scales an image down to its card's width, so a wide strip (1x4)
-    shrinks its tokens until they cannot be read, where a square keeps them twice as large."""
+    """``(rows, cols)`` of a near-square grid of ``heads`` panels: TensorBoard scales an image
+    down to its card's width, so a wide strip (1x4) shrinks its tokens until they cannot be
+    read, where a square keeps them twice as large."""
     cols = math.ceil(math.sqrt(heads))
     return math.ceil(heads / cols), cols
 
@@ -49,8 +47,7 @@ def head_grid(heads: int) -> tuple[int, int]:
 def attention_figure(
     weights: Tensor, keys: list[str], queries: list[str], title: str, first_head: int = 0
 ):
-    """A grid with one heatmap per head. ``weights (H, T, S)`` for ``T`` queries, ``S`` keys,
-    of the heads numbered from ``first_head``."""
+    """A grid with one heatmap per head of ``weights (H, T, S)``, numbered from ``first_head``."""
     heads = weights.size(0)
     rows, cols = head_grid(heads)
     size = max(2.5, 0.22 * max(len(keys), len(queries)))
@@ -81,12 +78,9 @@ def attention_figures(
     maps: AttentionMaps, src: list[str], tgt: list[str], per_image: int | None = None
 ) -> Iterator[tuple[str, Figure]]:
     """``(tag, figure)`` for every layer of every attention type, for batch row 0: one grid of
-    every head, or with ``per_image`` groups of that many heads tagged ``.../heads_0-3``.
-
-    ``src`` labels the encoder positions, ``tgt`` the decoder input positions. One figure at a
-    time: a caller that closes each before the next (TensorBoard's ``add_figure`` does) holds
-    one open, where 16 heads make 24 (and matplotlib warns past 20).
-    """
+    every head, or with ``per_image`` groups of that many heads tagged ``.../heads_0-3``. One
+    figure at a time: a caller that closes each before the next holds one open, where 16 heads
+    make 24 (and matplotlib warns past 20)."""
     kinds = (
         ("encoder_self", maps.encoder, src, src),
         ("decoder_self", maps.decoder_self, tgt, tgt),
@@ -106,17 +100,10 @@ def attention_figures(
 
 @torch.no_grad()
 def sentence_figures(
-    model: Seq2SeqTransformer,
-    src_ids,
-    tgt_ids,
-    tokenizer: Tokenizer,
-    device,
-    per_image: int | None = None,
+    model: Seq2SeqTransformer, src_ids, tgt_ids, tok: Tokenizer, device, per_image=None
 ) -> Iterator[tuple[str, Figure]]:
-    """``(tag, figure)`` of every head of every layer for one sentence pair (ids without
-    specials): the model sees ``src + EOS`` and ``BOS + tgt``, labelled with their pieces;
-    ``per_image`` as in :func:`attention_figures`."""
-    tok = tokenizer
+    """:func:`attention_figures` of one sentence pair (ids without specials): the model sees
+    ``src + EOS`` and ``BOS + tgt``, labelled with their pieces."""
     src = torch.tensor([[*src_ids, tok.EOS]], device=device)  # (1, S)
     tgt_in = torch.tensor([[tok.BOS, *tgt_ids]], device=device)  # (1, T)
     with eval_mode(model):
@@ -127,21 +114,18 @@ def sentence_figures(
 
 
 def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int) -> None:
-    """Heatmaps of every head of every layer for one sentence pair, to TensorBoard, at most
-    :data:`CARD_HEADS` heads an image so that a card shows them legibly."""
+    """:func:`sentence_figures` to TensorBoard, :data:`CARD_HEADS` heads an image."""
     for tag, figure in sentence_figures(model, src_ids, tgt_ids, tokenizer, device, CARD_HEADS):
         writer.add_figure(tag, figure, step)  # closes the figure
 
 
 def log_hparams(writer, hparams: dict, metrics: dict, leading=(), trial: str = "") -> None:
-    """Write the HParams-dashboard summaries into this run's own event file, so
-    ``tensorboard --logdir <sweep_dir>`` lists one row per job, named ``trial`` (empty: the
-    run's path, which the table cuts to its first characters).
+    """Write the HParams-dashboard summaries into this run's own event file, so that
+    ``tensorboard --logdir <sweep_dir>`` lists one row per job, named ``trial``.
 
-    TensorBoard shows the experiment summary of one run as it is, but sorts its hparams by
-    ``differs`` first, then by name (``_sort_and_reduce_to_hparams_limit`` in its
+    TensorBoard sorts the hparams by ``differs`` first, then by name (its
     ``backend_context.py``), and ticks the first five. torch never sets ``differs``, so the
-    columns came out alphabetical; the ``leading`` hparams are marked so, every other after."""
+    columns came out alphabetical: the ``leading`` hparams are marked so."""
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
     experiment, session_start, session_end = hparams_summary(hparams, metrics)
@@ -169,8 +153,8 @@ def _plugin_data(summary):
 
 
 def figure_pixels(fig) -> np.ndarray:
-    """The figure rendered once as ``(H, W, 3)`` uint8 pixels, then closed: drawing dominates
-    (a second or so per grid), so PNG and TensorBoard share one rendering."""
+    """The figure rendered once as ``(H, W, 3)`` uint8 pixels, then closed: drawing takes a
+    second or so per grid, so PNG and TensorBoard share one rendering."""
     fig.canvas.draw()
     pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3]  # (H, W, 3)
     pyplot().close(fig)
@@ -178,8 +162,8 @@ def figure_pixels(fig) -> np.ndarray:
 
 
 def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
-    """Two grids, one row per attention module, one column per head: normalised entropy and
-    importance (loss increase when masked); degenerate heads are marked with x."""
+    """Normalised entropy and importance, one row per attention module, one column per head;
+    degenerate heads are marked with x."""
     rows = [(k, n) for k in HEAD_MASK_KEYS for n in range(num_layers[k])]
     index = {(s.kind, s.layer, s.head): s for s in stats}
     panels = (
@@ -222,12 +206,8 @@ def pruning_figure(curve: list[dict], num_heads: int):
     return fig
 
 
-# ------------------------------------------------------------------------ ablation.png
-
-
 def _x(report: Report, entry: dict) -> int:
-    """A row's or a job's place on the x-axis: its kv_heads when the sweep varies them."""
-    heads, kv = heads_key(entry)
+    heads, kv = heads_key(entry)  # the x-axis: kv_heads when the sweep varies them
     return kv if report.kv_axis else heads
 
 
@@ -280,8 +260,7 @@ def _latency_panel(ax, report: Report) -> None:
 
 
 def _params_panel(ax, report: Report) -> None:
-    """The parameter count per row, from zero: a flat line says equal model size (with a kv
-    axis it rightly rises with kv_heads)."""
+    """From zero: a flat line says equal model size (with a kv axis it rises with kv_heads)."""
     rows = [r for r in report.rows if isinstance(r["params"], int)]
     xs = [_x(report, r) for r in rows]
     ax.plot(xs, [r["params"] / 1e6 for r in rows], "s-")
@@ -293,8 +272,7 @@ def _params_panel(ax, report: Report) -> None:
 
 
 def ablation_figure(report: Report):
-    """The panels with something to show side by side, against heads (or kv_heads): test BLEU,
-    batch-1 latency over the baseline row's, parameters; None when none has."""
+    """The panels with something to show, side by side; None when none has."""
     shown = {
         _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),
         _latency_panel: any(_latency_points(report, m)[0] for m in LATENCY),

@@ -1,19 +1,7 @@
-"""What the heads of one checkpoint learned: the work of ``python -m translate.analyze``
-(:mod:`translate.analyze` reads the settings and holds the output dir; this writes into it).
-
-On a fixed prefix of a split (``analysis.max_sentences``) this measures, per head:
-
-- attention entropy (mean over non-pad queries) and its normalised form ``H / log S``;
-- whether the head is degenerate: near-uniform, or fixed on one place (previous token, EOS, ...)
-  - see :mod:`translate.analysis.heads` and the thresholds in ``conf/analysis/default.yaml``;
-- importance (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): the dev loss
-  increase, and optionally the BLEU drop, when that head alone is masked at inference through
-  the model's ``head_mask`` option (``Seq2SeqTransformer.forward/encode/decode``);
-
-then masks heads in order of increasing importance and records BLEU and loss at each fraction
-of heads kept (the pruning curve). Everything goes into the output dir: ``analysis.json``,
-``heads.png``, ``pruning.png``, ``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same
-images in ``tensorboard/``.
+"""What the heads of one checkpoint learned, the work of ``python -m translate.analyze``: on a
+fixed prefix of a split, each head's entropy and degenerate flag (:mod:`.heads`), its
+importance and the pruning curve (:mod:`.importance`), into ``analysis.json``, ``heads.png``,
+``pruning.png``, ``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same in ``tensorboard/``.
 """
 
 from __future__ import annotations
@@ -25,13 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from translate import io
-from translate.analysis.figures import (
-    figure_pixels,
-    heads_figure,
-    pruning_figure,
-    pyplot,
-    sentence_figures,
-)
+from translate.analysis import figures
 from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
 from translate.analysis.importance import MaskedBleu, importance, pruning_curve
 from translate.data.corpus import load_raw_split
@@ -44,14 +26,13 @@ from translate.settings import CheckpointCommand
 
 log = logging.getLogger(__name__)
 
-_ROLES = {"valid": "valid", "test": "test"}
 # What an analysis writes into its dir: a second one there would replace or mix with them.
 OUTPUTS = ("analysis.json", "heads.png", "pruning.png", "heatmaps", "tensorboard")
 
 
 def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, list, list[str]]:
     """``(split name, src ids, tgt ids, references)`` of the non-empty pairs analysed."""
-    if role not in _ROLES:
+    if role not in ("valid", "test"):
         raise UserError(f"split={role} is unknown; pass split=valid or split=test")
     name, sources, references = load_raw_split(loaded.data, role)
     pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()]
@@ -64,15 +45,11 @@ def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, lis
 
 
 def analyze_heads(
-    command: CheckpointCommand,
-    a: AnalysisSettings,
-    split: str,
-    out_dir: Path,
-    data_overrides=None,
+    command: CheckpointCommand, a: AnalysisSettings, split: str, out_dir: Path, data_overrides=None
 ) -> dict:
     """Run every diagnostic on ``split`` (``valid`` or ``test``), write the outputs into
-    ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source>
-    data.dir=...`` on the command line) are merged over the checkpoint's data config."""
+    ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source> ...``
+    on the command line) are merged over the checkpoint's data config."""
     r = command.runtime
     r.apply_to_process()
     loaded = load_translator(
@@ -80,14 +57,8 @@ def analyze_heads(
     )
     name, src_ids, tgt_ids, refs = _pairs(loaded, split, a.max_sentences)
     model, tr = loaded.model, loaded.translator
-    log.info(
-        "analysing %d heads of %s on %d sentences of %s; outputs in %s",
-        len(head_ids(model)),
-        command.checkpoint,
-        len(refs),
-        name,
-        out_dir,
-    )
+    what = f"{len(head_ids(model))} heads of {command.checkpoint} on {len(refs)} sentences"
+    log.info("analysing %s of %s; outputs in %s", what, name, out_dir)
     start = time.perf_counter()
     limits = (loaded.data.eval_cap, loaded.data.eval_cap)  # as validation feeds the model
     batches = make_batches(src_ids, tgt_ids, a.max_tokens, *limits)
@@ -111,9 +82,8 @@ def analyze_heads(
         "head_stats": [s.as_dict() for s in stats],
         "pruning": curve,
     }
-    _write_figures(
-        out_dir, loaded, stats, result, list(zip(src_ids, tgt_ids))[: a.heatmap_sentences]
-    )
+    examples = list(zip(src_ids, tgt_ids))[: a.heatmap_sentences]
+    _write_figures(out_dir, loaded, stats, result, examples)
     result["seconds"] = time.perf_counter() - start
     io.write(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n", "head analysis")
     _log_summary(result, out_dir)
@@ -146,33 +116,23 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
 
 def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
     """Heatmaps of ``examples`` (ids), ``heads.png``, ``pruning.png``; also to TensorBoard."""
-    plt = pyplot()
+    plt = figures.pyplot()
     writer = io.summary_writer(out_dir / "tensorboard")
 
     def save(fig, path: Path, tag: str) -> None:
-        pixels = figure_pixels(fig)
+        pixels = figures.figure_pixels(fig)
         io.write(path, lambda f: plt.imsave(f, pixels, format="png"), "head analysis figure")
         writer.add_image(tag, pixels, dataformats="HWC")
 
     model, tok, device = loaded.model, loaded.tokenizer, loaded.translator.device
     for i, (src_ids, tgt_ids) in enumerate(examples):
-        for tag, fig in sentence_figures(model, src_ids, tgt_ids, tok, device):
+        for tag, fig in figures.sentence_figures(model, src_ids, tgt_ids, tok, device):
             kind, layer = tag.split("/")[1:]
-            save(
-                fig,
-                out_dir / "heatmaps" / f"sentence{i}" / f"{kind}_{layer}.png",
-                f"{tag}/sentence{i}",
-            )
-    save(
-        heads_figure(stats, model.num_layers, model.num_heads),
-        out_dir / "heads.png",
-        "analysis/heads",
-    )
-    save(
-        pruning_figure(result["pruning"], result["heads"]),
-        out_dir / "pruning.png",
-        "analysis/pruning",
-    )
+            save(fig, out_dir / f"heatmaps/sentence{i}/{kind}_{layer}.png", f"{tag}/sentence{i}")
+    heads = figures.heads_figure(stats, model.num_layers, model.num_heads)
+    save(heads, out_dir / "heads.png", "analysis/heads")
+    pruning = figures.pruning_figure(result["pruning"], result["heads"])
+    save(pruning, out_dir / "pruning.png", "analysis/pruning")
     for point in result["pruning"]:
         writer.add_scalar("pruning/bleu", point["bleu"], point["heads_kept"])
         writer.add_scalar("pruning/loss", point["loss"], point["heads_kept"])
@@ -191,15 +151,10 @@ def _log_summary(result: dict, out_dir: Path) -> None:
         summary["total_heads"],
     )
     for d in summary["degenerate"]:
+        log.info("degenerate: %(kind)s layer %(layer)d head %(head)d: %(reason)s", d)
+    for p in result["pruning"]:
+        kept = (100 * p["fraction_kept"], p["heads_kept"])
         log.info(
-            "degenerate: %s layer %d head %d: %s", d["kind"], d["layer"], d["head"], d["reason"]
-        )
-    for point in result["pruning"]:
-        log.info(
-            "pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f",
-            100 * point["fraction_kept"],
-            point["heads_kept"],
-            point["bleu"],
-            point["loss"],
+            "pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f", *kept, p["bleu"], p["loss"]
         )
     log.info("wrote %s", out_dir / "analysis.json")

@@ -1,11 +1,9 @@
-"""Per-head attention statistics: entropy, degenerate-head flags, head masks.
+"""Per-head attention statistics (entropy, degenerate-head flags) and head masks, for
+``python -m translate.analyze`` and for the end of every training run (:func:`head_summary`).
 
-Shared by ``python -m translate.analyze`` (the full per-head diagnostics) and by training, which
-calls :func:`head_summary` at the end of every run to put a cheap summary into results.json.
-
-Everything is measured on teacher-forced passes (:meth:`Seq2SeqTransformer.attention_maps`)
-over a fixed prefix of a split, so two models are compared on the same sentences. Padding is
-excluded everywhere: padded query rows are ignored and padded keys get zero weight anyway.
+Measured on teacher-forced passes (:meth:`Seq2SeqTransformer.attention_maps`) over a fixed
+prefix of a split, so two models are compared on the same sentences; padded queries are
+ignored, and padded keys have zero weight anyway.
 """
 
 from __future__ import annotations
@@ -28,8 +26,6 @@ HeadId = tuple[str, int, int]  # (kind, layer, head)
 
 @dataclass
 class HeadStats:
-    """One head's statistics over the analysed sentences."""
-
     kind: str  # "encoder" | "decoder_self" | "decoder_cross"
     layer: int
     head: int
@@ -61,10 +57,8 @@ def pattern_name(pattern: str, kind: str) -> str:
 
 
 class HeadAccumulator:
-    """Sums of per-query statistics for the ``H`` heads of one attention module.
-
-    Feed it every batch's weights with :meth:`add`, then read :meth:`stats`.
-    """
+    """Sums of per-query statistics for the ``H`` heads of one attention module: :meth:`add`
+    every batch, then read :meth:`stats`."""
 
     def __init__(self, kind: str, layer: int, num_heads: int, max_offset: int) -> None:
         self.kind, self.layer, self.num_heads = kind, layer, num_heads
@@ -84,13 +78,8 @@ class HeadAccumulator:
         return torch.zeros(self.num_heads, dtype=torch.float64)
 
     def add(self, weights: Tensor, query_ignore: Tensor, n_keys: Tensor) -> None:
-        """Add one batch.
-
-        Args:
-            weights: ``(B, H, T, S)`` attention probabilities; padded keys have weight 0.
-            query_ignore: ``(B, T)`` bool, True for padded queries.
-            n_keys: ``(B, T)`` keys each query may see (source length, or ``t + 1`` if causal).
-        """
+        """``weights (B, H, T, S)``, padded keys at 0; ``query_ignore (B, T)``, True for padded
+        queries; ``n_keys (B, T)``: the keys each query may see (``t + 1`` if causal)."""
         p = weights.float()
         keep = ~query_ignore.bool()  # (B, T)
         multi = keep & (n_keys >= 2)  # one visible key: entropy 0 by force, says nothing
@@ -164,16 +153,10 @@ def query_layout(batch: Batch, kind: str, pad_id: int) -> tuple[Tensor, Tensor]:
 
 
 def make_batches(
-    src_ids: Sequence[Sequence[int]],
-    tgt_ids: Sequence[Sequence[int]],
-    max_tokens: int,
-    max_src_len: int | None = None,
-    max_tgt_len: int | None = None,
+    src_ids: Sequence, tgt_ids: Sequence, max_tokens: int, max_src_len=None, max_tgt_len=None
 ) -> list[Batch]:
-    """Teacher-forcing batches of similar length, each within ``max_tokens`` padded tokens.
-
-    Sequences are cut to ``max_*_len - 1`` subwords (room for EOS/BOS), as in training.
-    """
+    """Teacher-forcing batches of similar length within ``max_tokens`` padded tokens, each
+    sequence cut to ``max_*_len - 1`` subwords (room for EOS/BOS), as in training."""
     cut_src = None if max_src_len is None else max_src_len - 1
     cut_tgt = None if max_tgt_len is None else max_tgt_len - 1
     pairs = [
@@ -221,10 +204,8 @@ def summarize(stats: Sequence[HeadStats]) -> dict:
         out["entropy"][kind] = sum(s.entropy for s in mine) / len(mine)
         out["normalized_entropy"][kind] = sum(s.normalized_entropy for s in mine) / len(mine)
         layers = sorted({s.layer for s in mine})
-        out["entropy_per_layer"][kind] = [
-            sum(s.entropy for s in mine if s.layer == n) / sum(1 for s in mine if s.layer == n)
-            for n in layers
-        ]
+        per_layer = [[s.entropy for s in mine if s.layer == n] for n in layers]
+        out["entropy_per_layer"][kind] = [sum(e) / len(e) for e in per_layer]
     degenerate = [s for s in stats if s.degenerate]
     out["degenerate_heads"] = len(degenerate)
     out["total_heads"] = len(stats)
@@ -245,22 +226,15 @@ def head_summary(
     max_src_len: int | None = None,
     max_tgt_len: int | None = None,
 ) -> dict:
-    """Attention entropy per layer type and degenerate heads on a prefix of ``split``.
-
-    One teacher-forced pass over the first ``analysis.summary_sentences`` pairs of ``split``
-    (anything with ``src_ids`` and ``tgt_ids``, e.g. an
-    :class:`~translate.data.corpus.EncodedSplit`), cheap enough for the end of every training
-    run. Returns :func:`summarize`'s dict plus ``sentences``.
-    """
+    """:func:`summarize` (plus ``sentences``) of one teacher-forced pass over the first
+    ``analysis.summary_sentences`` pairs of ``split`` (with ``src_ids`` and ``tgt_ids``), cheap
+    enough for the end of every training run."""
     n = min(analysis.summary_sentences, len(split.src_ids))
     batches = make_batches(
         split.src_ids[:n], split.tgt_ids[:n], analysis.max_tokens, max_src_len, max_tgt_len
     )
     stats = head_statistics(model, batches, device, precision, analysis.degenerate)
     return {"sentences": n, **summarize(stats)}
-
-
-# ------------------------------------------------------------------------ head masks
 
 
 def head_ids(model: Seq2SeqTransformer) -> list[HeadId]:

@@ -1,9 +1,7 @@
-"""Head importance by masking (Michel et al., 2019) and the pruning curve.
-
-Each head is scored by how much worse the model gets when that head alone is masked at
-inference (its output zeroed before the output projection, ``Seq2SeqTransformer``'s
-``head_mask``): the increase of the dev loss and, optionally, the drop of dev BLEU. Masking
-heads in order of increasing importance gives the pruning curve.
+"""Head importance by masking (Michel et al. 2019, "Are Sixteen Heads Really Better than
+One?"): how much worse the model gets when one head alone is masked at inference (its output
+zeroed by ``Seq2SeqTransformer``'s ``head_mask``); masking heads in order of increasing
+importance gives the pruning curve.
 """
 
 from __future__ import annotations
@@ -20,11 +18,8 @@ from translate.nn.model import Seq2SeqTransformer
 
 
 class HeadMasked(nn.Module):
-    """``model`` with a fixed ``head_mask``, for :class:`Translator` and the search functions.
-
-    It has the ``encode`` / ``decode`` / ``new_cache`` interface search uses and passes the mask
-    into every call, so decoding runs the real model with those heads' outputs zeroed.
-    """
+    """``model`` with a fixed ``head_mask`` in every ``encode`` and ``decode`` that search
+    makes, so that decoding runs the real model with those heads' outputs zeroed."""
 
     def __init__(self, model: Seq2SeqTransformer, head_mask: dict[str, Tensor]) -> None:
         super().__init__()
@@ -43,16 +38,9 @@ class HeadMasked(nn.Module):
 
 class MaskedBleu:
     """BLEU of ``translator``'s model on fixed sources under a head mask (None = unmasked),
-    decoded by the translator's settings but a beam of ``beam_size`` when given
-    (:meth:`Translator.translate_ids`)."""
+    decoded by the translator's settings but a beam of ``beam_size`` when given."""
 
-    def __init__(
-        self,
-        translator: Translator,
-        src_ids: Sequence,
-        refs: list[str],
-        beam_size: int | None = None,
-    ) -> None:
+    def __init__(self, translator: Translator, src_ids: Sequence, refs: list[str], beam_size=None):
         self.translator, self.src_ids, self.refs = translator, list(src_ids), refs
         self.beam_size = beam_size
 
@@ -61,23 +49,15 @@ class MaskedBleu:
             return float("nan")
         base = self.translator
         model = base.model if head_mask is None else HeadMasked(base.model, head_mask)
-        masked = Translator(
-            TorchEngine(model, base.device, base.precision),
-            base.tokenizer,
-            base.decode,
-            base.max_tokens,
-            base.max_src_len,
-        )
+        engine = TorchEngine(model, base.device, base.precision)
+        masked = Translator(engine, base.tokenizer, base.decode, base.max_tokens, base.max_src_len)
         hyps = base.tokenizer.decode(masked.translate_ids(self.src_ids, self.beam_size))
         return score(hyps, self.refs)["bleu"]
 
 
 def importance(model: Seq2SeqTransformer, loss_fn, bleu_fn=None, device="cpu") -> tuple[dict, dict]:
-    """Each head's loss increase (and BLEU drop) when it alone is masked (Michel et al. 2019).
-
-    Returns ``(base, {head_id: {"loss_increase", "bleu_drop"}})`` with
-    ``base = {"loss", "bleu"}`` for the unmasked model.
-    """
+    """``(base, {head_id: {"loss_increase", "bleu_drop"}})``: each head's when it alone is
+    masked, against the unmasked model's ``base = {"loss", "bleu"}``."""
     base = {"loss": loss_fn(None), "bleu": bleu_fn(None) if bleu_fn else None}
     scores = {}
     for hid in head_ids(model):
@@ -98,13 +78,6 @@ def pruning_curve(model, order: list, fractions, loss_fn, bleu_fn, device="cpu")
     for kept in counts:
         removed = order[: total - kept]
         mask = head_mask_without(model, removed, device)
-        curve.append(
-            {
-                "fraction_kept": kept / total,
-                "heads_kept": kept,
-                "bleu": bleu_fn(mask),
-                "loss": loss_fn(mask),
-                "removed": [list(h) for h in removed],
-            }
-        )
+        point = {"fraction_kept": kept / total, "heads_kept": kept, "bleu": bleu_fn(mask)}
+        curve.append(point | {"loss": loss_fn(mask), "removed": [list(h) for h in removed]})
     return curve

@@ -2,24 +2,14 @@
 ``impl=sdpa``) against ``torch.nn.MultiheadAttention``.
 
     python -m translate.bench.attention --json outputs/bench/attention.json
-    python -m translate.bench.attention --quick
     python -m translate.bench.attention --device cuda --json outputs/bench/attention_cuda.json
 
-Every module is self-attention over ``x (B, L, D)`` with the same weights, dropout 0;
-``B = max(1, --tokens // L)`` (bf16 on the CPU: 512 tokens). Times are medians of interleaved
-runs (:func:`case_settings`): forward in eval mode without autograd (``nn.MultiheadAttention``'s
-fused fast path), and forward + backward in training mode (input and weight gradients).
-
-Peak memory, at L=2048 (on CUDA at every L): the growth during one forward, and one
-forward+backward, over the memory in use just before it (``translate.runtime.memory``): on
-CUDA the allocator's peak; on the CPU the peak resident size (``VmHWM``) of a fresh subprocess
-per case, with glibc's mmap threshold fixed at 64 KiB so that freed tensors go back to the
-system instead of staying in a malloc arena, to be reused unseen.
-
-``summary``: ``mha_fwd_bwd_time_sdpa_vs_torch`` (forward+backward time of ``impl=sdpa`` over
-``nn.MultiheadAttention``'s, geometric mean over the cases; target <= 1.05) and
-``peak_mem_2048_sdpa_vs_manual`` (forward+backward peak memory of ``impl=sdpa`` over
-``impl=manual``'s at L=2048; target <= 0.5).
+Self-attention over ``x (B, L, D)``, the same weights, dropout 0, ``B = max(1, --tokens // L)``:
+forward in eval mode without autograd (``nn.MultiheadAttention``'s fused fast path) and forward
++ backward in training mode. Peak memory at L=2048 (on CUDA at every L) is the growth during
+one call over the memory in use before it; on the CPU the peak resident size of a fresh
+subprocess per case, whose glibc returns freed tensors to the system rather than keep them
+unseen in a malloc arena. docs/benchmarks.md has the summary's targets.
 """
 
 from __future__ import annotations
@@ -63,24 +53,18 @@ class Case:
 
 
 def default_grid(device: torch.device, quick: bool) -> list[tuple[int, int, str]]:
-    """``(L, H, dtype)`` cases. On CUDA the full product of 6 lengths x 4 head counts x 2 dtypes.
-    On the CPU that would take far longer than a benchmark should, so the grid is trimmed:
-    lengths at 8 heads in fp32, heads 1/4/16 at L=256 and L=2048 in fp32, and bf16 only at
-    L=256, 8 heads (without native bf16 matmuls a bf16 forward+backward at L=2048 takes tens of
-    seconds per call on an AVX2 CPU)."""
+    """``(L, H, dtype)`` cases: on CUDA 6 lengths x 4 head counts x 2 dtypes. On the CPU that
+    takes too long: lengths at 8 heads, heads 1/4/16 at L=256 and 2048, all in fp32, and bf16
+    only at L=256 (without native bf16 matmuls L=2048 takes tens of seconds a call)."""
     lengths = [64, 128, 256, 512, 1024, 2048]
-    heads = GRID_HEADS
     if quick:
         return [(256, 8, "fp32"), (2048, 8, "fp32")]
     if device.type == "cuda":
-        return [(L, H, d) for d in ("fp32", "bf16") for L in lengths for H in heads]
+        return [(L, H, d) for d in ("fp32", "bf16") for L in lengths for H in GRID_HEADS]
     grid = [(L, REFERENCE_HEADS, "fp32") for L in lengths]
-    grid += [(L, H, "fp32") for L in (256, 2048) for H in heads if H != REFERENCE_HEADS]
+    grid += [(L, H, "fp32") for L in (256, 2048) for H in GRID_HEADS if H != REFERENCE_HEADS]
     grid += [(256, REFERENCE_HEADS, "bf16")]
     return sorted(grid, key=lambda c: (c[2] != "fp32", c[0], c[1]))
-
-
-# ---------------------------------------------------------------------------- one case
 
 
 class Runner:
@@ -93,7 +77,7 @@ class Runner:
         if impl != "torch":
             module = MultiHeadAttention.from_torch(module, impl=impl)
         self.module = module.to(device=device, dtype=dtype)
-        self.is_torch = impl == "torch"
+        self.kwargs = {"need_weights": False} if impl == "torch" else {}
         gen = torch.Generator().manual_seed(seed + 1)
         shape = (case.batch, case.length, d_model)
         self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
@@ -101,9 +85,7 @@ class Runner:
         self.grad = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
 
     def _call(self, x):
-        if self.is_torch:
-            return self.module(x, x, x, need_weights=False)[0]
-        return self.module(x, x, x)[0]
+        return self.module(x, x, x, **self.kwargs)[0]
 
     def forward(self) -> None:
         self.module.eval()
@@ -120,13 +102,9 @@ class Runner:
         self.x.grad = None
 
 
-# ---------------------------------------------------------------------------- memory
-
-
 def peak_growth(runner: Runner, device: torch.device) -> dict:
     """MiB that one forward, then one forward+backward, add at their peak to the memory in use
-    just before them: the peak window is reset right before each call, so the peak read then
-    is the memory in use, and the peak read after the call less that is the growth."""
+    just before them (the peak window is reset right before each call)."""
     out = {}
     for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
         runner.clear()
@@ -143,9 +121,8 @@ def peak_growth(runner: Runner, device: torch.device) -> dict:
 
 
 def memory_child(spec: dict) -> dict:
-    """Runs in a fresh process: :func:`peak_growth` on the CPU, where the peak is the
-    process's peak resident size (``VmHWM``, its own address space's, reset before each phase;
-    ``ru_maxrss`` would not do: across ``exec`` Linux carries the parent's peak into it)."""
+    """:func:`peak_growth` on the CPU in a fresh process, whose peak resident size (``VmHWM``)
+    is its own (``ru_maxrss`` would not do: across ``exec`` Linux carries the parent's peak)."""
     torch.set_num_threads(spec["threads"])
     case, cpu = Case(**spec["case"]), torch.device("cpu")
     runner = Runner(spec["impl"], case, spec["d_model"], cpu, spec["seed"])
@@ -169,14 +146,8 @@ def memory_cpu(impl: str, case: Case, args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# ---------------------------------------------------------------------------- main
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m translate.bench.attention", description=__doc__.split("\n\n")[0]
-    )
-    common.add_common_args(parser, "attention")
+    parser = common.parser("attention", __doc__)
     number = common.number
     parser.add_argument("--d-model", type=number(), default=512)
     parser.add_argument("--lengths", type=number(), nargs="+", help="with --heads/--dtypes: a grid")
@@ -199,23 +170,18 @@ def grid(args, device: torch.device) -> list[Case]:
         cells = [(L, H, d) for d in dtypes for L in lengths for H in heads]
     else:
         cells = default_grid(device, args.quick)
-    bf16_tokens = args.tokens if device.type == "cuda" else CPU_BF16_TOKENS
-    tokens = {"fp32": args.tokens, "bf16": bf16_tokens}
+    tokens = {"fp32": args.tokens, "bf16": args.tokens}
+    if device.type != "cuda":
+        tokens["bf16"] = CPU_BF16_TOKENS
     return [Case(L, H, d, max(1, tokens[d] // L)) for L, H, d in cells]
 
 
 def case_settings(case: Case, args, device: torch.device) -> tuple[int, int]:
-    """``(warmup rounds, timed rounds)`` for one case. On the CPU the first call of each module
-    is the only warm-up, and cases of L >= 1024 get 3 timed rounds instead of 5."""
+    """``(warmup rounds, timed rounds)``: on the CPU the first call is the only warm-up."""
     cuda = device.type == "cuda"
     warmup = args.warmup if args.warmup is not None else (2 if cuda else 0)
-    if args.repeats is not None:
-        repeats = args.repeats
-    elif cuda:
-        repeats = 10
-    else:
-        repeats = 3 if args.quick or case.length >= 1024 else 5
-    return warmup, repeats
+    repeats = 10 if cuda else 3 if args.quick or case.length >= 1024 else 5
+    return warmup, args.repeats or repeats
 
 
 def run_case(case: Case, args, device) -> list[dict]:
@@ -246,8 +212,8 @@ def run_case(case: Case, args, device) -> list[dict]:
 
 
 def summarise(rows: list[dict]) -> dict:
-    """The geometric mean of sdpa's time ratios; its memory ratio at L=2048 and 8 heads (else
-    the fewest heads measured there), in the first dtype measured."""
+    """sdpa's time ratios' geometric mean; its memory ratio at L=2048 and 8 heads (else the
+    fewest heads measured there), in the first dtype measured."""
     sdpa = [row for row in rows if row["impl"] == "sdpa"]
     mem = [r for r in sdpa if r["length"] == MEMORY_LENGTH and r["mem_vs_manual"] is not None]
     mem.sort(key=lambda row: (row["heads"] != REFERENCE_HEADS, row["heads"]))
@@ -278,32 +244,27 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.memory_child:
         print(json.dumps(memory_child(json.loads(args.memory_child))))
         return {}
-    with common.Session(args) as session:
-        device = session.device
+    with common.session(args) as device:
         rows = []
         for case in grid(args, device):
             case_rows = run_case(case, args, device)
             common.print_table(case_rows, COLUMNS[5:], title=f"\n{case}")
             rows += case_rows
-        summary = summarise(rows)
         print()
         common.print_table(rows, COLUMNS, title=f"MultiHeadAttention, d_model={args.d_model}")
-        common.print_summary(summary, TARGETS)
-        result = common.report(
+        return common.finish(
             "attention",
             argv,
             args,
             device,
-            summary,
-            targets={k: list(v) for k, v in TARGETS.items()},
+            summarise(rows),
+            TARGETS,
             memory_method="torch.cuda.max_memory_allocated"
             if device.type == "cuda"
             else "peak resident growth (VmHWM, reset through /proc/self/clear_refs) in a fresh "
             "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536",
             rows=rows,
         )
-    common.write_json(args.json, result)
-    return result
 
 
 if __name__ == "__main__":

@@ -1,19 +1,18 @@
 """What the benchmarks (``python -m translate.bench.attention``, ``.train``, ``.decode``,
-``.ladder``) share: common options, interleaved timing with warm-up and medians, the machine's
-own large-GEMM reference (:class:`Gemm`), a plain-text table, and the JSON report with the
-machine it ran on. Timing a call, the rounds' order and the machine's description are the
-package's (:mod:`translate.runtime`), which ``python -m translate.ablation speed`` uses too.
-"""
+``.ladder``) share: options, interleaved timing, the machine's own large-GEMM reference
+(:class:`Gemm`), a plain-text table and the JSON report with the machine it ran on."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from statistics import median
 
 import torch
 from torch import Tensor
@@ -42,9 +41,8 @@ def multi30k_lengths(n: int, rng) -> tuple:
 
 
 def number(kind: type = int, low: float = 1, high: float | None = None) -> Callable[[str], float]:
-    """An argparse ``type``: a ``kind`` number in ``low..high``, so that a value no benchmark
-    can run with (``--threads 0``, ``--rounds -1``, ``--dropout nan``) is refused in argparse's
-    one line before any work, not by a traceback from deep inside."""
+    """An argparse ``type``: a ``kind`` number in ``low..high``, so that ``--threads 0`` or
+    ``--dropout nan`` is refused in argparse's one line, not by a traceback from deep inside."""
 
     def parse(text: str):
         try:
@@ -88,8 +86,7 @@ def check_heads(parser: argparse.ArgumentParser, d_model: int, heads: Sequence[i
 
 def json_output(name: str) -> Callable[[str], io.Output]:
     """An argparse ``type``: where benchmark ``name`` writes its JSON, checked before any work
-    by the one rule for every write (:func:`translate.io.check_output_file`): a new file or an
-    earlier result of the same benchmark, never a checkpoint, a run's file or a device."""
+    by the one rule for every write (:func:`translate.io.check_output_file`)."""
 
     def parse(text: str) -> io.Output:
         try:
@@ -100,19 +97,23 @@ def json_output(name: str) -> Callable[[str], io.Output]:
     return parse
 
 
-def add_common_args(parser: argparse.ArgumentParser, name: str) -> None:
-    add = parser.add_argument
-    add("--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
-    add("--threads", type=number(), default=2, help="torch.set_num_threads (CPU)")
-    add("--seed", type=number(low=0), default=0)
-    add("--json", type=json_output(name), metavar="PATH", help="write results")
-    add("--quick", action="store_true", help="a reduced grid that finishes in under a minute")
-    add_malloc_arg(parser)
+def parser(name: str, doc: str, timing: bool = True) -> argparse.ArgumentParser:
+    """The parser of ``python -m translate.bench.<name>``, described by ``doc``'s first
+    paragraph; ``timing``: with the options every timing benchmark has."""
+    prog = f"python -m translate.bench.{name}"
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    if timing:
+        add = parser.add_argument
+        add("--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
+        add("--threads", type=number(), default=2, help="torch.set_num_threads (CPU)")
+        add("--seed", type=number(low=0), default=0)
+        add("--json", type=json_output(name), metavar="PATH", help="write results")
+        add("--quick", action="store_true", help="a reduced grid that finishes in under a minute")
+        add_malloc_arg(parser)
+    return parser
 
 
 def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
-    """``--system-malloc``: measure with glibc's default malloc instead of as the commands run
-    (:func:`~translate.runtime.memory.keep_freed_memory`)."""
     parser.add_argument(
         "--system-malloc",
         action="store_true",
@@ -121,37 +122,26 @@ def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class Session:
-    """Threads, seed and device for one benchmark run; restores the thread count on exit so a
+@contextlib.contextmanager
+def session(args: argparse.Namespace) -> Iterator[torch.device]:
+    """The run's device, at ``--threads``; the thread count is restored after, so that a
     script's ``main`` can run inside another process (the tests)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.device = torch.device(args.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise SystemExit(f"--device {args.device}: no CUDA GPU is visible")
-        self.threads = args.threads
-        self.keep_freed_memory = not args.system_malloc
-        self._saved_threads = torch.get_num_threads()
-
-    def __enter__(self) -> Session:
-        torch.set_num_threads(self.threads)
-        if self.keep_freed_memory:  # for the process: nothing to restore on exit
-            keep_freed_memory()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        torch.set_num_threads(self._saved_threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: no CUDA GPU is visible")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    if not args.system_malloc:  # for the process: nothing to restore
+        keep_freed_memory()
+    try:
+        yield device
+    finally:
+        torch.set_num_threads(saved)
 
 
-def interleaved(
-    fns: dict[str, Callable[[], object]],
-    device: torch.device,
-    warmup: int,
-    repeats: int,
-) -> dict[str, list[float]]:
-    """Seconds per call of each function, measured in ``repeats`` rounds in
-    :func:`~translate.runtime.timing.rotated` order (A B C, B C A, C A B, ...) after ``warmup``
-    untimed calls each."""
+def interleaved(fns: dict, device: torch.device, warmup: int, repeats: int) -> dict[str, list]:
+    """Seconds per call of each function in ``repeats`` rounds in rotated order (A B C, B C A,
+    ...) after ``warmup`` untimed calls each."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
@@ -164,13 +154,8 @@ def interleaved(
     return times
 
 
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
 def decode_row(mode: str, runs: list[float], hyps: list, n_sentences: int) -> dict:
-    """One timed decoding of ``n_sentences``: sentences/s and ms/sentence from the median of its
-    rounds' seconds, and the hypotheses' mean length."""
+    """One timed decoding of ``n_sentences``, from the median of its rounds' seconds."""
     seconds = median(runs)
     return {
         "mode": mode,
@@ -181,7 +166,6 @@ def decode_row(mode: str, runs: list[float], hyps: list, n_sentences: int) -> di
     }
 
 
-# decode_row's metrics in print_table's columns.
 DECODE_COLUMNS = [
     ("sentences_per_s", "sent/s", ".4g"),
     ("ms_per_sentence", "ms/sent", ".3g"),
@@ -199,10 +183,10 @@ GEMM_WARMUP = 3  # untimed calls before the first timed one
 
 
 class Gemm:
-    """The machine's own large-GEMM reference: ``C = A @ B`` (``torch.mm`` into a preallocated
-    ``C``) with square ``n x n`` operands (default 2048 in fp32 on the CPU, 8192 in bf16 on
-    CUDA) at the session's thread count; ``2 n^3`` FLOPs per call. The operands come from a
-    private generator, so building it leaves the global RNG (initialisation, dropout) alone."""
+    """The machine's own large-GEMM reference: ``torch.mm`` into a preallocated ``C`` with
+    square ``n x n`` operands (default 2048 in fp32 on the CPU, 8192 in bf16 on CUDA). The
+    operands come from a private generator: the global RNG (initialisation, dropout) is left
+    alone."""
 
     def __init__(self, device: torch.device, n: int | None, seed: int = 0) -> None:
         cuda = device.type == "cuda"
@@ -240,24 +224,32 @@ class Gemm:
         }
 
 
-def report(
+def finish(
     name: str,
     argv: Sequence[str],
     args: argparse.Namespace,
     device: torch.device,
     summary: dict,
+    targets: dict[str, tuple[str, float]] | None = None,
     **sections,
 ) -> dict:
-    """The JSON document of ``python -m translate.bench.<name>``: ``summary`` first, then the
-    machine, the command and the sections."""
-    return {
+    """Print the summary against its targets and write ``--json``: the summary first, then the
+    machine, the command, the arguments, the targets and the sections."""
+    print_summary(summary, targets or {})
+    result = {
         "summary": summary,
         "benchmark": name,
         "machine": machine(device),
         "command": shlex.join(["python", "-m", f"translate.bench.{name}", *argv]),
         "args": {k: _plain(v) for k, v in vars(args).items()},
+        **({"targets": {k: list(v) for k, v in targets.items()}} if targets else {}),
         **sections,
     }
+    if args.json is not None:
+        args.json.write(json.dumps(result, indent=2, default=str) + "\n")
+        if args.json.path is not None:
+            print(f"wrote {args.json.path}")
+    return result
 
 
 def _plain(value):
@@ -265,14 +257,6 @@ def _plain(value):
     if isinstance(value, io.Output):
         return STDOUT if value.path is None else str(value.path)
     return str(value) if isinstance(value, Path) else value
-
-
-def write_json(output: io.Output | None, payload: dict) -> None:
-    if output is None:
-        return
-    output.write(json.dumps(payload, indent=2, default=str) + "\n")
-    if output.path is not None:
-        print(f"wrote {output.path}")
 
 
 def fmt(value, spec: str = ".3g") -> str:
@@ -284,7 +268,7 @@ def fmt(value, spec: str = ".3g") -> str:
 
 
 def print_table(rows: list[dict], columns: list[tuple[str, str, str]], title: str = "") -> str:
-    """``columns``: ``(key, header, format spec)``. Returns the table text it printed."""
+    """``columns``: ``(key, header, format spec)``; returns the text printed."""
     header = [h for _, h, _ in columns]
     cells = [[fmt(row.get(k), spec) for k, _, spec in columns] for row in rows]
     widths = [

@@ -1,23 +1,16 @@
 """``python -m translate.bench.decode --checkpoint CKPT --ct2``: our engine against CTranslate2
-on one checkpoint, exported (float32 and int8) into a temporary folder.
+on one checkpoint, exported (float32 and int8) into a temporary folder, on the CPU.
 
-Every engine decodes through its :class:`~translate.decoding.translator.Translator`, so
-batching, truncation and the decode settings are the same (the checkpoint's length penalty,
-``--beam-size`` and the script's length limits). Timed: greedy and beam search of each engine at
-each ``--ct2-threads`` (torch's threads and CTranslate2's ``intra_threads`` equal), at batch 1
-on the first ``--latency-sentences`` sources and at the evaluation batch on all of them, each
-engine and thread count in a process of its own (:mod:`translate.analysis.timing_process`),
-once per round, in rotated order; a row is the median of ``--rounds``. On the CPU only.
-
-CTranslate2's greedy search takes the same argmax as ours, so its float32 hypotheses should be
-ours token for token; its beam search stops by another rule above length penalty 0
-(:mod:`translate.decoding.ct2`), so the count of identical hypotheses is reported.
+Every engine decodes through its :class:`~translate.decoding.translator.Translator` with the
+same settings, greedy and beam, at batch 1 on the first ``--latency-sentences`` sources and at
+the evaluation batch on all of them. CTranslate2's greedy search takes the same argmax as ours,
+so its float32 hypotheses should be ours token for token; its beam search stops by another
+rule above length penalty 0 (:mod:`translate.decoding.ct2`): the identical ones are counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import tempfile
 from pathlib import Path
 
@@ -47,12 +40,11 @@ COLUMNS = [
 
 
 def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict]:
-    """Seconds and hypotheses of every (threads, batch, mode, engine), each engine at each
-    thread count timed in a process of its own (:func:`time_in_process`), the processes of a
-    round in :func:`~translate.runtime.timing.rotated` order; the median over ``--rounds``."""
+    """Seconds (by round) and hypotheses of every (threads, batch, mode, engine): each engine at
+    each thread count in a process of its own, so that their thread pools do not compete, the
+    processes of a round in rotated order."""
     jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
-    times: dict[tuple, list[float]] = {}
-    outputs: dict[tuple, list] = {}
+    times, outputs = {}, {}
     for r in range(args.rounds):
         for threads, engine in rotated(jobs, r):
             job = {**spec, "engine": engine}
@@ -65,8 +57,7 @@ def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict
 
 
 def rows_from(times: dict, outputs: dict) -> list[dict]:
-    """One row per (threads, batch, mode, engine), with its time against ours and how many of
-    its hypotheses are ours."""
+    """One row per (threads, batch, mode, engine), with its time and hypotheses against ours."""
     rows = []
     for (t, batch, mode, engine), runs in times.items():
         hyps, ours = outputs[t, batch, mode, engine], outputs[t, batch, mode, "ours"]
@@ -80,20 +71,18 @@ def rows_from(times: dict, outputs: dict) -> list[dict]:
 
 
 def summary(rows: list[dict], args, n_sentences: int) -> dict:
-    """Our time over CTranslate2's per export and thread count (> 1: CTranslate2 is faster),
-    for the whole set at the evaluation batch and for batch-1 latency; and how many of its
-    whole-set hypotheses are ours (the fewest over the thread counts)."""
+    """Our time over CTranslate2's per export and thread count (> 1: CTranslate2 is faster), at
+    the evaluation batch and batch 1; how many of its hypotheses are ours (the fewest)."""
     row = {(r["threads"], r["batch"], r["mode"], r["engine"]): r for r in rows}
     modes = {"beam": f"beam{args.beam_size}", "greedy": "greedy"}
     out = {}
     for quantization in EXPORTS:
         engine = f"ct2 {quantization}"
         for t in args.ct2_threads:
-            at = f"ct2_{quantization}_threads{t}"
-            for (batch, measure), (name, mode) in itertools.product(
-                (("eval", "time"), ("1", "latency")), modes.items()
-            ):
-                out[f"{name}_{measure}_ours_vs_{at}"] = row[t, batch, mode, engine]["ours_vs_this"]
+            for batch, measure in (("eval", "time"), ("1", "latency")):
+                for name, mode in modes.items():
+                    key = f"{name}_{measure}_ours_vs_ct2_{quantization}_threads{t}"
+                    out[key] = row[t, batch, mode, engine]["ours_vs_this"]
         for name, mode in modes.items():
             same = [row[t, "eval", mode, engine]["same_as_ours"] for t in args.ct2_threads]
             out[f"{name}_identical_ct2_{quantization}"] = min(same)
@@ -113,8 +102,8 @@ def title(args, d: DecodeSettings, max_tokens: int, n_latency: int, n_sentences:
 
 
 def section(args, sources: list[np.ndarray], device) -> dict:
-    """Ours against the checkpoint's CTranslate2 exports, printed, and as the JSON's ``ct2``
-    section with its ``summary`` entries; without ctranslate2, a section that says so."""
+    """The JSON's ``ct2`` section, its ``summary`` entries in it; without ctranslate2, a section
+    that says so."""
     try:
         ctranslate2 = import_ctranslate2()
     except UserError as err:

@@ -1,28 +1,16 @@
 """Decoding speed: greedy search with and without the attention cache, and beam search (size 5).
 
     python -m translate.bench.decode --json outputs/bench/decode.json
-    python -m translate.bench.decode --quick
     python -m translate.bench.decode --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
 
 Without ``--checkpoint``: a seeded random model of the ``experiment=multi30k_cpu`` sizes on
 synthetic sources with Multi30k-like lengths; it rarely emits EOS, so every sentence runs to
-its limit, by default the source's length (``--max-len-a 1.0 --max-len-b 0``). With one: the
-model as ``translate.evaluate`` loads it, on the first ``--sentences`` lines of ``--src-file``,
-with its own decode settings' limits. Sentences are batched as ``Translator`` batches them
-(``--max-tokens`` padded source tokens). The three modes run interleaved (rounds A B C, B C A,
-...), medians; ``without cache`` re-runs the decoder over the whole prefix at every step, and
-both greedy modes must produce the same tokens.
-
-Key/value heads (without ``--checkpoint``): the same random model with each ``--kv-heads``
-(default: every divisor of ``--heads``), cached greedy and beam search interleaved, with the
-KV-cache bytes per sentence read from the cache tensors (:func:`kv_cache_bytes`).
-
-``summary``: ``greedy_cache_speedup`` (cached / uncached greedy sentences/s of the first
-``--impls`` entry; target >= 3); ``kv_cache_bytes_ratio_kv1_vs_kv8``,
-``greedy_cache_speed_ratio_kv1_vs_kv8`` and ``beam5_speed_ratio_kv1_vs_kv8`` (the fewest key/value
-heads over ``--heads``). ``--checkpoint CKPT --ct2`` adds ours against its CTranslate2 exports
-(:mod:`translate.bench.ct2`): our time over theirs (``beam_time_ours_vs_ct2_float32_threads1``,
-...; > 1: CTranslate2 is faster); without ``ctranslate2`` it says so and the rest runs.
+its limit, by default the source's length. With one: the checkpoint's model and decode limits,
+on the first ``--sentences`` lines of ``--src-file``. Batched as ``Translator`` batches, the
+modes interleaved; ``greedy_no_cache`` re-runs the decoder over the whole prefix every step and
+must produce the tokens ``greedy_cache`` does. Without ``--checkpoint`` the same model is timed
+again with each ``--kv-heads``; ``--ct2`` adds the checkpoint's CTranslate2 exports
+(:mod:`translate.bench.ct2`). docs/benchmarks.md has the summary's targets.
 """
 
 from __future__ import annotations
@@ -67,9 +55,6 @@ KV_COLUMNS = [
 ]
 
 
-# ---------------------------------------------------------------------------- models, sources
-
-
 def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
     """``n`` fixed sources with lengths like Multi30k German (16.2 +- 6.3 subwords)."""
     rng = np.random.default_rng(seed)
@@ -78,7 +63,6 @@ def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
 
 
 def random_model(args, device: torch.device, impl: str, kv_heads: int | None = None):
-    """A seeded random model of the ``--d-model``/``--heads``/... sizes, in eval mode."""
     torch.manual_seed(args.seed)
     model = Seq2SeqTransformer(
         args.vocab,
@@ -95,7 +79,7 @@ def random_model(args, device: torch.device, impl: str, kv_heads: int | None = N
 
 
 def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
-    """One seeded random model per ``--impls`` entry and synthetic sources; the length limit
+    """One seeded random model per ``--impls`` entry, synthetic sources; the length limit
     defaults to the source length (``1.0 * src + 0``)."""
     models = {impl: random_model(args, device, impl) for impl in args.impls}
     args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
@@ -105,8 +89,7 @@ def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], s
 
 
 def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
-    """The checkpoint's model, the first ``--sentences`` lines of ``--src-file`` in its
-    tokenizer, and its own decode settings' length limit unless given."""
+    """The checkpoint's model, its length limit unless given, and ``--src-file``'s lines."""
     from translate.decoding.translator import load_translator
 
     loaded = load_translator(args.checkpoint, device=str(device), precision=args.precision)
@@ -120,18 +103,14 @@ def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], s
 
 
 def make_batches(sources: list[np.ndarray], args, device) -> tuple[list[list[int]], list[Batch]]:
-    """Index groups and their padded batches: ``length_sorted_batches`` over the source lengths
-    with EOS, as :class:`~translate.decoding.translator.Translator` batches."""
+    """Index groups and their padded batches, as ``Translator`` batches: by the source lengths
+    with EOS."""
     groups = length_sorted_batches([len(s) + 1 for s in sources], None, args.max_tokens)
     batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
     return groups, batches
 
 
-# ---------------------------------------------------------------------------- timing
-
-
 def decode_all(model, batches: list[Batch], mode: str, args, device, precision) -> list:
-    """Every batch decoded in ``mode``; the hypotheses in batch order."""
     strategy = "beam" if mode == "beam5" else "greedy"
     settings = DecodeSettings(
         args.beam_size, 1.0, args.max_len_a, args.max_len_b, strategy=strategy
@@ -150,13 +129,11 @@ def decode_all(model, batches: list[Batch], mode: str, args, device, precision) 
 
 
 def speed_row(impl: str, mode: str, runs: list[float], hyps: list, n_sentences: int, args) -> dict:
-    """One timed decoding mode: sentences/s and ms/sentence from the median of its rounds."""
     mode = mode if mode != "beam5" else f"beam{args.beam_size}"
     return {"impl": impl, **common.decode_row(mode, runs, hyps, n_sentences)}
 
 
 def time_modes(impl, model, batches, n_sentences: int, args, device, precision) -> list[dict]:
-    """The three modes of one model, interleaved; one row per mode."""
     outputs = {}
 
     def run(mode: str) -> None:
@@ -171,13 +148,9 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
     return rows
 
 
-# ---------------------------------------------------------------------------- kv heads
-
-
 def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precision) -> int:
-    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak over its decoding
-    steps, summed over the batches. A step's bytes are every decoder layer's self-attention
-    and cross-attention (encoder) caches, read from the tensors by forward hooks."""
+    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak over its steps of
+    every decoder layer's self- and cross-attention caches (read by forward hooks), summed."""
     layers = model.decoder_layers
     now, peak = [0] * len(layers), [0]
 
@@ -202,8 +175,8 @@ def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precisi
 
 
 def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[dict]:
-    """Cached greedy and beam search for every ``--kv-heads``, all interleaved; one row per
-    (kv heads, mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
+    """Cached greedy and beam search for every ``--kv-heads``, interleaved; one row per (kv
+    heads, mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
     impl = args.impls[0]
     models = {kv: random_model(args, device, impl, kv) for kv in args.kv_heads}
     outputs = {}
@@ -245,14 +218,8 @@ def kv_summary(rows: list[dict], args) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------- main
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m translate.bench.decode", description=__doc__.split("\n\n")[0]
-    )
-    common.add_common_args(parser, "decode")
+    parser = common.parser("decode", __doc__)
     number = common.number
     parser.add_argument("--impls", nargs="+", choices=["sdpa", "manual"], default=["sdpa"])
     parser.add_argument("--checkpoint", type=Path, default=None, help="a trained model")
@@ -298,8 +265,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    with common.Session(args) as session:
-        device = session.device
+    with common.session(args) as device:
         precision = resolve_precision(args.precision, device, key="--precision")
         load = random_models if args.checkpoint is None else trained_model
         models, sources, weights = load(args, device)
@@ -326,14 +292,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             summary.update(kv_summary(kv_rows, args))
         engines = ct2.section(args, sources, device) if args.ct2 else None
         summary.update(engines.pop("summary") if engines else {})
-        common.print_summary(summary, TARGETS)
-        result = common.report(
+        return common.finish(
             "decode",
             argv,
             args,
             device,
             summary,
-            targets={k: list(v) for k, v in TARGETS.items()},
+            TARGETS,
             weights=weights,
             precision=precision,
             sentences=len(sources),
@@ -343,8 +308,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
             kv_rows=kv_rows,
             ct2=engines,
         )
-    common.write_json(args.json, result)
-    return result
 
 
 if __name__ == "__main__":

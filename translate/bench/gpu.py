@@ -4,15 +4,12 @@ bf16, fp16 and compiled, the three benchmarks and a torchrun launch; no network 
     python -m translate.bench.gpu --out outputs/gpu_acceptance            # a GPU box, ~8 min
     python -m translate.bench.gpu --device cpu --quick --out /tmp/accept  # the plumbing, CPU
 
-Every part is a subprocess with a time limit (``--timeout``), its output in ``DIR/logs``, so one
-that fails or hangs leaves the others to run. ``DIR/gpu_acceptance.json``: per part its status
-(passed: exit 0; skipped on a CPU where it needs a GPU), command, seconds and numbers (a
-training run's results, a benchmark's summary), and the machine. Exit 1 if any part failed.
+Every part is a subprocess with a time limit, so one that fails or hangs leaves the others to
+run; docs/gpu.md describes the report.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import subprocess
@@ -23,10 +20,10 @@ from pathlib import Path
 import torch
 
 from translate import io
+from translate.bench import common
 from translate.cli import run_plain_command
 from translate.runtime import provenance
 
-ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ["experiment=iwslt2017", "data=sample"]  # 2+2 layers, d_model 512, 8 heads
 QUICK_MODEL = ["heads=2", "model.d_model=32", "model.d_ff=64", "data.tokenizer.vocab_size=300"]
 QUICK_MODEL += ["decode.max_len_a=0", "decode.max_len_b=8"]
@@ -87,7 +84,7 @@ def run_part(args, name: str, cmd: list[str]) -> dict:
         f.flush()
         try:
             proc = subprocess.run(
-                cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout
+                cmd, cwd=common.ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=args.timeout
             )
             status.append(proc.returncode)
         except subprocess.TimeoutExpired:
@@ -109,9 +106,7 @@ def run_part(args, name: str, cmd: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="python -m translate.bench.gpu", description=__doc__.split("\n\n")[0]
-    )
+    parser = common.parser("gpu", __doc__, timing=False)
     parser.add_argument("--out", type=Path, required=True, help="where the report and runs go")
     parser.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu (default: cuda)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and few steps")

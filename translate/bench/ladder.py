@@ -1,21 +1,11 @@
 """A budget ladder: one training recipe at several ``trainer.max_minutes`` on one machine.
 
-``python -m translate.bench.ladder`` trains ``--experiment`` (default ``multi30k_cpu``) at each
-of ``--minutes`` (default 6.5, 13 and 26), with ``--seeds`` and ``--extra-seeds`` (default a
-second seed at 13 minutes), one run after the other, each ``python -m translate.train
-experiment=<exp> trainer.max_minutes=<m> seed=<s> hydra.run.dir=<out>/min<m>_seed<s>
-trainer.resume=auto trainer.progress_bar=false <overrides>``: the same command again skips the
-finished rungs and resumes an interrupted one. Ctrl-C (a signal to the process group) stops the
-running rung at its next step with a checkpoint; a signal to the ladder's process alone lets
-the rung finish, then stops.
-
-Per rung and seed: the updates, precision, training minutes, the dev curve (from the run's
-TensorBoard), the step of the lowest dev loss, the checkpoint scored and the test BLEU (beam
-and greedy). ``summary``: per rung the mean test BLEU over its seeds (``bleu_min<m>``), whether
-the dev loss rose at the end of any of its runs by more than :data:`ROSE_BY`
-(``dev_loss_rose_min<m>``), and whether the longest rung scores below the one before it
-(``longest_below_previous``). ``--quick``: the quickstart experiment at 0.1 and 0.2 minutes.
-docs/benchmarks.md says more.
+Each rung and seed is one ``python -m translate.train`` run (:func:`train_command`) with
+``trainer.resume=auto``, one after the other: the same command again skips the finished rungs
+and resumes an interrupted one. Ctrl-C (a signal to the process group) stops the running rung
+at its next step with a checkpoint; a signal to the ladder's process alone lets the rung
+finish, then stops. Per run: its results, its dev curve from TensorBoard, the step of the
+lowest dev loss; ``summary``: :func:`summarize`. docs/benchmarks.md says more.
 """
 
 from __future__ import annotations
@@ -58,7 +48,6 @@ COLUMNS = [
 
 
 def minutes_list(text: str) -> list[float]:
-    """An argparse ``type``: comma-separated positive minutes, e.g. ``6.5,13,26``."""
     parse = common.number(float, low=1e-3)
     return [parse(part) for part in text.split(",")]
 
@@ -84,9 +73,7 @@ def override(text: str) -> str:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m translate.bench.ladder", description=__doc__.split("\n\n")[0]
-    )
+    parser = common.parser("ladder", __doc__, timing=False)
     add = parser.add_argument
     add("--experiment", default=None, help="the preset (default: multi30k_cpu)")
     add("--minutes", type=minutes_list, default=None, help="the rungs (default: 6.5,13,26)")
@@ -116,9 +103,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def rungs(args: argparse.Namespace) -> list[tuple[float, int]]:
     """Every (minutes, seed) to run, in order: shortest rung first, its seeds ascending."""
-    extra = {(m, s) for m, s in args.extra_seeds}
-    plan = {(m, s) for m in args.minutes for s in range(1, args.seeds + 1)} | extra
-    return sorted(plan)
+    plan = {(m, s) for m in args.minutes for s in range(1, args.seeds + 1)}
+    return sorted(plan | set(args.extra_seeds))
 
 
 def rung_name(minutes: float, seed: int) -> str:
@@ -126,19 +112,10 @@ def rung_name(minutes: float, seed: int) -> str:
 
 
 def train_command(args: argparse.Namespace, minutes: float, seed: int) -> list[str]:
-    run_dir = args.out / rung_name(minutes, seed)
-    return [
-        sys.executable,
-        "-m",
-        "translate.train",
-        f"experiment={args.experiment}",
-        f"trainer.max_minutes={minutes:g}",
-        f"seed={seed}",
-        f"hydra.run.dir={hydra_quoted(str(run_dir))}",
-        "trainer.resume=auto",
-        "trainer.progress_bar=false",
-        *args.overrides,
-    ]
+    run_dir = hydra_quoted(str(args.out / rung_name(minutes, seed)))
+    own = [f"experiment={args.experiment}", f"trainer.max_minutes={minutes:g}", f"seed={seed}"]
+    own += [f"hydra.run.dir={run_dir}", "trainer.resume=auto", "trainer.progress_bar=false"]
+    return [sys.executable, "-m", "translate.train", *own, *args.overrides]
 
 
 @contextlib.contextmanager
@@ -156,8 +133,7 @@ def signals_noted() -> Iterator[list[int]]:
 
 
 def run_rung(args: argparse.Namespace, minutes: float, seed: int) -> dict:
-    """Train one rung (or find it finished) and read its results; a failed or stopped run
-    stops the ladder in one line that says how to go on."""
+    """Train one rung (or find it finished) and read its results."""
     name, run_dir = rung_name(minutes, seed), args.out / rung_name(minutes, seed)
     results_file = run_dir / "results.json"
     before = results_file.read_bytes() if results_file.is_file() else None
@@ -209,8 +185,8 @@ def stop_on_signal(name: str, run_dir: Path, noted: list[int], returncode: int) 
 
 
 def dev_curve(run_dir: Path) -> list[dict]:
-    """Each validation's step, dev loss and dev BLEU from the run's TensorBoard events; a
-    resumed run's repeated steps count once (the later value)."""
+    """Each validation's step, dev loss and dev BLEU from the run's TensorBoard; a resumed
+    run's repeated steps count once (the later value)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
@@ -224,7 +200,6 @@ def dev_curve(run_dir: Path) -> list[dict]:
 
 
 def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
-    """One finished run's row: its ``results.json`` numbers and its dev curve."""
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     curve = dev_curve(run_dir)
     losses = [point for point in curve if "dev_loss" in point]
@@ -256,18 +231,18 @@ def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
 
 def summarize(rows: list[dict], minutes: list[float]) -> dict:
     """Per rung the mean test BLEU over its seeds and whether the dev loss rose at the end of
-    any of its runs; whether the longest rung scores below the one before it."""
-    summary: dict = {}
-    means = {}
+    any of its runs by more than :data:`ROSE_BY`; whether the longest rung scores below the
+    one before it."""
+    summary, means = {}, {}
     for m in sorted(minutes):
         mine = [row for row in rows if row["minutes"] == m]
         means[m] = statistics.fmean(row["bleu"] for row in mine)
         summary[f"bleu_min{m:g}"] = means[m]
         rises = [row["last_dev_loss_above_min"] for row in mine]
         summary[f"dev_loss_rose_min{m:g}"] = any(r is not None and r > ROSE_BY for r in rises)
-    ordered = sorted(means)
-    if len(ordered) > 1:
-        summary["longest_below_previous"] = means[ordered[-1]] < means[ordered[-2]]
+    if len(means) > 1:
+        *_, previous, longest = means.values()
+        summary["longest_below_previous"] = longest < previous
     return summary
 
 
@@ -283,20 +258,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rows = [run_rung(args, minutes, seed) for minutes, seed in plan]
     print()
     common.print_table(rows, COLUMNS, title=f"Budget ladder: {args.experiment}")
-    summary = summarize(rows, args.minutes)
-    common.print_summary(summary, {})
-    result = common.report(
+    return common.finish(
         "ladder",
         argv,
         args,
         torch.device("cpu"),
-        summary,
+        summarize(rows, args.minutes),
         experiment=args.experiment,
         overrides=args.overrides,
         rows=rows,
     )
-    common.write_json(args.json, result)
-    return result
 
 
 if __name__ == "__main__":

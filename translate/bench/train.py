@@ -2,22 +2,14 @@
 ``impl=sdpa``) against the same architecture built from ``torch.nn.Transformer``.
 
     python -m translate.bench.train --json outputs/bench/train.json
-    python -m translate.bench.train --quick
     python -m translate.bench.train --device cuda --precision bf16 --compile --max-tokens 8192
 
 The sizes default to ``experiment=multi30k_cpu``'s, with attention and activation dropout 0;
-the baseline (:mod:`translate.bench.torch_baseline`) has the same parameters and initialisation.
-All train with :class:`translate.training.step.Trainer` and the optimiser settings of
-``--optim`` on the same synthetic batches (Multi30k-like lengths, cut by ``TokenBatchSampler``
-from a pool of Multi30k train's size), interleaved step by step (A B C on one batch, B C A on
-the next, ...); a model's tokens/s in a round is its source + target tokens over its summed
-step times, the table shows the median over rounds. Each model's matmul FLOP/s
-(:func:`train_flops`) over that of a large GEMM timed in the same interleaving
-(:class:`common.Gemm`) is its ``matmul_efficiency``: how close training is to the machine.
-
-``summary``: ``train_tokens_per_s_sdpa_vs_torch`` (target >= 1.0),
-``train_tokens_per_s_manual_vs_torch`` (target >= 0.8) and ``train_matmul_efficiency`` (the
-sdpa model's; no target). docs/benchmarks.md says more.
+the baseline (:class:`TorchTransformer`) has the same parameters and initialisation. All train
+with :class:`translate.training.step.Trainer` and ``--optim`` on the same synthetic batches,
+interleaved step by step with a large GEMM (:class:`common.Gemm`): each model's matmul FLOP/s
+over the GEMM's is its ``matmul_efficiency``, how close training is to the machine.
+docs/benchmarks.md has the summary's targets.
 """
 
 from __future__ import annotations
@@ -25,20 +17,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from torch import nn
+from torch import Tensor, nn
 
 from translate.bench import common
-from translate.bench.torch_baseline import TorchTransformer
 from translate.cli import run_plain_command
 from translate.data.batching import Batch, TokenBatchSampler, collate, padding_ratio
 from translate.data.tokenizer import Tokenizer
-from translate.nn.model import Seq2SeqTransformer, count_parameters
+from translate.nn.model import Seq2SeqTransformer, TokenEmbedding, count_parameters, init_weights
 from translate.runtime.device import resolve_precision, synchronize
 from translate.runtime.timing import rotated, timed
 from translate.schema import OptimSettings
@@ -64,10 +56,55 @@ COLUMNS = [
 ]
 
 
+class TorchTransformer(nn.Module):
+    """The baseline: ``torch.nn.Transformer``, pre-norm, inside our :class:`TokenEmbedding`,
+    with our dropout rates and initialisation, so that the benchmark compares the attention
+    alone. ``nn.Transformer`` uses one dropout rate for residuals, attention weights and the
+    feed-forward: the latter two are set to 0 afterwards, as the benchmark runs ours."""
+
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, dropout, pad_id, **layers) -> None:
+        """``layers``: ``num_encoder_layers`` and ``num_decoder_layers``, as both name them."""
+        super().__init__()
+        self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
+        with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": inference only
+            warnings.filterwarnings("ignore", message="enable_nested_tensor")
+            self.transformer = nn.Transformer(
+                d_model,
+                num_heads,
+                dim_feedforward=d_ff,
+                dropout=dropout,
+                batch_first=True,
+                norm_first=True,
+                **layers,
+            )
+        for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
+            layer.self_attn.dropout = 0.0
+            if hasattr(layer, "multihead_attn"):
+                layer.multihead_attn.dropout = 0.0
+            layer.dropout.p = 0.0  # between the two feed-forward linears
+        init_weights(self)
+
+    def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask=None, target_index=None):
+        """Logits ``(B, T, V)``, or ``(N, V)`` at the flat positions ``target_index (N,)`` only,
+        as :meth:`Seq2SeqTransformer.forward`."""
+        T = tgt_in.size(1)
+        causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
+        out = self.transformer(
+            self.embedding(src),
+            self.embedding(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_padding_mask,
+            memory_key_padding_mask=src_padding_mask,
+            tgt_is_causal=True,
+        )  # (B, T, D)
+        if target_index is not None:
+            out = out.reshape(-1, out.size(-1)).index_select(0, target_index)  # (N, D)
+        return self.embedding.project(out)  # (B, T, V) or (N, V)
+
+
 def synthetic_batches(args, vocab: int) -> list[Batch]:
     """``args.batches`` full batches cut by ``TokenBatchSampler`` from a pool of Multi30k train's
-    size: the pool sets how tight the length buckets are. At 29,000 pairs they are as tight as
-    in training on the real corpus (real/padded about 94% source, 97% overall)."""
+    size, whose length buckets are as tight as training's on the real corpus."""
     rng = np.random.default_rng(args.seed)
     n = max(MULTI30K_TRAIN_PAIRS, 4 * args.batches * args.max_tokens // 16)
     src_lens, tgt_lens = common.multi30k_lengths(n, rng)
@@ -87,21 +124,13 @@ def _padded(idx: list[int], src_lens, tgt_lens) -> int:
 
 
 def load_optim(path: Path) -> OptimSettings:
-    """The optimiser settings of a ``conf/optim`` file, typed and checked by the package."""
     return build_settings(OptimSettings, OmegaConf.load(path), "optim")
 
 
 def model_kwargs(args, vocab: int) -> dict:
-    return dict(
-        vocab_size=vocab,
-        d_model=args.d_model,
-        num_heads=args.heads,
-        num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers,
-        d_ff=args.d_ff,
-        dropout=args.dropout,
-        pad_id=Tokenizer.PAD,
-    )
+    layers = {"num_encoder_layers": args.layers, "num_decoder_layers": args.layers}
+    sizes = {"d_model": args.d_model, "num_heads": args.heads, "d_ff": args.d_ff, **layers}
+    return {"vocab_size": vocab, **sizes, "dropout": args.dropout, "pad_id": Tokenizer.PAD}
 
 
 def build(name: str, kwargs: dict, seed: int) -> nn.Module:
@@ -112,7 +141,7 @@ def build(name: str, kwargs: dict, seed: int) -> nn.Module:
 
 
 def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
-    """``({name: Trainer}, {name: parameter count})`` for ``args.models``."""
+    """``({name: Trainer}, {name: parameter count})``."""
     kwargs = model_kwargs(args, vocab)
     trainers, params = {}, {}
     for name in args.models:
@@ -124,13 +153,10 @@ def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
 
 
 def train_flops(batch: Batch, args, vocab: int) -> float:
-    """Matmul FLOPs of one training step: 2 per multiply-add, forward x 3 for forward+backward.
-    Per layer: the q/k/v/output projections, the two feed-forward linears, attention's ``Q K^T``
-    and ``A V`` (full ``T x T`` in the decoder: no causal halving), and the decoder's
-    cross-attention, over the padded ``B x S`` and ``B x T`` positions, which the layers
-    compute. Plus the tied vocabulary projection over the real target tokens only (``Trainer``
-    passes ``target_index``). Not counted: the embedding gather, norms, softmax, dropout, the
-    loss and the optimizer."""
+    """Matmul FLOPs of one training step (2 per multiply-add, x 3 for forward+backward) over the
+    padded positions the layers compute (no causal halving), plus the tied vocabulary projection
+    over the real target tokens only (``Trainer`` passes ``target_index``). Not counted: the
+    embedding gather, norms, softmax, dropout, the loss and the optimizer."""
     B, S = batch.src.shape
     T = batch.tgt_in.size(1)
     D, F, L = args.d_model, args.d_ff, args.layers
@@ -142,8 +168,8 @@ def train_flops(batch: Batch, args, vocab: int) -> float:
 
 
 def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, gemm) -> None:
-    """Kernels, allocator, Adam state; compiled models see every batch shape twice (the second
-    distinct shape recompiles with dynamic sizes), so no compile is timed. Then the GEMM."""
+    """Compiled models see every batch shape twice (the second distinct shape recompiles with
+    dynamic sizes), so no compile is timed."""
     warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
     for trainer in trainers.values():
         for i in range(warmup):
@@ -154,9 +180,8 @@ def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, ge
 
 def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device, gemm):
     """``(runs, gemm_s)``: per model, tokens per second of each round; the GEMM's seconds per
-    call, by round. In round r every batch is trained on by every model in turn and the GEMM
-    runs once, starting with entry (r + batch index) mod (models + 1) of ``[*models, GEMM]``,
-    so interference from elsewhere on the machine falls on all of them alike."""
+    call, by round. Each batch is trained on by every model and the GEMM runs once, in rotated
+    order, so interference from elsewhere on the machine falls on all of them alike."""
     names = [*trainers, GEMM]
     runs: dict[str, list[float]] = {name: [] for name in trainers}
     gemm_s: list[list[float]] = []
@@ -177,8 +202,8 @@ def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int
 
 
 def make_rows(runs: dict, params: dict, batches: list[Batch], args, vocab, gemm) -> list[dict]:
-    """One row per model; ``gemm``: the GEMM reference's JSON section (``Gemm.report``).
-    ``vs_torch_median_of_rounds`` cross-checks ``vs_torch`` with the ratio within each round."""
+    """One row per model; ``gemm``: ``Gemm.report``. ``vs_torch_median_of_rounds`` cross-checks
+    ``vs_torch`` with the ratio within each round."""
     tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
     tflop_per_token = sum(train_flops(b, args, vocab) for b in batches) / tokens_per_round / 1e12
     base = common.median(runs["torch"]) if "torch" in runs else None
@@ -204,9 +229,8 @@ def make_rows(runs: dict, params: dict, batches: list[Batch], args, vocab, gemm)
 
 
 def batch_report(batches: list[Batch]) -> dict:
-    """The ``batches`` section: real (non-pad) and padded tokens per side (target: ``tgt_out``,
-    what the loss counts), ``padding_ratio`` (real over padded per side and overall, 1.0: no
-    padding) and every batch's shape."""
+    """Real and padded tokens per side (target: ``tgt_out``, what the loss counts), their
+    ``padding_ratio`` and every batch's shape."""
     return {
         "count": len(batches),
         "src_tokens": sum(b.num_src_tokens for b in batches),
@@ -223,7 +247,6 @@ def batch_report(batches: list[Batch]) -> dict:
 
 
 def print_rows(rows: list[dict], batches: dict, gemm: dict, precision: str) -> None:
-    """The table, after a line on the batches' padding and one on the GEMM reference."""
     shapes = [tuple(b["src_shape"]) + (b["tgt_shape"][1],) for b in batches["shapes"]]
     ratio = batches["padding_ratio"]
     title = (
@@ -240,10 +263,7 @@ def print_rows(rows: list[dict], batches: dict, gemm: dict, precision: str) -> N
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m translate.bench.train", description=__doc__.split("\n\n")[0]
-    )
-    common.add_common_args(parser, "train")
+    parser = common.parser("train", __doc__)
     number = common.number
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
@@ -286,8 +306,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     optim = load_optim(args.optim)
-    with common.Session(args) as session:
-        device = session.device
+    with common.session(args) as device:
         precision = resolve_precision(args.precision, device, key="--precision")
         batches = synthetic_batches(args, args.vocab)
         trainers, params = make_trainers(args, args.vocab, optim, device, precision)
@@ -296,25 +315,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
         runs, gemm_s = train_rounds(trainers, batches, args.rounds, device, gemm)
         gemm_info = gemm.report(gemm_s)
         rows = make_rows(runs, params, batches, args, args.vocab, gemm_info)
-        summary = make_summary(rows)
         batch_info = batch_report(batches)
         print_rows(rows, batch_info, gemm_info, precision)
-        common.print_summary(summary, TARGETS)
-        result = common.report(
+        return common.finish(
             "train",
             argv,
             args,
             device,
-            summary,
-            targets={k: list(v) for k, v in TARGETS.items()},
+            make_summary(rows),
+            TARGETS,
             precision=precision,
             optim=dataclasses.asdict(optim),
             batches=batch_info,
             gemm=gemm_info,
             rows=rows,
         )
-    common.write_json(args.json, result)
-    return result
 
 
 if __name__ == "__main__":
