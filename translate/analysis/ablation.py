@@ -316,7 +316,7 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
     row["total_heads"] = _mean([s.get("total_heads") for s in summaries])
     row.update(p_cells)
     for seed in seeds:
-        code, where = job_provenance(by_seed[seed]) if seed in by_seed else (None, None)
+        code, where = job_provenance(by_seed.get(seed, {}))
         row[f"commit_seed{seed}"], row[f"machine_seed{seed}"] = code, where
     return row
 

@@ -198,9 +198,7 @@ def significance(groups: dict, baseline: Key, n_samples, warnings) -> tuple[dict
             per_seed[seed], signature = _paired_p(*map(tuple, texts), n_samples)
             for part, lines in zip(pooled, texts):
                 part.extend(lines)
-        if len(per_seed) > 1:
+        if per_seed:  # one seed: the same pair as its own test, remembered by _paired_p
             per_seed["pooled"], _ = _paired_p(*map(tuple, pooled), n_samples)
-        elif per_seed:
-            per_seed["pooled"] = next(iter(per_seed.values()))
         out[key] = per_seed
     return out, signature
