@@ -1,7 +1,6 @@
-"""Hydra's side of the heads-ablation report: :class:`AblationReportCallback`, registered in
-``conf/hydra/default.yaml``, writes it (:func:`translate.ablation.report.write_report`) as a
-sweep runs. Hydra imports this module when it starts: keep heavy imports (matplotlib,
-sacreBLEU, torch) out of the module level here and in the modules it imports.
+""":class:`AblationReportCallback` (``conf/hydra/default.yaml``) writes the heads-ablation
+report as a sweep runs. Hydra imports this module when it starts: keep heavy imports
+(matplotlib, sacreBLEU, torch) out of the module level here and in the modules it imports.
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ log = logging.getLogger(__name__)
 
 
 def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
-    """Hydra writes ``multirun.yaml`` over an earlier sweep's in the same dir: where that one
-    swept other jobs (a subset re-run, other values), it is set aside first, so the sweep's
-    whole list of jobs stays, and the report counts missing jobs against all of them."""
+    """Hydra writes ``multirun.yaml`` over an earlier sweep's in the same dir: one that swept
+    other jobs is set aside first, so the report counts missing jobs against all of them."""
     earlier = sweep_dir / "multirun.yaml"
     if not earlier.is_file():
         return
@@ -46,9 +44,8 @@ def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
 
 
 def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None:
-    """``change(job_dir)`` while holding the job dir's lock. When another process holds it (a
-    run resumed into it by hand), its files are not the sweep's: nothing is changed, and the
-    reason is returned."""
+    """``change(job_dir)`` while holding the job dir's lock; when another process holds it (a
+    run resumed into it by hand), nothing is changed and the reason is returned."""
     try:
         lock = RunLock(job_dir).acquire()
     except UserError as err:
@@ -68,15 +65,11 @@ def _write_error(job_dir: Path, error: BaseException) -> None:
 
 
 class AblationReportCallback(Callback):
-    """Holds the sweep dir's lock for the multirun, so a second sweep into it stops before it
-    writes anything, and writes the report after every job and at the end: Hydra's basic
-    sweeper raises after a sweep with a failed job, which skips ``on_multirun_end``, so the
-    per-job report is the one that survives. A job that failed on a
-    :class:`~translate.errors.UserError` is recorded (``error.txt``) and counted as done, so the
-    sweep reaches its end, which names every failed job in one line and exits 2.
-
-    Only for multiruns of the configs in ``config_names`` (the training app): the evaluate and
-    analyze commands share ``hydra/default.yaml``.
+    """Holds the sweep dir's lock for the multirun and writes the report after every job and
+    at the end (Hydra's basic sweeper skips ``on_multirun_end`` after a failed job). A job that
+    failed on a :class:`~translate.errors.UserError` is recorded (``error.txt``) and counted as
+    done, so the sweep reaches its end, which names every failed job in one line and exits 2.
+    Only for multiruns of ``config_names``: evaluate and analyze share ``hydra/default.yaml``.
     """
 
     def __init__(
@@ -120,8 +113,7 @@ class AblationReportCallback(Callback):
         return Path(str(config.hydra.runtime.cwd)) / str(config.hydra.sweep.dir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        """Lock the sweep dir before Hydra writes there (multirun.yaml, the jobs): a second
-        sweep into it stops here instead of running into the first one's jobs."""
+        """Lock the sweep dir before Hydra writes there: a second sweep into it stops here."""
         if not self._applies(config):
             return
         try:
@@ -165,9 +157,9 @@ class AblationReportCallback(Callback):
 
 
 def failed_jobs(report: Report, failed_here: dict[Path, str] | None = None) -> str | None:
-    """The sweep's last line when jobs failed, each by name with its reason: the report's,
-    and ``failed_here`` (job dir: reason), those this multirun saw fail, also where an earlier
-    run's results are there (a job refused at its start); None when none failed."""
+    """The sweep's last line when jobs failed, each by name with its reason: the report's, and
+    ``failed_here`` (job dir: reason) this multirun saw fail, also where an earlier run's
+    results are there (a job refused at its start); None when none failed."""
     here = dict(failed_here or {})
     failed = []
     for job in report.jobs:

@@ -14,10 +14,9 @@ from test_ablation import make_job
 from translate.ablation import report as report_command
 from translate.ablation.report import write_report
 from translate.analysis import figures
-from translate.analysis.ablation import build_report
+from translate.analysis.ablation import SPEED_FILE, build_report
 from translate.analysis.ablation_stats import permutation_p, welch_p
 from translate.analysis.speed import heads_rows
-from translate.analysis.speed_file import SPEED_FILE
 
 SEEDS = (1, 2, 3)
 # Test BLEU per head count, seeds 1-3.

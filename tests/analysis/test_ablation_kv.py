@@ -13,9 +13,8 @@ from test_speed import SPEED
 
 from translate.ablation import speed as speed_command
 from translate.ablation.report import write_report
-from translate.analysis.ablation import build_report
+from translate.analysis.ablation import SPEED_FILE, SPEED_METRICS, build_report
 from translate.analysis.speed import heads_rows
-from translate.analysis.speed_file import SPEED_FILE, SPEED_METRICS
 
 # kv_heads -> (params, BLEU of seeds 1 and 2): fewer K/V heads, smaller k_proj / v_proj.
 KV_SWEEP = {
@@ -53,7 +52,7 @@ def test_a_kv_sweep_has_one_row_per_kv_heads_with_its_parameters(kv_sweep):
     assert "| heads | kv heads | d_k | params | BLEU |" in md
     assert "| 8 | 2 | 8 | 925,184 | 26.10 ± 0.14 |" in md
     assert "WARNING" not in md and "PARAMETER COUNTS DIFFER" not in md
-    assert "against the 8-head multi-head (kv_heads=8) run" in md
+    assert "**Against the 8-head multi-head (kv_heads=8) row, across seeds" in md
     assert "| job | heads | kv heads | seed | status |" in md
     assert "| `heads=8,kv_heads=4,seed=2` | 8 | 4 | 2 | completed |" in md
     rows = list(csv.DictReader((kv_sweep / "ablation.csv").open()))

@@ -18,7 +18,7 @@ from test_ablation import make_job
 
 from translate.ablation.report import write_report
 from translate.analysis import speed
-from translate.analysis.speed_file import CT2_METRICS, SPEED_FILE
+from translate.analysis.ablation import CT2_METRICS, SPEED_FILE
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.training.step import Trainer
 

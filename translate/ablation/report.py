@@ -1,11 +1,9 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
 
-``ablation.csv``, ``ablation.md`` and ``ablation.png`` (where it has something to plot, never at
-the cost of the tables) from the jobs' files alone, so run again it re-creates them; the Hydra
-callback (:mod:`translate.sweeps`) runs :func:`write_report` after every job. Of the entry-point
-layer: it reads the jobs a sweep defines from Hydra's ``multirun.yaml``. What the columns mean:
-docs/ablation.md. Exits 1 (after writing the report) when the parameter counts differ, 2 with
-a one-line error, writing nothing, when the sweep dir does not exist or holds no sweep job.
+``ablation.csv``, ``ablation.md`` and ``ablation.png`` from the jobs' files alone (the Hydra
+callback, :mod:`translate.sweeps`, runs :func:`write_report` after every job); the jobs a sweep
+defines come from Hydra's ``multirun.yaml``. Exits 1 (after writing the report) when the
+parameter counts differ. What the columns mean: docs/ablation.md.
 """
 
 from __future__ import annotations
@@ -24,6 +22,9 @@ import yaml
 
 from translate.analysis.ablation import (
     BASELINE_HEADS,
+    CT2_METRICS,
+    SPEED_COMMAND,
+    SPEED_FILE,
     Report,
     build_report,
     check_sweep_dir,
@@ -31,15 +32,10 @@ from translate.analysis.ablation import (
     p_column,
     parse_overrides,
     scored_dev_bleu,
-)
-from translate.analysis.ablation_stats import LEVEL, detected, heads_key, smallest_permutation_p
-from translate.analysis.speed_file import (
-    CT2_METRICS,
-    SPEED_COMMAND,
-    SPEED_FILE,
     shown_metrics,
     speed_cell,
 )
+from translate.analysis.ablation_stats import LEVEL, detected, heads_key, smallest_permutation_p
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled
 from translate.io import WriteFailed, check, write
 
@@ -52,12 +48,9 @@ EARLIER_SWEEPS = "multirun.*.yaml"
 
 
 def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """``(swept_keys, one {key: value} per job)`` the sweeps in ``multirun.yaml`` define, and in
-    the earlier ones a later sweep into the same dir set aside (:data:`EARLIER_SWEEPS`).
-
-    Expands ``hydra.sweeper.params`` and the command-line overrides as Hydra's basic sweeper
-    does. Empty when there is no ``multirun.yaml`` or another sweeper ran the sweep.
-    """
+    """``(swept_keys, one {key: value} per job)`` the sweeps in ``multirun.yaml`` and
+    :data:`EARLIER_SWEEPS` define, expanded as Hydra's basic sweeper does; empty when there is
+    no ``multirun.yaml`` or another sweeper ran the sweep."""
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / "multirun.yaml").is_file():
         return [], []
@@ -99,10 +92,9 @@ def missing_jobs(report: Report) -> list[str]:
 def write_report(
     sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
 ) -> Report:
-    """Build the report and write ``ablation.csv``, ``ablation.md`` and ``ablation.png``."""
     report = build_report(sweep_dir, baseline_heads, bootstrap_samples)
     report.missing = missing_jobs(report)
-    write_files(report, bootstrap_samples)
+    write_files(report)
     if not report.params_equal:
         log.warning("\n%s\nWARNING: %s\n%s", "!" * 78, report.params_message, "!" * 78)
     for w in report.warnings[0 if report.params_equal else 1 :]:
@@ -295,17 +287,9 @@ def _speed_note(report: Report) -> str:
     return text
 
 
-def _note_lines(report: Report, bootstrap_samples: int) -> list[str]:
-    """The numbers the table rests on; what its columns mean is :data:`DOC`."""
-    notes = [f"What the columns mean, and the tests: {DOC}."]
-    if report.baseline_heads is not None:
-        notes.append(
-            f"p seeds: Welch's and an exact permutation test of the per-seed test BLEU against "
-            f"the {_baseline(report)} row's (* p < {LEVEL}). p bootstrap: sacreBLEU's paired "
-            f"bootstrap ({bootstrap_samples} resamples) against the {_baseline(report)} run "
-            "with the same seed, seeds pooled: test-set sampling only."
-        )
-    notes.append(_speed_note(report))
+def _note_lines(report: Report) -> list[str]:
+    """The numbers the table rests on; what its columns and tests mean is :data:`DOC`."""
+    notes = [f"What the columns mean, and the tests: {DOC}.", _speed_note(report)]
     if report.bootstrap_signature:
         notes.append(f"BLEU signature: `{report.bootstrap_signature}`")
     return [line for note in notes for line in ("", note)]
@@ -333,15 +317,13 @@ def _job_lines(report: Report) -> list[str]:
     return lines
 
 
-def to_markdown(report: Report, bootstrap_samples: int = 1000) -> str:
-    lines = _summary_lines(report) + _table_lines(report)
-    lines += _note_lines(report, bootstrap_samples) + _job_lines(report)
+def to_markdown(report: Report) -> str:
+    lines = _summary_lines(report) + _table_lines(report) + _note_lines(report) + _job_lines(report)
     return "\n".join(lines) + "\n"
 
 
 def _figure_png(report: Report) -> bytes | None:
-    """The figure's PNG, or None with a warning in the report saying why: the tables must be
-    written whatever the figure does."""
+    """The figure's PNG, or None with a warning in the report saying why."""
     from translate.analysis.figures import ablation_figure, pyplot
 
     try:
@@ -362,15 +344,15 @@ def _figure_png(report: Report) -> bytes | None:
 # ------------------------------------------------------------------------ writing
 
 
-def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
-    """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png``
-    into the sweep dir, each atomically (a sweep's parallel jobs may report at once); returns
-    them, also as :attr:`Report.written`. All are checked before any is replaced."""
+def write_files(report: Report) -> None:
+    """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png`` into
+    the sweep dir, each atomically (a sweep's parallel jobs may report at once), into
+    :attr:`Report.written`. All are checked before any is replaced."""
     out = report.sweep_dir
     png = _figure_png(report)  # first: its warning belongs in the .md
     files = {
         out / "ablation.csv": to_csv(report),
-        out / "ablation.md": to_markdown(report, bootstrap_samples),
+        out / "ablation.md": to_markdown(report),
         **({out / FIGURE: png} if png is not None else {}),
     }
     for path in files:
@@ -391,7 +373,6 @@ def write_files(report: Report, bootstrap_samples: int = 1000) -> list[Path]:
                 err.errno,
             ) from None
         report.written.append(path)
-    return report.written
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -1,11 +1,8 @@
 """Time a heads sweep's models side by side: ``python -m translate.ablation speed <sweep_dir>``.
 
-Every completed job's scored checkpoint, timed in one process by
-:func:`translate.analysis.speed.run_speed` (how: docs/ablation.md, "Speed, side by side"), into
-``ablation_speed.json`` in the sweep dir (or ``--json``), where
-``python -m translate.ablation report`` takes its speed columns from; the jobs not timed are
-listed with the reason. Exits 2 with a one-line error when the sweep dir does not exist or has
-no completed job.
+Every completed job's scored checkpoint, timed by :func:`translate.analysis.speed.run_speed`
+into ``ablation_speed.json`` in the sweep dir (or ``--json``), where the report takes its speed
+columns from (how: docs/ablation.md, "Speed, side by side").
 """
 
 from __future__ import annotations
@@ -15,9 +12,9 @@ import sys
 
 import torch
 
+from translate.analysis.ablation import shown_metrics, speed_cell
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
-from translate.analysis.speed_file import shown_metrics, speed_cell
 from translate.bench import common
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
 from translate.runtime.memory import keep_freed_memory
@@ -34,8 +31,7 @@ COUNTS = {
 
 
 def print_speed_table(payload: dict) -> str:
-    """Print the per-row medians with their ratios to the baseline row; a kv heads column
-    when the sweep varies kv_heads, and CTranslate2's latency where measured."""
+    """Print the per-row medians with their ratios to the baseline row."""
     base, metrics = payload["baseline_heads"], shown_metrics(payload)
     kv_axis = any(kv != heads for heads, kv in map(heads_key, payload["heads"]))
     rows = []

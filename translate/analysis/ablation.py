@@ -1,8 +1,7 @@
 """The heads-ablation report's rows: one per ``(heads, kv_heads)`` of a sweep's finished jobs,
-from every job dir's ``results.json`` and ``.hydra/overrides.yaml``; failed jobs and the jobs
-the sweep defines but never started are listed, never dropped. The statistics are
-:mod:`translate.analysis.ablation_stats`, the speed columns :mod:`translate.analysis.speed_file`,
-the files :mod:`translate.ablation.report`; what the columns mean is docs/ablation.md.
+from every job dir's ``results.json`` and ``.hydra/overrides.yaml``, with the speed columns of
+its ``ablation_speed.json``; failed jobs and the jobs the sweep defines but never started are
+listed, never dropped. What the columns mean is docs/ablation.md.
 
 Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at module level.
 """
@@ -29,7 +28,6 @@ from translate.analysis.ablation_stats import (
     significance,
     welch_p,
 )
-from translate.analysis.speed_file import read_speed, speed_cells
 from translate.errors import UserError, counted
 
 BASELINE_HEADS = 8
@@ -59,8 +57,7 @@ def scored_dev_bleu(results: dict) -> float | None:
 
 
 def job_provenance(results: dict) -> tuple[str | None, str | None]:
-    """``(commit, machine)`` of a job from its results.json's ``provenance``; ``(None, None)``
-    from before they were recorded."""
+    """``(commit, machine)`` of a job from its results.json; ``(None, None)`` from before."""
     p = results.get("provenance")
     if p is None:
         return None, None
@@ -94,8 +91,6 @@ def provenance_warning(results: list[dict]) -> str | None:
 
 @dataclass
 class Job:
-    """One job dir of the sweep."""
-
     name: str  # its path under the sweep dir, e.g. "heads=4,seed=2"
     path: Path
     overrides: dict[str, str]  # from .hydra/overrides.yaml, e.g. {"heads": "4", "seed": "2"}
@@ -130,8 +125,7 @@ class Report:
 
     @property
     def kv_axis(self) -> bool:
-        """Whether some row has fewer key/value heads than heads: only then do the files show
-        kv_heads, so that a plain heads sweep's report reads as it did before GQA."""
+        """Whether some row has fewer kv heads than heads: only then do the files show them."""
         return any(r["kv_heads"] != r["heads"] for r in self.rows)
 
 
@@ -250,7 +244,6 @@ def build_report(
     baseline_heads: int = BASELINE_HEADS,
     bootstrap_samples: int = 1000,
 ) -> Report:
-    """Read the sweep and compute the rows; writes nothing."""
     sweep_dir = existing_sweep_dir(sweep_dir)
     jobs = find_jobs(sweep_dir)
     done = [j for j in jobs if j.completed]
@@ -284,7 +277,6 @@ def _mean(values: list) -> float | None:
 
 
 def _std(values: list) -> float | None:
-    """Sample standard deviation over seeds; None with fewer than two values."""
     values = [v for v in values if v is not None]
     return statistics.stdev(values) if len(values) >= 2 else None
 
@@ -295,8 +287,6 @@ def _bleus(jobs: list[Job]) -> list[float]:
 
 
 def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
-    """One row: its jobs' means and spreads, per-seed BLEU, heads, ``p_cells`` (its p-values)
-    and provenance."""
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
     row = {
@@ -326,7 +316,7 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
     row["total_heads"] = _mean([s.get("total_heads") for s in summaries])
     row.update(p_cells)
     for seed in seeds:
-        code, where = job_provenance(by_seed[seed]) if seed in by_seed else (None, None)
+        code, where = job_provenance(by_seed.get(seed, {}))
         row[f"commit_seed{seed}"], row[f"machine_seed{seed}"] = code, where
     return row
 
@@ -353,3 +343,94 @@ def _p_cells(key: Key, groups: dict, base: Key, p_values: dict, seeds: list) -> 
     for seed in seeds:
         cells[p_column(base[0], f"seed{seed}")] = bootstrap.get(seed)
     return cells
+
+
+# ------------------------------------------------------------------------ ablation_speed.json
+
+SPEED_FILE = "ablation_speed.json"  # written by translate.analysis.speed
+SPEED_COMMAND = "python -m translate.ablation speed SWEEP_DIR"
+# Per-job and per-row metrics -> (column header in ablation.md, decimals shown).
+SPEED_METRICS = {
+    "latency_greedy_ms": ("greedy ms/sent (batch 1)", 1),
+    "latency_beam_ms": ("beam ms/sent (batch 1)", 1),
+    "sentences_per_s": ("sent/s (batched, greedy)", 1),
+    "train_tokens_per_s": ("train tok/s", 0),
+    "peak_mem_mb": ("peak mem MB", 0),
+}
+# The same checkpoints exported to CTranslate2, timed in the same rounds; only in files
+# written where ctranslate2 was installed, and shown where a row has a value.
+CT2_METRICS = {
+    "ct2_latency_greedy_ms": ("CT2 greedy ms/sent (batch 1)", 1),
+    "ct2_latency_beam_ms": ("CT2 beam ms/sent (batch 1)", 1),
+}
+ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
+
+
+def ratio_key(metric: str, baseline_heads: int) -> str:
+    """``latency_beam_ms_vs_8``: ``metric`` over the baseline row's (8 heads, 8 kv heads)."""
+    return f"{metric}_vs_{baseline_heads}"
+
+
+def shown_metrics(data: dict) -> dict:
+    """The metrics of ``data``'s table, each -> (column header, decimals), CTranslate2's right
+    after our latency where any row has them."""
+    rows = data.get("heads") or []
+    ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
+    latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
+    return {**latency, **ct2, **SPEED_METRICS}
+
+
+def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str:
+    """``40.0 (1.60x)``: a row's value of ``metric`` with its ratio to the baseline row's."""
+    value, ratio = row.get(metric), row.get(ratio_key(metric, baseline))
+    text = "-" if value is None else f"{value:,.{digits}f}"
+    return text if ratio is None else f"{text} ({ratio:.2f}x)"
+
+
+def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
+    """The sweep dir's speed file; None when it has none, or (with a warning) an unreadable
+    one or one that timed another sweep. The ``finished`` jobs it has no figures for are named
+    in a warning with why, since their rows then mix."""
+    path = sweep_dir / SPEED_FILE
+    if not path.is_file():
+        return None
+    command = SPEED_COMMAND.replace("SWEEP_DIR", str(sweep_dir))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        warnings.append(f"{path} is unreadable ({err}): no speed columns; run {command}")
+        return None
+    timed = data.get("sweep_dir")  # absent in files from before it was recorded
+    if timed is not None and Path(timed) != sweep_dir.resolve():
+        # `speed <sweepA> --json <sweepB>/...`: A's timings must not pass for B's.
+        warnings.append(
+            f"{path} is the speed file of another sweep (it timed {timed}): its figures are "
+            f"left out; run {command} to time this sweep's checkpoints"
+        )
+        return None
+    measured = {job["name"] for job in data["jobs"]}
+    not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
+    unmeasured = [name for name in finished if name not in measured]
+    for name in (n for n in unmeasured if n in not_timed):
+        warnings.append(
+            f"{SPEED_FILE} has no figures for {name}; it was not timed: {not_timed[name]}"
+        )
+    if unmeasured := [name for name in unmeasured if name not in not_timed]:
+        warnings.append(
+            f"{SPEED_FILE} has no figures for {', '.join(unmeasured)} (finished after it was "
+            f"measured?): run {command} again"
+        )
+    return data
+
+
+def speed_cells(data: dict, key: Key) -> dict:
+    """The row of ``key``: every metric and its ratio to the baseline's (None where the file
+    has no such row; no ratio columns where it has no baseline)."""
+    baseline = data["baseline_heads"]
+    row = next((r for r in data["heads"] if heads_key(r) == key), {})
+    out = {}
+    for metric in shown_metrics(data):
+        out[metric] = row.get(metric)
+        if baseline is not None:
+            out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
+    return out

@@ -1,8 +1,6 @@
-"""The heads-ablation report's statistics: the parameter check, the seed-level tests (each
-seed's test BLEU one observation; they decide the summary) and the paired bootstrap against
-the baseline row (test-set sampling only). The jobs are :class:`translate.analysis.ablation.Job`
-objects (not imported: that module imports this). Imported when Hydra starts (for the report
-callback): scipy and sacreBLEU are imported inside the functions that use them.
+"""The heads-ablation report's statistics: the parameter check, the seed-level tests (which
+decide the summary) and the paired bootstrap against the baseline row. Imported when Hydra
+starts: scipy and sacreBLEU are imported inside the functions that use them.
 """
 
 from __future__ import annotations
@@ -83,8 +81,8 @@ def check_equal_params(jobs: list) -> tuple[bool, str]:
 
 
 def ci_of_mean(values: list[float]) -> tuple[float | None, float | None]:
-    """The two-sided :data:`CONFIDENCE` t interval (n - 1 degrees of freedom) of the mean:
-    mean ± t · s / √n; ``(None, None)`` with fewer than two values."""
+    """The two-sided :data:`CONFIDENCE` t interval of the mean, mean ± t(n - 1) · s / √n;
+    ``(None, None)`` with fewer than two values."""
     n = len(values)
     if n < 2:
         return None, None
@@ -147,20 +145,17 @@ def detected(*p_values: float | None) -> bool | None:
 
 
 def _read_lines(path: Path) -> list[str] | None:
-    if not path.is_file():
-        return None
     # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
+    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else None
 
 
 @functools.lru_cache(maxsize=256)
 def _paired_p(
     baseline: tuple[str, ...], hyp: tuple[str, ...], ref: tuple[str, ...], n_samples: int
 ) -> tuple[float, str]:
-    """``(p, signature)`` of one paired bootstrap, remembered for the process: the sweep
-    callback writes the report after every job, and re-testing every finished pair took 9 s
-    of a 10 s report over the 20-job study. Seeded, so a remembered p is the one a new test
-    gives."""
+    """``(p, signature)`` of one (seeded) paired bootstrap, remembered for the process: the
+    sweep callback writes the report after every job, and re-testing every finished pair took
+    9 s of a 10 s report over the 20-job study."""
     from translate.metrics import paired_bootstrap
 
     test = paired_bootstrap(list(baseline), {"run": list(hyp)}, list(ref), n_samples=n_samples)
@@ -170,9 +165,9 @@ def _paired_p(
 def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
     """``(baseline hyp, hyp, ref)`` of a job and the baseline job of its seed, or None with a
     warning where they cannot be compared."""
-    hyp, ref = _read_lines(job.path / "test.hyp.txt"), _read_lines(job.path / "test.ref.txt")
-    base_hyp = _read_lines(other.path / "test.hyp.txt")
-    base_ref = _read_lines(other.path / "test.ref.txt")
+    hyp, ref, base_hyp, base_ref = (
+        _read_lines(j.path / f"test.{kind}.txt") for j in (job, other) for kind in ("hyp", "ref")
+    )
     if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
         warnings.append(
             f"no significance test for {job.name} against {other.name}: test.hyp.txt / "
@@ -203,9 +198,7 @@ def significance(groups: dict, baseline: Key, n_samples, warnings) -> tuple[dict
             per_seed[seed], signature = _paired_p(*map(tuple, texts), n_samples)
             for part, lines in zip(pooled, texts):
                 part.extend(lines)
-        if len(per_seed) > 1:
+        if per_seed:  # one seed: the same pair as its own test, remembered by _paired_p
             per_seed["pooled"], _ = _paired_p(*map(tuple, pooled), n_samples)
-        elif per_seed:
-            per_seed["pooled"] = next(iter(per_seed.values()))
         out[key] = per_seed
     return out, signature

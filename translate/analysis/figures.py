@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from translate.analysis.ablation import ratio_key
 from translate.analysis.ablation_stats import heads_key
-from translate.analysis.speed_file import ratio_key
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
 from translate.runtime.device import eval_mode

@@ -1,26 +1,9 @@
-"""Side-by-side speed of a heads sweep: every finished job's scored checkpoint loaded into one
-process and timed in turns, so that whatever else the machine does falls on all jobs alike
-(each job's own ``results.json`` speed fields were measured at another time, beside other work).
-Only checkpoints inside the sweep dir are timed; every job that is not (failed, or without its
-checkpoint there) is listed in the file's ``not_timed`` with the reason.
-
-Every round visits every job once per measurement, one job later than the round before (round
-``r``: jobs ``r, r+1, ..., r-1``); a job's figure is the median over rounds. Measured: batch-1
-latency (greedy and beam), batched greedy sentences/s, training tokens/s from the checkpoint's
-weights, and peak memory on CUDA (none on the CPU); docs/ablation.md says how exactly.
-
-Beside our batch-1 latency, CTranslate2's: each checkpoint exported (float32, through
-:func:`translate.decoding.ct2_export.export_checkpoint`) into a temporary folder and decoded
-at as many threads as torch, on the same sentences with the same decode settings, in the same
-rounds, in a process of its own each round (:mod:`translate.analysis.timing_process`: in this
-one its thread pool and torch's would take turns on the same cores). Ours says what our engine
-spends, CTranslate2's what the model itself costs. Without ``ctranslate2`` (or with
-``SpeedSettings.ct2`` off) those fields are null and a warning says why.
-
-The training step is the caller's (``make_trainer``: ``translate.training.step.Trainer``): this
-package sits below ``translate.training`` and may not import it. ``python -m translate.ablation
-speed`` runs this; :mod:`translate.analysis.speed_file` reads the file back for the report. Rows
-are per ``(heads, kv_heads)``, so a grouped-query sweep (``kv_heads=1,2,4,8``) gets one each.
+"""Side-by-side speed of a heads sweep (``python -m translate.ablation speed``): every finished
+job's scored checkpoint inside the sweep dir loaded into one process and timed in rotated rounds,
+CTranslate2's latency in a process of its own each round (:mod:`translate.analysis.timing_process`),
+into ``ablation_speed.json``; what is measured, and how, is docs/ablation.md, "Speed, side by
+side". The training step is the caller's (``make_trainer``): this package may not import
+``translate.training``.
 """
 
 from __future__ import annotations
@@ -38,10 +21,18 @@ from pathlib import Path
 import torch
 
 from translate import io
-from translate.analysis.ablation import BASELINE_HEADS, Job, existing_sweep_dir, find_jobs
+from translate.analysis.ablation import (
+    ALL_METRICS,
+    BASELINE_HEADS,
+    CT2_METRICS,
+    SPEED_FILE,
+    Job,
+    existing_sweep_dir,
+    find_jobs,
+    ratio_key,
+)
 from translate.analysis.ablation_stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
-from translate.analysis.speed_file import ALL_METRICS, CT2_METRICS, SPEED_FILE, ratio_key
 from translate.analysis.timing_process import ONE_AT_A_TIME, time_in_process
 from translate.data.batching import Batch
 from translate.data.corpus import load_raw_split
@@ -108,10 +99,9 @@ class SpeedJob:
 
 
 def _checkpoint(job: Job, sweep_dir: Path) -> tuple[Path | None, str]:
-    """The job's scored checkpoint inside ``sweep_dir``, or None and why not. The absolute path
-    results.json records is used where it lies inside the sweep dir; outside it (a sweep dir
-    copied or moved since training), it names the original sweep's file, so the job's own
-    ``checkpoints/`` is looked in instead: never a checkpoint of another sweep."""
+    """The job's scored checkpoint inside ``sweep_dir``, or None and why not. One that
+    results.json names outside it (the sweep dir was copied or moved) is looked for in the
+    job's own ``checkpoints/``: never a checkpoint of another sweep."""
     recorded = job.results.get("checkpoint")
     if not isinstance(recorded, str) or not recorded:
         return None, "its results.json names no checkpoint"
@@ -130,7 +120,6 @@ def _checkpoint(job: Job, sweep_dir: Path) -> tuple[Path | None, str]:
 def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -> list[SpeedJob]:
     """Every completed job with a checkpoint in ``sweep_dir``, loaded on ``settings.device``;
     every other job is added to ``not_timed`` with the reason."""
-    sweep_dir = existing_sweep_dir(sweep_dir)
     jobs = []
     for job in find_jobs(sweep_dir):
         path, why = (None, f"it did not complete ({job.error})")
@@ -215,26 +204,19 @@ def _train_tokens_per_s(sj: SpeedJob, steps: int, make_trainer: MakeTrainer) -> 
     return tokens / max(seconds, 1e-9)
 
 
-def _ct2_job(sj: SpeedJob) -> dict:
-    """The timing process's job for ``sj``'s export: batch-1 latency, greedy and beam, with the
-    job's decode settings."""
-    decode = sj.loaded.translator.decode
-    return {
-        "engine": "ct2",
-        "model_dir": str(sj.ct2),
-        "device": str(sj.device),
-        "decode": dataclasses.asdict(decode),
-        "inputs": {ONE_AT_A_TIME: sj.latency_ids},
-        "modes": {"ct2_latency_greedy_ms": 1, "ct2_latency_beam_ms": decode.beam_size},
-    }
-
-
 def ct2_latency(jobs: list[SpeedJob]) -> None:
-    """CTranslate2's batch-1 latency (ms per sentence) of every job with an export, in ``jobs``'
-    order, in one timing process at as many threads as torch; kept in ``ct2_round`` for the
-    jobs' turns."""
+    """CTranslate2's batch-1 latency (ms per sentence), greedy and beam with each job's decode
+    settings, of every job with an export, in ``jobs``' order, in one timing process at as
+    many threads as torch; kept in ``ct2_round`` for the jobs' turns."""
     jobs = [sj for sj in jobs if sj.ct2 is not None]
-    specs = [_ct2_job(sj) for sj in jobs]
+    specs = []
+    for sj in jobs:
+        decode = sj.loaded.translator.decode
+        modes = {"ct2_latency_greedy_ms": 1, "ct2_latency_beam_ms": decode.beam_size}
+        specs.append(
+            {"engine": "ct2", "model_dir": str(sj.ct2), "device": str(sj.device), "modes": modes}
+            | {"decode": dataclasses.asdict(decode), "inputs": {ONE_AT_A_TIME: sj.latency_ids}}
+        )
     for sj, times in zip(jobs, time_in_process(specs, torch.get_num_threads()) if jobs else []):
         n = len(sj.latency_ids)
         sj.ct2_round = {mode: s * 1000 / n for (_, mode), (s, _) in times.items()}
@@ -242,17 +224,14 @@ def ct2_latency(jobs: list[SpeedJob]) -> None:
 
 def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> float | None:
     """One job's value of one metric in one round (None: CTranslate2's, for a job without an
-    export). Latency: mean ms per sentence decoded alone, ours or CTranslate2's (timed for the
-    round by :func:`ct2_latency`)."""
+    export, which :func:`ct2_latency` timed for the round). Latency: mean ms per sentence."""
     translator = sj.loaded.translator
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps, make_trainer)
     if metric == "sentences_per_s":
         return translator.timed_translate_ids(sj.batch_ids, beam_size=1)[1]
     if metric in CT2_METRICS:
-        if sj.ct2 is None:
-            return None
-        return sj.ct2_round.pop(metric)
+        return None if sj.ct2 is None else sj.ct2_round.pop(metric)
     beam = 1 if "greedy" in metric else translator.decode.beam_size
     total = sum(
         timed(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]

@@ -1,10 +1,7 @@
-"""Decoding timed in a process of its own: one engine (ours from a checkpoint, or CTranslate2
-exports) at one thread count. Two engines in one process would take turns spinning their thread
-pools on the same cores. ``python -m translate.bench.decode --ct2`` and ``python -m
-translate.ablation speed`` time CTranslate2 through :func:`time_in_process`.
-
-``python -m translate.analysis.timing_process`` is the timing process: the jobs (JSON) on
-standard input, the times on standard output.
+"""Decoding timed in a process of its own (``python -m translate.analysis.timing_process``: the
+jobs as JSON on standard input, the times on standard output), one engine at one thread count:
+two engines in one process would take turns spinning their thread pools on the same cores.
+``bench.decode --ct2`` and ``ablation speed`` time CTranslate2 through :func:`time_in_process`.
 """
 
 from __future__ import annotations
