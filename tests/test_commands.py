@@ -102,6 +102,13 @@ def test_keys_a_command_does_not_use_are_refused(ckpt, tmp_path, command, keys):
     assert not (tmp_path / "out" / "hyp.txt").exists()
 
 
+@pytest.mark.parametrize("command", ["translate.evaluate", "translate.analyze"])
+def test_a_data_key_without_data_is_one_line(tmp_path, command):
+    """Before: Hydra's 6-line "Could not override 'data.dir'" report and exit 1."""
+    proc = run_cli(command, "checkpoint=x.pt", "data.dir=y", f"hydra.run.dir={tmp_path / 'out'}")
+    assert_one_line_error(proc, "data.dir= sets a key of the data group", "add data=<name>")
+
+
 def test_evaluate_with_another_data_config_names_the_cap_it_cuts_at(ckpt, tmp_path):
     """data=jsonl caps sources at its own data.eval_max_len (256), not the run's (64): the
     warning says so, where it called 255 "the model's maximum source length"."""

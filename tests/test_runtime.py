@@ -132,7 +132,7 @@ def test_commands_apply_the_runtime_group_before_loading(monkeypatch, keep):
 
     from translate.decoding import engine_switch
     from translate.schema import runtime
-    from translate.settings import engine_command
+    from translate.settings import EngineCommand, command_settings
 
     calls = []
     monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append("kept"))
@@ -141,6 +141,6 @@ def test_commands_apply_the_runtime_group_before_loading(monkeypatch, keep):
     for command in ("translate", "evaluate"):
         overrides = [f"runtime.keep_freed_memory={keep}", "runtime.num_threads=3"]
         cfg = compose_config(command, ["checkpoint=c.pt", *overrides])
-        engine_switch.load_engine(engine_command(cfg), {})
+        engine_switch.load_engine(command_settings(EngineCommand, cfg), {})
     applied = ["threads 3", "kept"] if keep else ["threads 3"]
     assert calls == [*applied, "loaded"] * 2

@@ -13,11 +13,13 @@ from omegaconf import OmegaConf
 import translate.schema
 from translate.errors import UserError
 from translate.nn.config import TransformerConfig
+from translate.schema.decoding import DecodeOverrides
 from translate.settings import (
+    COMMANDS,
     CheckpointCommand,
     EngineCommand,
-    ExportCommand,
     TrainSettings,
+    build,
     decode_overrides,
     mechanics_keys,
     train_settings,
@@ -83,7 +85,7 @@ def test_from_run_names_every_decode_setting():
     fields = {f.name for f in dataclasses.fields(translate.schema.DecodeSettings)}
     assert set(from_run) == fields and all(v is None for v in from_run.values())
     one = compose_config("translate", ["checkpoint=c.pt", "decode.max_len_b=7"]).decode
-    assert decode_overrides(one) == {"max_len_b": 7}
+    assert decode_overrides(build(DecodeOverrides, one, "decode")) == {"max_len_b": 7}
 
 
 @pytest.mark.parametrize(
@@ -202,10 +204,9 @@ def test_the_quickstart_is_a_step_budget():
 
 SETTINGS = [
     *(getattr(translate.schema, name) for name in translate.schema.__all__),
-    TrainSettings,
+    *COMMANDS.values(),
     CheckpointCommand,
     EngineCommand,
-    ExportCommand,
 ]
 
 

@@ -15,14 +15,14 @@ from omegaconf import DictConfig
 
 from translate.analysis.head_report import OUTPUTS, analyze_heads
 from translate.cli import exit_on_user_error, own_output_dir, run_command
-from translate.settings import analysis_settings, checkpoint_command
+from translate.settings import AnalyzeCommand, command_settings
 
 
 def analyze(cfg: DictConfig) -> dict:
     """Run every diagnostic, write the outputs; returns the ``analysis.json`` dict."""
-    command, a = checkpoint_command(cfg), analysis_settings(cfg.analysis)
-    with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "analyze") as out_dir:
-        return analyze_heads(command, a, str(cfg.split), out_dir, cfg.get("data"))
+    command = command_settings(AnalyzeCommand, cfg)
+    with own_output_dir(Path(command.output_dir), OUTPUTS, "analyze") as out_dir:
+        return analyze_heads(command, command.analysis, command.split, out_dir, command.data)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="analyze")
@@ -32,4 +32,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run_command(main)
+    run_command(main, "analyze")

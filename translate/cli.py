@@ -1,18 +1,16 @@
 """What the ``python -m`` entry points share: the user-error exit, Hydra's run facts, and the
-output dirs each command holds for itself.
-
-Entry-point layer: like ``train.py`` and ``settings.py`` it may import Hydra; the library
-packages below it never do.
-"""
+output dirs each command holds for itself (entry-point layer: it may import Hydra)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
 import re
 import sys
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -22,13 +20,14 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.io import file_in_the_way
 from translate.record import recorded
+from translate.settings import COMMANDS
 from translate.training.rundir import RunLock, training_run_marks
 
 T = TypeVar("T")
@@ -54,16 +53,15 @@ def task_overrides(drop_prefix: str = "trainer.resume") -> list[str]:
     return [o for o in HydraConfig.get().overrides.task if not o.startswith(drop_prefix)]
 
 
-def run_command(main: Callable[[], object]) -> None:
-    """A command's ``python -m`` entry: the command line checked before Hydra starts
-    (:func:`check_command_line`), then ``main`` (its ``hydra.main``), with Ctrl-C anywhere one
-    line and exit 130 (:func:`translate.errors.interrupt_in_one_line`).
+def run_command(main: Callable[[], object], config_name: str) -> None:
+    """A command's ``python -m`` entry: the command line checked before Hydra starts, then
+    ``main`` (its ``hydra.main``), with Ctrl-C anywhere one line and exit 130.
 
-    Hydra reports a bad override or config group itself when it runs a command, but not under
-    ``--help``, ``--hydra-help`` or ``--info``: there its exception escapes, a 40-line
-    traceback; here it is one line, exit 2."""
+    Hydra reports a bad override itself when it runs a command, but under ``--help``,
+    ``--hydra-help`` or ``--info`` its exception escapes, a 40-line traceback: here one line."""
     with interrupt_in_one_line():
         check_command_line()
+        _refuse_keys_of_an_unpicked_group(config_name)
         try:
             with refused_stdout_in_one_line():
                 main()
@@ -75,9 +73,8 @@ def run_command(main: Callable[[], object]) -> None:
 
 def run_plain_command(main: Callable[[], object]) -> NoReturn:
     """The ``python -m`` entry of a command without Hydra (the benchmarks, the ablation
-    study's): a :class:`UserError` (a refused write of its ``--json``, say) is one line and
-    exit 2, Ctrl-C one line and exit 130, a refused standard output one line
-    (:func:`refused_stdout_in_one_line`); exits with ``main``'s status when it returns one."""
+    study's): a :class:`UserError`, Ctrl-C and a refused standard output each one line; exits
+    with ``main``'s status when it returns one."""
     with interrupt_in_one_line(), refused_stdout_in_one_line():
         try:
             status = main()
@@ -119,9 +116,8 @@ class _QuietStdout:
 
 @contextlib.contextmanager
 def refused_stdout_in_one_line() -> Iterator[None]:
-    """Run the block with :class:`_QuietStdout`; when the system refused a write to standard
-    output, end with one line, ``error: could not write to standard output: <why>``, exit 2,
-    after the block's own work (its files) is done."""
+    """Run the block with :class:`_QuietStdout`; a refused write to standard output ends it,
+    once its own work (its files) is done, with one line and exit 2."""
     stdout = sys.stdout = _QuietStdout(sys.stdout)
     succeeded = False
     try:
@@ -152,19 +148,15 @@ def hydra_message(err: Exception) -> str:
 
 
 def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
-    """Wrap a command's body: a :class:`UserError` prints ``error: <message>`` and exits 2.
-    Keys the command does not use (:func:`refuse_unused_keys`) are such an error.
-
-    In a Hydra multirun the error is logged and re-raised instead, so Hydra marks only that
-    job as failed and the sweep's other jobs still run; a training sweep then ends with one
-    line naming its failed jobs (:class:`translate.sweeps.AblationReportCallback`).
-    """
+    """Wrap a command's body: a :class:`UserError` (keys the command does not use among them)
+    prints ``error: <message>`` and exits 2. In a multirun it is logged and re-raised instead,
+    so that Hydra marks only that job as failed and the sweep's other jobs still run."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             with recorded(args[0] if args else None):  # .hydra/, once the command is accepted
-                refuse_unused_keys()
+                refuse_unused_keys(args[0] if args else None)
                 return fn(*args, **kwargs)
         except UserError as err:
             if debug_enabled():
@@ -177,48 +169,50 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def refuse_unused_keys() -> None:
-    """Refuse command-line overrides of keys the command's config does not define: Hydra
-    adds any ``+key=`` (``evaluate +model=transformer model.d_model=64``), and the command
-    would run as if it were not there. Keys within a group it reads (``+decode.x=1``) are
-    refused by the settings it builds from the group."""
-    if not HydraConfig.initialized():
+def refuse_unused_keys(cfg: DictConfig | None) -> None:
+    """Refuse command-line overrides of keys the command does not read: Hydra adds any ``+key=``
+    (``evaluate +model=transformer model.d_model=64``), and the command would run as if it were
+    not there. It reads its settings' keys (:data:`translate.settings.COMMANDS`) and what its
+    config defines (train's ``heads``, its ``experiment`` group); keys within a group it reads
+    (``+decode.x=1``) are refused by the settings it builds from the group."""
+    if cfg is None or not HydraConfig.initialized():
         return
     hydra_cfg = HydraConfig.get()
-    accepted = _config_keys(str(hydra_cfg.job.config_name))
-    if not accepted:  # a config from elsewhere (--config-dir): nothing to compare with
-        return
-    unused = [o for o in hydra_cfg.overrides.task if _top_key(o) not in accepted]
+    name, overrides = str(hydra_cfg.job.config_name), list(hydra_cfg.overrides.task)
+    added = {_top_key(o) for o in overrides if o.startswith("+")}
+    defined = {*cfg, *(group.split("/")[0] for group in hydra_cfg.runtime.choices)} - added
+    read = dataclasses.fields(COMMANDS[name]) if name in COMMANDS else ()
+    accepted = {*defined, *(field.name for field in read if field.metadata["key"]), "hydra"}
+    unused = [o for o in overrides if _top_key(o) not in accepted]
     if unused:
         raise UserError(
-            f"{hydra_cfg.job.config_name} does not use {' '.join(unused)}; it takes "
-            f"{', '.join(sorted(accepted - {'hydra'}))} (conf/{hydra_cfg.job.config_name}.yaml): "
-            "leave them out"
+            f"{name} does not use {' '.join(unused)}; it takes "
+            f"{', '.join(sorted(accepted - {'hydra'}))} (conf/{name}.yaml): leave them out"
         )
 
 
-@functools.cache
-def _config_keys(config_name: str) -> frozenset[str]:
-    """The top-level keys and config groups ``conf/<config_name>.yaml`` defines (empty when
-    there is no such file), and ``hydra``."""
-    path = CONF / f"{config_name}.yaml"
-    if not path.is_file():
-        return frozenset()
-    conf = OmegaConf.to_container(OmegaConf.load(path))
-    groups = [next(iter(entry)) for entry in conf.pop("defaults", []) if isinstance(entry, dict)]
-    return frozenset([*conf, *(g for g in groups if not g.startswith("override ")), "hydra"])
+def _refuse_keys_of_an_unpicked_group(config_name: str) -> None:
+    """``data.dir=x`` without ``data=<name>``: an optional group (evaluate's data, null: the
+    checkpoint's) is absent until picked, and Hydra would refuse its key in a 6-line report."""
+    hints = typing.get_type_hints(COMMANDS[config_name])
+    keys = [arg.partition("=")[0] for arg in sys.argv[1:]]
+    for key in keys:
+        group, dot, _ = key.partition(".")
+        optional = type(None) in typing.get_args(hints.get(group))
+        if dot and optional and group not in keys:
+            fail(
+                f"{key}= sets a key of the {group} group, which only {group}=<name> brings in "
+                f"(conf/{group}/): add {group}=<name>"
+            )
 
 
 def _top_key(override: str) -> str:
-    """The top-level key or config group an override sets: ``model`` of ``+model.d_model=64``."""
+    """``model`` of ``+model.d_model=64``."""
     return re.split(r"[.@=/]", override.lstrip("+~"), maxsplit=1)[0]
 
 
 def fail(message: str) -> NoReturn:
-    """Stop as every user error stops a command: ``error: <message>`` on stderr, exit 2."""
+    """Stop as every user error stops a command."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(EXIT_USER_ERROR)
 
@@ -226,9 +220,8 @@ def fail(message: str) -> NoReturn:
 @contextlib.contextmanager
 def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
     """Hold ``out_dir`` while ``command`` writes there. A training run's dir, or one that
-    already holds ``outputs`` (another evaluation's hypotheses, say), is refused: writing would
-    replace or mix with them; so is a dir inside a training run or a sweep, where a sweep's
-    report would take it for one of its jobs."""
+    already holds ``outputs``, is refused: writing would replace or mix with them; so is a dir
+    inside a run or a sweep, whose report would take it for one of its jobs."""
     _refuse_a_run_or_inside_one(out_dir, command)
     lock = RunLock(out_dir).acquire()
     try:
@@ -265,9 +258,8 @@ _DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
 
 
 def check_command_line() -> None:
-    """Stop before Hydra starts, in one line, at a ``hydra.run.dir=`` or ``hydra.sweep.dir=``
-    that Hydra could not make or write into (:func:`check_run_dir`; Hydra's own mkdir or log
-    file would fail with a traceback)."""
+    """Stop before Hydra starts (whose mkdir or log file would fail with a traceback) at a
+    ``hydra.run.dir=`` or ``hydra.sweep.dir=`` it could not make or write into."""
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
         key = arg.lstrip("+~").partition("=")[0]
@@ -283,10 +275,9 @@ def check_command_line() -> None:
 
 
 def check_run_dir(key: str, path: Path) -> None:
-    """Stop in one line at a run or sweep dir that cannot be a folder (a file is in the way,
-    or it is, or lies inside, a symbolic link to a missing folder), or that cannot be written:
-    the folder itself, or the nearest one that exists, where Hydra would make it, is on a
-    read-only file system or not ours to write."""
+    """Stop in one line at a run or sweep dir that cannot be a folder (a file in the way, a
+    symbolic link to a missing folder) or written (it, or the nearest folder that exists, is
+    read-only or not ours)."""
     _refuse_dangling(key, path)
     _refuse_file_in_the_way(key, path)
     folder = next(p for p in (path, *path.parents) if p.exists())
@@ -301,9 +292,8 @@ def check_run_dir(key: str, path: Path) -> None:
 
 
 class RunDirCheck(Callback):
-    """:func:`check_run_dir` on the dir Hydra resolved, before it makes it and opens its log
-    there: the default one under the current directory (``outputs/...``) or one a preset
-    names, which the command line does not show."""
+    """:func:`check_run_dir` on the dir Hydra resolved (the default one, or a preset's, which
+    the command line does not show), before it makes it and opens its log there."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         check_run_dir("hydra.run.dir", Path(str(config.hydra.run.dir)))

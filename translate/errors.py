@@ -1,16 +1,9 @@
 """User-facing errors: one readable line, a non-zero exit, no traceback.
 
 Code raises :class:`UserError` for anything the user can fix (config, data, checkpoints,
-network). The command-line entry points catch it through
-:func:`translate.cli.exit_on_user_error`; set ``HYDRA_FULL_ERROR=1`` or ``TRANSLATE_DEBUG=1``
-to see the traceback instead.
-
-A command printed for the user to paste (a resume, an export's ``translate with:``, a re-export)
-quotes each path with :func:`override_word`: the shell and then Hydra read back the very path.
-A count in a message is :func:`counted` ("1 line", "2 lines").
-
-Ctrl-C is a stop the user asked for: :func:`interrupt_in_one_line` ends a command with one line
-and exit 130 (128 + SIGINT) wherever it lands.
+network); the entry points catch it (:func:`translate.cli.exit_on_user_error`), or show the
+traceback under ``HYDRA_FULL_ERROR=1`` or ``TRANSLATE_DEBUG=1``. Ctrl-C ends a command with
+one line and exit 130 wherever it lands (:func:`interrupt_in_one_line`).
 """
 
 from __future__ import annotations
@@ -32,6 +25,11 @@ EXIT_PEER_FAILED = 3
 
 class UserError(Exception):
     """A problem with the user's input, with a message that says what to do."""
+
+
+def choice(name: str, value: str, choices) -> None:
+    if value not in choices:
+        raise UserError(f"{name}={value} is unknown; choose one of {', '.join(choices)}")
 
 
 def debug_enabled() -> bool:
@@ -64,11 +62,10 @@ def stop_in_one_line_while_starting() -> None:
 
 @contextlib.contextmanager
 def interrupt_in_one_line() -> Iterator[None]:
-    """Ctrl-C anywhere in the block (Python's KeyboardInterrupt: wherever no handler of a
-    command's own waits for a step boundary) stops the command with one line on stderr and exit
-    130, no traceback. Every file is written under a temporary name and renamed when complete
-    (:mod:`translate.io`), and a temporary file is removed on the way out: none is left
-    half-written. Call it in the main thread, as a command's entry."""
+    """Ctrl-C anywhere in the block (where no handler of a command's own waits for a step
+    boundary) stops the command with one line and exit 130. Every file is written under a
+    temporary name and renamed when complete (:mod:`translate.io`): none is left half-written.
+    Call it in the main thread, as a command's entry."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # from the start's handler
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -90,8 +87,8 @@ def hydra_quoted(text: str) -> str:
 
 
 def override_word(key: str, value: str) -> str:
-    """``key=value`` as one shell word that Hydra reads back as exactly ``value``: quoted for
-    Hydra, then for the shell."""
+    """``key=value`` as one shell word (a command printed to paste) that Hydra reads back as
+    exactly ``value``."""
     return shlex.quote(f"{key}={hydra_quoted(value)}")
 
 

@@ -1,13 +1,10 @@
 """Score a checkpoint: ``python -m translate.evaluate checkpoint=<path> [src=<file> ref=<file>]``,
-or an exported model: ``engine=ctranslate2 model_dir=<dir>``
-(:mod:`translate.decoding.engine_switch`).
+or an exported model: ``engine=ctranslate2 model_dir=<dir>``.
 
-Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (override
-it with ``data=<source> data.dir=...``). Hypotheses go to ``hyp.txt`` in this command's Hydra
-run dir; BLEU, chrF and the sacreBLEU signature are printed and written to ``scores.json``,
-with what was scored: the checkpoint or the export's ``model.bin``, by path and SHA-256.
-That dir is held (locked) while the command runs, and one that already holds another
-evaluation's outputs is refused rather than overwritten.
+Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (or
+``data=<source> data.dir=...``). ``hyp.txt`` and ``scores.json`` (BLEU, chrF, the sacreBLEU
+signature, and what was scored, by path and SHA-256) go to this command's run dir, held while
+it runs; one that holds another evaluation's outputs is refused.
 """
 
 from __future__ import annotations
@@ -33,20 +30,18 @@ from translate.runtime.provenance import provenance
 from translate.settings import (
     ENGINE_SOURCES,
     EngineCommand,
+    EvaluateCommand,
+    command_settings,
     decode_overrides,
-    engine_command,
-    optional_path,
 )
 
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")
 
 
-def _texts(cfg: DictConfig, loaded) -> tuple[str, list[str], list[str]]:
+def _texts(command: EvaluateCommand, loaded) -> tuple[str, list[str], list[str]]:
     """``(name, sources, references)``: the ``src=``/``ref=`` files, or the test split."""
-    src, ref = optional_path(cfg, "src"), optional_path(cfg, "ref")
-    if (src is None) != (ref is None):
-        raise UserError("give both src=<file> and ref=<file>, or neither to use the test split")
+    src, ref = command.src, command.ref
     if src is None:
         return load_raw_split(loaded.data, "test")
     # Lines end at \n (or \r\n) only, as in translate; surrounding spaces do not count.
@@ -114,12 +109,13 @@ def _write_outputs(out_dir: Path, hyps: list[str], result: dict) -> None:
 
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
-    command, overrides = engine_command(cfg), decode_overrides(cfg.decode)
-    with own_output_dir(Path(str(cfg.output_dir)), OUTPUTS, "evaluate") as out_dir:
-        loaded, scored = _load(command, overrides, cfg.get("data"))
+    command = command_settings(EvaluateCommand, cfg)
+    overrides = decode_overrides(command.decode)
+    with own_output_dir(Path(command.output_dir), OUTPUTS, "evaluate") as out_dir:
+        loaded, scored = _load(command, overrides, command.data)
         decode = loaded.translator.decode  # the run's, with the command's keys in place
         print(describe_decode(decode, overrides))
-        name, sources, references = _texts(cfg, loaded)
+        name, sources, references = _texts(command, loaded)
         hyps = loaded.translator.translate(sources, progress=True)
         scores = score(hyps, references)
         result = {
@@ -150,4 +146,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run_command(main)
+    run_command(main, "evaluate")

@@ -17,14 +17,14 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, run_command
 from translate.decoding.ct2_export import export_checkpoint
 from translate.errors import override_word
-from translate.settings import export_command
+from translate.settings import ExportCommand, command_settings
 from translate.training.signals import Stopped, StopRequest
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
-    command = export_command(cfg)
+    command = command_settings(ExportCommand, cfg)
     try:
         # SIGINT/SIGTERM raise Stopped, so the export removes its partial folder on the way out.
         with StopRequest(immediate=True):
@@ -43,4 +43,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run_command(main)
+    run_command(main, "export")

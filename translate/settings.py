@@ -1,13 +1,10 @@
 """The one place configuration becomes typed settings: every group, every command.
 
-Hydra composes ``conf/``; this module turns the composed OmegaConf nodes (or the plain dict a
-checkpoint stores) into frozen dataclasses of plain values before any work starts: OmegaConf
-checks each value's type, unknown keys and missing ones against the dataclasses (structured
-configs), this module each value's range and the rules across values, and every problem is one
-readable line that names the key and the fix, e.g. ``model.d_model=512 is not divisible by
-heads=3``. The library packages receive these
-dataclasses and never read configuration themselves. Defaults live in ``conf/`` (the model's
-in :class:`~translate.nn.config.TransformerConfig`, which ``conf/model/`` repeats, tested equal).
+The composed OmegaConf nodes (or the plain dict a checkpoint stores) become frozen dataclasses
+before any work starts: OmegaConf checks each value's type, unknown keys and missing ones
+against them (structured configs), this module each range and the rules across values, and
+every problem is one line naming the key and the fix (``model.d_model=512 is not divisible by
+heads=3``). The library packages receive these dataclasses and never read configuration.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from omegaconf.errors import (
 
 from translate.data.registry import source
 from translate.decoding.generate import STRATEGIES
-from translate.errors import UserError
+from translate.errors import UserError, choice
 from translate.nn.config import doc, out_of_range
 from translate.schema import (
     AnalysisSettings,
@@ -42,14 +39,14 @@ from translate.schema import (
     RuntimeSettings,
     TrainerSettings,
 )
-from translate.schema import help as command_keys
-from translate.schema.checks import choice
+from translate.schema.decoding import DecodeOverrides
+from translate.schema.help import group_type, settings_help
 
 # ------------------------------------------------------------------------ reading and typing
 
 
-def plain(node: Any, name: str) -> Any:
-    """A config node as plain Python values (dicts, lists, scalars), interpolations resolved."""
+def _plain(node: Any, name: str) -> Any:
+    """A config node as plain values, interpolations resolved."""
     if not OmegaConf.is_config(node):
         return node
     try:
@@ -59,21 +56,19 @@ def plain(node: Any, name: str) -> Any:
 
 
 def _key(group: str, key: str) -> str:
-    """A key as the command line spells it: ``group.key``, or ``key`` for a command's own
-    top-level keys (``group`` empty)."""
+    """A key as the command line spells it (``group`` empty: a command's own keys)."""
     return f"{group}.{key}" if group else key
 
 
 def build(cls, node: Any, name: str):
-    """``cls`` (a settings dataclass) from a config node or dict; ``name`` is the config group
-    (``""``: the command's own top-level keys). OmegaConf reads the values onto ``cls`` as a
-    structured config, which refuses a value of another type, an unknown key and a missing one;
-    the checks OmegaConf does not know are :func:`_check`'s."""
-    values = plain(node, name)
+    """``cls`` (a settings dataclass) from a config node or dict of the group ``name`` (``""``:
+    a command's own keys), checked by OmegaConf (types, unknown and missing keys), then by
+    :func:`_check`."""
+    values = _plain(node, name)
     if not isinstance(values, dict):
         raise UserError(f"config {name} must be a group of keys, not {values!r}")
     # A group given as a node is resolved where it stands (model.num_heads: ${heads}).
-    values = {key: _literal(plain(value, _key(name, key))) for key, value in values.items()}
+    values = {key: _literal(_plain(value, _key(name, key))) for key, value in values.items()}
     try:
         settings = OmegaConf.to_object(OmegaConf.merge(_schema(cls), values))
     except OmegaConfBaseException as err:
@@ -97,14 +92,15 @@ def _literal(value: Any) -> Any:
 @functools.cache  # OmegaConf.merge fills a copy
 def _schema(cls) -> DictConfig:
     """``cls`` as a structured config that OmegaConf.merge can fill: writable (a frozen
-    dataclass makes its node read-only, and the merge lifts that for the top node only), with
-    each group of no default made now (the merge would make it read-only)."""
+    dataclass's node is read-only, and the merge lifts that for the top node only), each group
+    of no default made now (the merge would make it read-only)."""
     schema = OmegaConf.structured(cls)
     OmegaConf.set_readonly(schema, False)
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[field.name]):
-            schema[field.name] = _schema(hints[field.name])
+        group = group_type(hints[field.name])
+        if group is not None and field.default is dataclasses.MISSING:
+            schema[field.name] = _schema(group)
         elif isinstance(node := schema._get_node(field.name), DictConfig):  # data.hub: None
             OmegaConf.set_readonly(node, False)
     return schema
@@ -121,8 +117,7 @@ _WANTED = {
 
 
 def _in_one_line(err: OmegaConfBaseException, name: str) -> str:
-    """OmegaConf's complaint about the group ``name`` in our words, the key as the command
-    line spells it."""
+    """OmegaConf's complaint about the group ``name`` in our words."""
     full = err.full_key
     key = full if full == name or full.startswith(f"{name}.") else _key(name, full)
     if isinstance(err, MissingMandatoryValue):
@@ -145,10 +140,9 @@ _CHECKS_ABOVE = {
 
 
 def _check(settings, name: str) -> None:
-    """What the types leave to us, each group's first: a finite number where one is due (NaN
-    passes every range check, its comparisons all false; null is "no limit"), each field's
-    range, declared with it (``doc(..., check=positive)``), and the checks across fields, the
-    dataclass's ``validate()``."""
+    """What the types leave to us, each group's first: a finite number (NaN passes every range
+    check, its comparisons all false), each field's range (``doc(..., check=positive)``), and
+    the checks across fields, the dataclass's ``validate()``."""
     for field in dataclasses.fields(settings):
         key, value = _key(name, field.name), getattr(settings, field.name)
         if dataclasses.is_dataclass(value):
@@ -176,10 +170,8 @@ def decode_settings(node: Any) -> DecodeSettings:
     return build(DecodeSettings, node, "decode")
 
 
-# evaluate's and translate's decode group (``decode: from_run`` in their conf/*.yaml): every key
-# null, "as the run decoded"; a key set on the command line (decode.beam_size=5) replaces that
-# one alone, decode=beam or decode=greedy replaces them all. Made from DecodeSettings, so a new
-# key needs nothing here; registered on import, as the resolvers are.
+# evaluate's and translate's decode group: every key null, "as the run decoded" (DecodeOverrides);
+# decode.beam_size=5 replaces that key alone, decode=beam|greedy them all.
 ConfigStore.instance().store(
     group="decode",
     name="from_run",
@@ -187,12 +179,9 @@ ConfigStore.instance().store(
 )
 
 
-def decode_overrides(node: Any) -> dict:
-    """The decode keys a command set (``decode: from_run`` leaves the others null)."""
-    values = plain(node, "decode")
-    if not isinstance(values, dict):
-        raise UserError(f"config decode must be a group of keys, not {values!r}")
-    return {key: value for key, value in values.items() if value is not None}
+def decode_overrides(decode: DecodeOverrides) -> dict:
+    """The decode keys a command line set (``decode: from_run`` leaves the others null)."""
+    return {key: value for key, value in dataclasses.asdict(decode).items() if value is not None}
 
 
 def decode_over(stored: dict, overrides: DecodeSettings | dict | None) -> DecodeSettings:
@@ -207,12 +196,10 @@ def analysis_settings(node: Any) -> AnalysisSettings:
     return build(AnalysisSettings, node, "analysis")
 
 
-def data_settings(node: Any, overrides: Any = None) -> DataSettings:
+def data_settings(node: Any, overrides: DataSettings | None = None) -> DataSettings:
     """The data group; ``overrides`` (``data=<source> data.dir=...`` given to evaluate or
-    analyze) are merged over ``node`` (the data config a checkpoint was trained with)."""
-    if overrides is not None:
-        node = OmegaConf.merge(OmegaConf.create(_literal(plain(node, "data"))), overrides)
-    return build(DataSettings, node, "data")
+    analyze) in place of ``node`` (the data config a checkpoint was trained with)."""
+    return overrides or build(DataSettings, node, "data")
 
 
 @dataclass(frozen=True)
@@ -245,9 +232,8 @@ class TrainSettings:
 
 def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
     """The dotted keys of the fields marked ``doc(..., mechanics=True)``: how a job runs, not
-    what it trains. A resume may change them unremarked (``training.resume.MECHANICS``) and a
-    sweep job's directory name leaves them out (``conf/hydra/default.yaml``'s ``exclude_keys``
-    reads them through the ``mechanics_keys`` resolver)."""
+    what it trains. A resume may change them unremarked and a sweep job's directory name leaves
+    them out (``exclude_keys`` in ``conf/hydra/default.yaml``, through this resolver)."""
     hints, keys = typing.get_type_hints(cls), []
     for field in dataclasses.fields(cls):
         if field.metadata["mechanics"]:
@@ -257,14 +243,10 @@ def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _sweep_dir_excluded(*also: str) -> list[str]:
-    """Hydra's ``exclude_keys`` (conf/hydra/default.yaml's ``${mechanics_keys:...}``): ``also``
-    and every mechanics key, which a sweep job's directory name leaves out."""
-    return [*also, *mechanics_keys()]
-
-
 # Registered on import: every command imports this module before Hydra composes its config.
-OmegaConf.register_new_resolver("mechanics_keys", _sweep_dir_excluded, replace=True)
+OmegaConf.register_new_resolver(
+    "mechanics_keys", lambda *also: [*also, *mechanics_keys()], replace=True
+)
 
 
 def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettings:
@@ -274,7 +256,7 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
     except OmegaConfBaseException as err:
         raise UserError("run_dir is not set; run through the CLI or pass run_dir=<folder>") from err
     # The groups are typed from the resolved config, which the checkpoints keep as it is.
-    config = plain(cfg, "")
+    config = _plain(cfg, "")
     keys = [field.name for field in dataclasses.fields(TrainSettings) if field.metadata["key"]]
     values = {key: config[key] for key in keys if key in config}
     settings = build(TrainSettings, {**values, "run_dir": run_dir, "sweep_job": sweep_job}, "")
@@ -290,25 +272,49 @@ def train_settings(cfg: DictConfig, sweep_job: str | None = None) -> TrainSettin
     return dataclasses.replace(settings, config=config)
 
 
+def command_settings(cls, cfg: DictConfig):
+    """``cls``, a command's settings, from the keys of its config of the same names."""
+    return build(cls, {field.name: cfg.get(field.name) for field in dataclasses.fields(cls)}, "")
+
+
+def _output_dir(command: str):
+    return doc(
+        f"where {command} writes its outputs (locked while it runs); set it with hydra.run.dir=",
+        "folder",
+        f"a folder without an earlier {command}'s outputs; by default outputs/{command}/<time>",
+    )
+
+
+def _data_doc():
+    return doc("optional (conf/data/): data=<source> data.dir=... reads other data than the run's")
+
+
+def _decode_doc():
+    return doc("how to decode (conf/decode/); a null key decodes as the checkpoint's run did")
+
+
 @dataclass(frozen=True)
 class CheckpointCommand:
     """What ``evaluate``, ``translate`` and ``analyze`` share: a checkpoint and where to run."""
 
-    checkpoint: str = doc(
+    checkpoint: str | None = doc(
         "the checkpoint to load", "file", "<run_dir>/checkpoints/best.pt or another .pt"
     )
     runtime: RuntimeSettings = doc("where and how it computes (conf/runtime/)")
 
+    def validate(self) -> None:
+        if self.checkpoint is None:
+            raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
 
-def command_settings(cls, cfg: DictConfig):
-    """``cls``, a command's settings, from the top-level keys of its config of the same names."""
-    return build(cls, {field.name: cfg.get(field.name) for field in dataclasses.fields(cls)}, "")
 
-
-def checkpoint_command(cfg: DictConfig) -> CheckpointCommand:
-    if cfg.get("checkpoint") is None:
-        raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt")
-    return command_settings(CheckpointCommand, cfg)
+@dataclass(frozen=True)
+class AnalyzeCommand(CheckpointCommand):
+    split: str = doc(
+        "the split analysed: the dev set or the test set", "split role", "valid | test"
+    )
+    output_dir: str = _output_dir("analyze")
+    analysis: AnalysisSettings = doc("what is measured per head (conf/analysis/)")
+    data: DataSettings | None = _data_doc()
 
 
 # What each engine of translate and evaluate decodes from (translate.decoding.engine_switch).
@@ -343,10 +349,7 @@ class EngineCommand:
         return getattr(self, ENGINE_SOURCES[self.engine])
 
     def validate(self) -> None:
-        if self.engine not in ENGINE_SOURCES:
-            raise UserError(
-                f"engine={self.engine} is unknown; choose one of {', '.join(ENGINE_SOURCES)}"
-            )
+        choice("engine", self.engine, ENGINE_SOURCES)
         key = ENGINE_SOURCES[self.engine]
         for owner, other in ENGINE_SOURCES.items():
             if other != key and getattr(self, other) is not None:
@@ -364,8 +367,33 @@ class EngineCommand:
             )
 
 
-def engine_command(cfg: DictConfig) -> EngineCommand:
-    return command_settings(EngineCommand, cfg)
+@dataclass(frozen=True)
+class TranslateCommand(EngineCommand):
+    input: str | None = doc("a file to translate instead of stdin", "file", ".gz too; null = stdin")
+    output: str | None = doc(
+        "a file for the translations instead of stdout",
+        "file",
+        "never the input nor a file of a run; null = stdout",
+    )
+    decode: DecodeOverrides = _decode_doc()
+
+
+@dataclass(frozen=True)
+class EvaluateCommand(EngineCommand):
+    src: str | None = doc(
+        "source sentences to translate and score, with ref=", "file", "null = the test split"
+    )
+    ref: str | None = doc(
+        "their reference translations, line-aligned with src=", "file", "null = the test split"
+    )
+    output_dir: str = _output_dir("evaluate")
+    decode: DecodeOverrides = _decode_doc()
+    data: DataSettings | None = _data_doc()
+
+    def validate(self) -> None:
+        super().validate()
+        if (self.src is None) != (self.ref is None):
+            raise UserError("give both src=<file> and ref=<file>, or neither to use the test split")
 
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "float16")
@@ -376,11 +404,8 @@ MAX_POSITIONS = 2**16
 
 @dataclass(frozen=True)
 class ExportCommand:
-    """``python -m translate.export``: a checkpoint, the folder to write, how to store weights,
-    and the rows of the position table (None: what the checkpoint's run needs)."""
-
-    checkpoint: str = doc("the checkpoint to export", "file", "a .pt file")
-    output: str = doc("the model folder to write", "folder", "new, or an empty folder")
+    checkpoint: str | None = doc("the checkpoint to export", "file", "a .pt file")
+    output: str | None = doc("the model folder to write", "folder", "new, or an empty folder")
     quantization: str = doc(
         "how the weights are stored and computed (int8: 8-bit weights and matrix products)",
         "name",
@@ -393,50 +418,75 @@ class ExportCommand:
     )
 
     def validate(self) -> None:
-        if self.quantization not in QUANTIZATIONS:
-            choices = ", ".join(QUANTIZATIONS)
-            raise UserError(f"quantization={self.quantization} is unknown; choose one of {choices}")
+        if self.checkpoint is None or self.output is None:
+            raise UserError(
+                "pass checkpoint=<run_dir>/checkpoints/best.pt output=<folder to write>"
+            )
+        choice("quantization", self.quantization, QUANTIZATIONS)
         if self.max_positions is not None and not 0 < self.max_positions <= MAX_POSITIONS:
             raise UserError(f"max_positions={self.max_positions} must be in [1, {MAX_POSITIONS}]")
 
 
-def export_command(cfg: DictConfig) -> ExportCommand:
-    if cfg.get("checkpoint") is None or cfg.get("output") is None:
-        raise UserError("pass checkpoint=<run_dir>/checkpoints/best.pt output=<folder to write>")
-    return command_settings(ExportCommand, cfg)
+@dataclass(frozen=True)
+class AverageCommand:
+    """Listed checkpoints, or a run's newest ``n``."""
+
+    checkpoints: list | None = doc(
+        "the checkpoint files to average (or run_dir= and n=)", "files", "a list of 2 or more"
+    )
+    run_dir: str | None = doc(
+        "a training run whose newest n checkpoints/step_*.pt are averaged", "folder", "a run dir"
+    )
+    n: int | None = doc("how many of run_dir's newest step checkpoints", "checkpoints", ">= 2")
+    output: str | None = doc(
+        "the averaged checkpoint to write",
+        "file",
+        "required with checkpoints=; null = <run_dir>/checkpoints/averaged_last<n>.pt",
+    )
+
+    def validate(self) -> None:
+        if (self.checkpoints is None) == (self.run_dir is None):
+            raise UserError(
+                "pass checkpoints='[a.pt,b.pt]' output=<file>, or run_dir=<run> n=<count>"
+            )
+        if self.checkpoints is not None and len(self.checkpoints) < 2:
+            raise UserError(
+                f"checkpoints= names {len(self.checkpoints)} file; averaging needs at least 2"
+            )
+        if self.checkpoints is not None and self.output is None:
+            raise UserError("pass output=<file> for the averaged checkpoint")
+        if self.run_dir is not None and (self.n is None or self.n < 2):
+            raise UserError(
+                f"n={self.n} must be an integer >= 2: how many of the run's newest "
+                "checkpoints/step_*.pt to average"
+            )
 
 
-def optional_path(cfg: DictConfig, key: str) -> str | None:
-    """A command's optional file argument (``src=``, ``input=``) as a string, or None."""
-    value = cfg.get(key)
-    return None if value is None else str(value)
+@dataclass(frozen=True)
+class InspectDataCommand:
+    data: DataSettings = doc("the corpus, its tokenizer and its filters (conf/data/)")
 
 
 # ------------------------------------------------------------------------ help
 
-# The settings each command's --help lists (conf/hydra/help/command.yaml; train's: train.yaml).
-COMMAND_KEYS = {
-    "translate": (EngineCommand, command_keys.TranslateKeys),
-    "evaluate": (EngineCommand, command_keys.EvaluateKeys),
-    "analyze": (CheckpointCommand, command_keys.AnalyzeKeys),
-    "export": (ExportCommand,),
-    "average": (command_keys.AverageKeys,),
-    "inspect_data": (command_keys.InspectDataKeys,),
+# The settings each command reads and its --help lists (conf/hydra/help/command.yaml; train's:
+# train.yaml), by its config's name.
+COMMANDS = {
+    "train": TrainSettings,
+    "translate": TranslateCommand,
+    "evaluate": EvaluateCommand,
+    "analyze": AnalyzeCommand,
+    "export": ExportCommand,
+    "average": AverageCommand,
+    "inspect_data": InspectDataCommand,
 }
-
-
-def settings_help(cls, node: Any) -> list[str]:
-    """Every config key of ``cls`` (a settings dataclass) with its value in ``node`` (the
-    composed config), what it means, its unit and its range
-    (:func:`translate.schema.help.settings_help`)."""
-    return command_keys.settings_help(cls, functools.partial(_config_value, node))
 
 
 def command_help(config_name: str, *, _root_: DictConfig) -> str:
     """The key list of ``python -m translate.<command> --help`` for ``conf/<config_name>.yaml``.
     "$$": Hydra fills its $NAMES into the template after this, and a value such as
     ${hydra:runtime.output_dir} would read as one."""
-    lines = [line for cls in COMMAND_KEYS[config_name] for line in settings_help(cls, _root_)]
+    lines = settings_help(COMMANDS[config_name], functools.partial(_config_value, _root_))
     return "\n".join(lines).replace("$", "$$")
 
 

@@ -12,14 +12,14 @@ import shlex
 import signal
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, in_multirun, run_command, sweep_job, task_overrides
 from translate.errors import UserError, override_word
 from translate.io import WriteFailed, mapped_write_errors
 from translate.record import accept as accept_record
 from translate.runtime.rng import refuse_nondeterministic
-from translate.settings import TrainSettings, settings_help, train_settings
+from translate.settings import TrainSettings, train_settings
 from translate.training import distributed
 from translate.training.loop import fit, nonfinite_causes
 from translate.training.report import finish_run
@@ -31,23 +31,12 @@ log = logging.getLogger(__name__)
 
 CUT_SHORT = 0.9  # a run that ends on max_minutes below this share of max_steps says so
 
-# --help lists every setting (conf/hydra/help/train.yaml). "$$": Hydra fills its $NAMES into the
-# template after this, and a value such as ${hydra:runtime.output_dir} would read as one.
-OmegaConf.register_new_resolver(
-    "translate_train_settings",
-    lambda *, _root_: "\n".join(settings_help(TrainSettings, _root_)).replace("$", "$$"),
-    replace=True,
-)
-
 
 def train(cfg: DictConfig) -> dict:
-    """Train, validate, checkpoint, then score the best checkpoint on the test split.
-
-    Returns the ``results.json`` dict. Under torchrun every process runs this as one rank of
-    DistributedDataParallel (translate/training/distributed.py); rank 0 alone evaluates and
-    writes, the other ranks return ``{"status": "completed", "rank": r, "steps": n,
-    "bleu": None}``. Resuming a finished run only reports its results.
-    """
+    """Train, validate, checkpoint, then score the best checkpoint on the test split; returns
+    the ``results.json`` dict. Under torchrun rank 0 alone evaluates and writes, the other ranks
+    return ``{"status": "completed", "rank": r, "steps": n, "bleu": None}``. Resuming a finished
+    run only reports its results."""
     settings = train_settings(cfg, sweep_job())
     done = finished_results(settings)
     if done is not None:
@@ -65,7 +54,6 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _train(settings: TrainSettings, dist: distributed.Dist) -> dict:
-    """:func:`train` from the process group's start to its end."""
     run = None
     try:
         run = setup(settings, dist)
@@ -152,8 +140,7 @@ def _say_if_updates_skipped(run: Run) -> None:
 
 
 def _score(run: Run) -> dict:
-    """The end-of-run scoring; a signal stops it at once, and any failure says how to finish
-    it from the checkpoint training has already saved."""
+    """The end-of-run scoring; a failure says how to finish it from the saved checkpoint."""
     try:
         with StopRequest(immediate=True):
             return finish_run(run)
@@ -168,8 +155,7 @@ def _score(run: Run) -> dict:
 
 
 def resume_command(run_dir: str, distributed: bool = False) -> str:
-    """The command that resumes the run in ``run_dir``: this command's overrides, the run dir
-    and ``trainer.resume=true``, ready to paste into a shell."""
+    """The command that resumes the run in ``run_dir``, ready to paste into a shell."""
     launcher = "torchrun <same options> -m" if distributed else "python -m"
     return " ".join(
         [
@@ -182,11 +168,9 @@ def resume_command(run_dir: str, distributed: bool = False) -> str:
 
 
 def _exit(run: Run, what: str, sig: int) -> None:
-    """Say what a signal stopped and how to resume (once, from rank 0); exit 128 + signal.
-
-    A Python handler that the signal had before training (hydra-submitit-launcher's, which
-    requeues a preempted or timed-out SLURM job) is called first: the checkpoint it needs is
-    saved, and the requeued job resumes it under trainer.resume=true."""
+    """Say what a signal stopped and how to resume (from rank 0); exit 128 + signal. A Python
+    handler the signal had before training (hydra-submitit-launcher's, which requeues a
+    preempted SLURM job) is called first: the checkpoint it resumes from is saved."""
     log.log(
         logging.WARNING if run.dist.is_main else logging.DEBUG,
         "%s %s. Resume with:\n  %s",
@@ -207,4 +191,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    run_command(main)
+    run_command(main, "train")

@@ -31,7 +31,7 @@ from translate.decoding.engine_switch import ENGINES
 from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.schema import DecodeSettings
-from translate.settings import ENGINE_SOURCES, decode_settings, engine_command
+from translate.settings import ENGINE_SOURCES, EngineCommand, command_settings, decode_settings
 
 # Our modules import ctranslate2 only when they export or decode with it.
 pytest.importorskip("ctranslate2")
@@ -218,7 +218,7 @@ def test_every_engine_name_has_a_loader():
 )
 def test_engine_switch_mistakes_are_one_line(args, message):
     with pytest.raises(UserError) as err:
-        engine_command(compose_config("translate", args))
+        command_settings(EngineCommand, compose_config("translate", args))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 

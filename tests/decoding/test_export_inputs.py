@@ -27,7 +27,7 @@ from translate.decoding.ct2 import MANIFEST, SENTENCEPIECE, load_exported
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
 from translate.errors import UserError, hydra_quoted
-from translate.settings import export_command
+from translate.settings import ExportCommand, command_settings
 
 pytest.importorskip("ctranslate2")
 
@@ -264,8 +264,9 @@ def test_float16_refuses_weights_beyond_its_range_naming_the_tensor(checkpoint, 
 def test_an_export_refuses_a_position_table_no_machine_holds():
     cfg = compose_config("export", ["checkpoint=c.pt", "output=m", "max_positions=100000000"])
     with pytest.raises(UserError, match=re.escape("max_positions=100000000 must be in [1, 65536]")):
-        export_command(cfg)
-    export_command(compose_config("export", ["checkpoint=c.pt", "output=m", "max_positions=65536"]))
+        command_settings(ExportCommand, cfg)
+    ok = compose_config("export", ["checkpoint=c.pt", "output=m", "max_positions=65536"])
+    command_settings(ExportCommand, ok)
 
 
 def test_the_printed_translate_command_names_any_export_folder_exactly(checkpoint, tmp_path):

@@ -15,6 +15,7 @@ from translate.checkpoint import load_checkpoint
 from translate.data.batching import collate
 from translate.evaluate import evaluate
 from translate.schema import ModelSettings, OptimSettings
+from translate.settings import TranslateCommand, command_settings
 from translate.train import train
 from translate.training.optim import Schedule
 from translate.training.step import Trainer
@@ -149,7 +150,7 @@ def test_translate_keeps_one_line_per_input_line(trained_run, capsys):
     overrides = [f"checkpoint={results['checkpoint']}", "decode=greedy", *SHORT_DECODE]
     cfg = compose_config("translate", overrides)
     lines = ["Der Hund schläft.", "", "   ", "Die Frau liest 📚 ein Buch. Привет", "Hund " * 80]
-    out = translate_lines(cfg, lines)
+    out = translate_lines(command_settings(TranslateCommand, cfg), lines)
     assert len(out) == len(lines)
     assert out[1] == "" and out[2] == ""
     assert all("\n" not in line for line in out)

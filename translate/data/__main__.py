@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, run_command
 from translate.data.corpus import Corpus, load_corpus
 from translate.schema import DataSettings
-from translate.settings import data_settings
+from translate.settings import InspectDataCommand, command_settings
 
 
 def describe(corpus: Corpus, data: DataSettings, seconds: float | None = None) -> str:
@@ -56,11 +56,11 @@ def _stats(lengths: np.ndarray) -> str:
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="inspect_data")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
-    data = data_settings(cfg.data)
+    data = command_settings(InspectDataCommand, cfg).data
     start = time.perf_counter()
     corpus = load_corpus(data)
     print(describe(corpus, data, time.perf_counter() - start))
 
 
 if __name__ == "__main__":
-    run_command(main)
+    run_command(main, "inspect_data")

@@ -1,16 +1,7 @@
-"""The typed settings of every config group: frozen dataclasses of plain values, each with
-the range checks that make a bad value one readable line before any work starts.
-
-:mod:`translate.settings` builds them from the composed Hydra config (and checks every type);
-the library packages receive them and never read configuration themselves. Defaults live in
-``conf/``, never here; the model's live in :class:`~translate.nn.config.TransformerConfig`
-(which :class:`ModelSettings` is), and ``conf/model/`` repeats them, tested equal. Every field
-says what it means, its unit and its range (:func:`~translate.nn.config.doc`);
-``python -m translate.train --help`` lists them.
-
-One module per config group: :mod:`.model`, :mod:`.training` (``optim``, ``trainer``),
-:mod:`.runtime`, :mod:`.decoding`, :mod:`.data`, :mod:`.analysis`; :mod:`.checks` holds
-:func:`~.checks.choice`, which their ``validate()`` share.
+"""The typed settings of every config group, one module each: frozen dataclasses of plain
+values whose fields say what they mean, their unit and range (:func:`~translate.nn.config.doc`;
+``--help`` lists them, :mod:`.help`). :mod:`translate.settings` builds them from the composed
+config; defaults live in ``conf/``, the model's in :class:`~translate.nn.config.TransformerConfig`.
 """
 
 from translate.schema.analysis import (

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from translate.errors import UserError
+from translate.errors import UserError, choice
 from translate.nn.config import doc, non_negative, positive
-from translate.schema.checks import choice
 
 ROLES = ("train", "valid", "test")
 

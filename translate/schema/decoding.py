@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
 
 from translate.errors import UserError
@@ -58,3 +60,17 @@ class DecodeSettings:
             raise UserError(
                 "decode.max_len_a and decode.max_len_b are both 0: nothing can be generated"
             )
+
+
+# evaluate's and translate's decode keys (conf: decode/from_run, translate.settings): each null,
+# "as the checkpoint's run decoded", unless the command line sets it.
+DecodeOverrides = dataclasses.make_dataclass(
+    "DecodeOverrides",
+    [
+        (f.name, t | None, dataclasses.field(default=None, metadata=f.metadata))
+        for f, t in zip(
+            dataclasses.fields(DecodeSettings), typing.get_type_hints(DecodeSettings).values()
+        )
+    ],
+    frozen=True,
+)

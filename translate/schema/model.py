@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from translate.errors import UserError
+from translate.errors import UserError, choice
 from translate.nn.attention import IMPLS, HeadLayoutError, check_heads
 from translate.nn.config import ACTIVATIONS, TransformerConfig
 from translate.nn.model import Seq2SeqTransformer
-from translate.schema.checks import choice
 
 
 @dataclass(frozen=True)
