@@ -49,7 +49,7 @@ def analyze_heads(
 ) -> dict:
     """Run every diagnostic on ``split`` (``valid`` or ``test``), write the outputs into
     ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source> ...``
-    on the command line) are merged over the checkpoint's data config."""
+    on the command line) in place of the checkpoint's data config."""
     r = command.runtime
     r.apply_to_process()
     loaded = load_translator(

@@ -27,7 +27,7 @@ def load_engine(
     command: EngineCommand, decode: DecodeSettings | dict, data_overrides=None
 ) -> Loaded:
     """The command's engine, ``decode`` (settings, or the keys a command set) over the stored
-    ones and ``data_overrides`` merged over the stored data config."""
+    ones and ``data_overrides`` in place of the stored data config."""
     command.runtime.apply_to_process()
     return ENGINES[command.engine](command, decode, data_overrides)
 
