@@ -20,7 +20,7 @@ STOP_SIGNALS = tuple(
 
 
 class Stopped(Exception):
-    """A stop signal that could not wait for a step boundary (see :class:`StopRequest`)."""
+    """A stop signal that could not wait for a step boundary."""
 
     def __init__(self, signum: int, forced: bool) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -28,12 +28,9 @@ class Stopped(Exception):
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM (and SLURM's SIGUSR1/SIGUSR2 warning of the time limit) into a flag
-    checked at step boundaries (save, then exit).
-
-    A second signal cannot wait: it raises :class:`Stopped` (``forced``) at once. With
-    ``immediate=True`` (while scoring, where there is no step boundary) the first one does.
-    """
+    """Turns a stop signal into a flag checked at step boundaries (save, then exit). A second
+    one raises :class:`Stopped` (``forced``) at once; with ``immediate=True`` (no step
+    boundary to wait for) the first one does."""
 
     def __init__(self, immediate: bool = False) -> None:
         self.signal: int | None = None
