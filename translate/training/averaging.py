@@ -84,8 +84,6 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
     Floats are summed in float64 and cast back, so N copies of one checkpoint give exactly its
     weights; other entries must be equal in every input."""
     paths = [Path(p) for p in paths]
-    if not paths:
-        raise UserError("no checkpoints to average")
     _refuse_repeats(paths)
     first = newest = load_checkpoint(paths[0])
     sums = {key: _start(value) for key, value in first["model"].items()}

@@ -89,7 +89,7 @@ def _location(key: str) -> bool:
 
 
 def _schedule(key: str) -> bool:
-    return not (_identity(key) or _location(key) or _rank(key, MECHANICS) is not None)
+    return _rank(key, IDENTITY + LOCATION + MECHANICS) is None
 
 
 def experiment_differences(ckpt: dict, config: dict, fingerprints: dict | None) -> list[str]:

@@ -12,11 +12,7 @@ log = logging.getLogger(__name__)
 
 # SIGUSR1/SIGUSR2: what SLURM sends ahead of a job's time limit when asked to (`--signal`;
 # hydra-submitit-launcher asks for USR2, `signal_delay_s` before the limit).
-STOP_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
-    if hasattr(signal, name)
-)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Stopped(Exception):
