@@ -95,8 +95,9 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
         if ckpt["step"] >= newest["step"]:
             newest = ckpt
         del ckpt
+    n = len(paths)
     model = {
-        key: (total / len(paths)).to(first["model"][key].dtype) if _is_float(total) else total
+        key: (total / n).to(first["model"][key].dtype) if total.is_floating_point() else total
         for key, total in sums.items()
     }
     return {
@@ -115,8 +116,6 @@ def _refuse_repeats(paths: list[Path]) -> None:
     copy): refused rather than counted once, since the mean of fewer is not what was asked."""
     seen: dict[str, Path] = {}
     for path in paths:
-        if not path.is_file():  # load_checkpoint says so
-            continue
         identity = file_sha256(path)
         if identity in seen:
             first = seen[identity]
@@ -143,24 +142,15 @@ def average_into(paths: list[str | Path], output: str | Path) -> dict:
     return averaged
 
 
-def _is_float(value) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_floating_point()
+# Every weight is a tensor: load_checkpoint refuses a checkpoint with anything else.
+def _start(value: torch.Tensor) -> torch.Tensor:
+    return value.to(torch.float64) if value.is_floating_point() else value
 
 
-def _start(value):
-    return value.to(torch.float64) if _is_float(value) else value
-
-
-def _accumulate(sums: dict, key: str, value, path: Path, first: Path) -> None:
-    if _is_float(value):
+def _accumulate(sums: dict, key: str, value: torch.Tensor, path: Path, first: Path) -> None:
+    if value.is_floating_point():
         sums[key] += value.to(torch.float64)
-        return
-    same = (
-        torch.equal(sums[key], value)
-        if isinstance(value, torch.Tensor)
-        else type(sums[key]) is type(value) and sums[key] == value
-    )
-    if not same:
+    elif not torch.equal(sums[key], value):
         raise UserError(
             f"cannot average {path} with {first}: their non-float entry model.{key} differs "
             "(averaging needs it equal in every checkpoint)"
@@ -191,7 +181,5 @@ def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> 
             )
 
 
-def _describe(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
-    return type(value).__name__
+def _describe(value: torch.Tensor) -> str:
+    return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"

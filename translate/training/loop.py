@@ -87,13 +87,9 @@ def _log_eta(run: Run) -> None:
 def fit(run: Run) -> tuple[str, int | None]:
     """Train until a limit, early stopping or a signal; returns ``(why it stopped, signal
     number or None)``. Every stop but a signal ends with a validation and a checkpoint."""
-    t, p = run.settings.trainer, run.progress
+    t, p, c = run.settings.trainer, run.progress, run.corpus
     batches = TrainBatches(
-        run.corpus.splits["train"],
-        run.corpus.max_tokens,
-        run.settings.seed,
-        run.dist.rank,
-        run.dist.world_size,
+        c.splits["train"], c.max_tokens, run.settings.seed, run.dist.rank, run.dist.world_size
     )
     reset_peak_memory(run.trainer.device)
     run.trainer.schedule.seconds = p.train_seconds  # a resumed run's clock

@@ -50,16 +50,11 @@ def _write(run: Run, name: str, text: str, kind: str) -> None:
 def finish_run(run: Run) -> dict:
     """Score the best (or the averaged) checkpoint, loaded into the model, on the test split
     and write the run's results; returns ``results.json``'s dict."""
-    t, device = run.settings.trainer, run.trainer.device
-    train_peak_mb = peak_memory_mb(device)  # before decoding adds its own peak
+    t, search = run.settings.trainer, run.settings.decode.search
+    train_peak_mb = peak_memory_mb(run.trainer.device)  # before decoding adds its own peak
     scored = _choose_checkpoint(run)
     test = run.corpus.splits["test"]
-    log.info(
-        "decoding %d test sentences (%s, %s)",
-        len(test.src_ids),
-        test.name,
-        run.settings.decode.search,
-    )
+    log.info("decoding %d test sentences (%s, %s)", len(test.src_ids), test.name, search)
     hyp_ids, sentences_per_s = run.translator.timed_translate_ids(
         test.src_ids, progress=t.progress_bar
     )
@@ -83,7 +78,7 @@ def finish_run(run: Run) -> dict:
         scores["bleu"],
         scores["chrf"],
         test.name,
-        run.settings.decode.search,
+        search,
         scores["bleu_signature"],
     )
     log.info(
