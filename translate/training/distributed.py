@@ -105,11 +105,6 @@ def init(d: Dist, device: torch.device) -> torch.device:
     return device
 
 
-def shutdown() -> None:
-    if tdist.is_available() and tdist.is_initialized():
-        tdist.destroy_process_group()
-
-
 @contextlib.contextmanager
 def one_cause(d: Dist, active: bool = True) -> Iterator[None]:
     """A torchrun job's body, leaving the process group at its end: a rank that fails on a
@@ -132,8 +127,8 @@ def one_cause(d: Dist, active: bool = True) -> Iterator[None]:
             _leave_quietly(d, first)
         raise
     finally:
-        if d.enabled:
-            shutdown()
+        if d.enabled and tdist.is_available() and tdist.is_initialized():
+            tdist.destroy_process_group()
 
 
 def _say_failed(d: Dist, message: str) -> None:
@@ -246,15 +241,11 @@ def main_last(d: Dist) -> Iterator[None]:
     tdist.destroy_process_group(group)
 
 
-def _device_of_group() -> torch.device:
-    if tdist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def max_all(values: Sequence[float]) -> list[float]:
     """Element-wise maximum of ``values`` over the ranks."""
-    t = torch.tensor(list(values), dtype=torch.float64, device=_device_of_group())
+    nccl = tdist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
     tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
     return t.tolist()
 
