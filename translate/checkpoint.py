@@ -113,7 +113,13 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise _corrupt(path, err) from None
     if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
         raise UserError(f"{path} is not a translate checkpoint (missing model/config/tokenizer)")
-    _check_fields(path, ckpt)
+    problem = _field_problem(ckpt)
+    if problem is not None:
+        key, value, what = problem
+        raise UserError(
+            f"{path} is not a usable translate checkpoint: its {key} is {_shown(value)}, not "
+            f"{what}; use another one, e.g. an earlier checkpoints/step_*.pt"
+        )
     version = ckpt["format_version"]
     if version > FORMAT_VERSION:
         raise UserError(f"{path} was written by a newer translate; upgrade to read it")
@@ -123,16 +129,6 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
             f"(it reads format {FORMAT_VERSION}); train the model again"
         )
     return ckpt
-
-
-def _check_fields(path: Path, ckpt: dict) -> None:
-    problem = _field_problem(ckpt)
-    if problem is not None:
-        key, value, what = problem
-        raise UserError(
-            f"{path} is not a usable translate checkpoint: its {key} is {_shown(value)}, not "
-            f"{what}; use another one, e.g. an earlier checkpoints/step_*.pt"
-        )
 
 
 def _field_problem(ckpt: dict) -> tuple[str, object, str] | None:

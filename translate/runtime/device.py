@@ -55,7 +55,9 @@ def resolve_precision(
     else ``32``. fp16 needs a GPU; emulated bf16 runs with a warning."""
     name = check_precision(name, key)
     if name == "auto":
-        return "bf16" if _auto_bf16(device, training) else "32"
+        gpu = device.type == "cuda"
+        bf16 = torch.cuda.is_bf16_supported() if gpu else training and cpu_bf16_units() == "amx"
+        return "bf16" if bf16 else "32"
     if name == "fp16" and device.type != "cuda":
         raise UserError(
             f"{key}=fp16 needs a CUDA GPU (fp16 autocast with loss scaling); "
@@ -69,12 +71,6 @@ def resolve_precision(
             key,
         )
     return name
-
-
-def _auto_bf16(device: torch.device, training: bool) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return training and cpu_bf16_units() == "amx"
 
 
 def precision_reason(name: str, resolved: str, device: torch.device) -> str:
