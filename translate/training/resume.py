@@ -92,23 +92,21 @@ def _schedule(key: str) -> bool:
     return _rank(key, IDENTITY + LOCATION + MECHANICS) is None
 
 
-def experiment_differences(ckpt: dict, config: dict, fingerprints: dict | None) -> list[str]:
-    """What makes this config another experiment than the checkpoint's. ``fingerprints`` (role
-    -> text fingerprint of this config's data) is only needed where the data's location differs."""
+def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
+    """Refuse a config that is another experiment than ``ckpt``'s, naming every difference.
+    ``fingerprints`` (role -> text fingerprint of this config's data) is only needed where the
+    data's location differs."""
     differ = differences(ckpt["config"], config, _identity)
     moved = differences(ckpt["config"], config, _location)
     saved = ckpt.get("data_fingerprints")
     if moved and saved and fingerprints:
         roles = [r for r in saved if r in fingerprints and saved[r] != fingerprints[r]]
-        if not roles:
+        if roles:
+            differ.append(f"the text of the {', '.join(roles)} split differs")
+        else:
             log.info("the data is read from elsewhere (%s) but its text is the same", moved[0])
-            return differ
-        differ.append(f"the text of the {', '.join(roles)} split differs")
-    return differ + moved
-
-
-def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
-    differ = experiment_differences(ckpt, config, fingerprints)
+            moved = []
+    differ += moved
     if differ:
         raise UserError(
             f"{what} was trained with other model or data settings ({'; '.join(differ)}); "
