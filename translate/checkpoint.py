@@ -1,13 +1,7 @@
-"""The checkpoint file: what it holds, how it is written, and how it is read safely.
-
-A checkpoint is self-contained: model, optimizer, scheduler, AMP scaler, counters, RNG states,
-the resolved config (plain values) and the SentencePiece model bytes, so ``evaluate`` and
-``translate`` need nothing else. It holds tensors and plain Python values only, and is read
-with ``torch.load(weights_only=True)``: opening a checkpoint someone sent you never runs code
-from it. A file that needs more than that is refused with one line, and so is a file of another
-format (formats 1 and 2 came before grouped-query attention and the runtime group; no
-checkpoint of theirs is kept).
-"""
+"""The checkpoint file: self-contained (weights, training state, the resolved config and the
+SentencePiece model), of tensors and plain values only, read with ``weights_only=True`` so
+opening one someone sent you never runs code from it. Formats 1 and 2 are refused: no
+checkpoint of theirs is kept."""
 
 from __future__ import annotations
 
@@ -29,9 +23,8 @@ FORMAT_VERSION = 3
 CHECKPOINT = "training checkpoint"
 AVERAGE = "averaged checkpoint"
 REQUIRED_KEYS = ("format_version", "model", "config", "tokenizer", "step")
-# What each field must be (the required ones and those training or averaging add): a crafted or
-# damaged file with another type failed later, deep in a command, with a traceback (a step of
-# 'abc' at the first %d). bool is no integer here, though Python's int it is.
+# What each field must be: a crafted or damaged file with another type failed later, deep in a
+# command, with a traceback. bool is no integer here, though Python's int it is.
 _FIELDS = {
     "format_version": (int, "an integer"),
     "step": (int, "an integer"),
@@ -51,10 +44,8 @@ _CONFIG_GROUPS = ("model", "data", "decode", "optim", "trainer", "runtime", "ana
 
 
 def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool = False) -> None:
-    """``torch.save`` through the one door for writes (:func:`translate.io.write`, as a
-    ``kind`` output; ``adopt`` as there): a crash while saving never leaves a truncated file,
-    and a full disk is one line that names the folder, the space needed and what is still
-    intact."""
+    """``torch.save`` through :func:`translate.io.write`; a full disk is one line naming the
+    space needed and what is still intact."""
     try:
         io.write(path, lambda f: torch.save(state, f), kind, adopt=adopt)
     except WriteFailed as err:
@@ -75,8 +66,6 @@ def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool
 
 
 class _ByteCount:
-    """A file that only counts what is written to it."""
-
     def __init__(self) -> None:
         self.bytes = 0
 
@@ -89,8 +78,8 @@ class _ByteCount:
 
 
 def _saved_bytes(state: dict) -> int:
-    """The size ``state`` takes as a checkpoint file: it serialized once more, to a counter. Its
-    tensors alone left out the tokenizer, the config and the archive (8.8 MiB said for 9.24)."""
+    """The size ``state`` takes as a checkpoint file, serialized once more to a counter (its
+    tensors alone leave out the tokenizer, the config and the archive)."""
     count = _ByteCount()
     torch.save(state, count)
     return count.bytes
@@ -106,7 +95,7 @@ def _refusal(path: Path, err: Exception) -> UserError:
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    """Load a checkpoint safely, turning every way it can be bad into one readable UserError."""
+    """Load a checkpoint safely; every way it can be bad is one UserError line."""
     path = Path(path)
     if not path.is_file():
         raise UserError(
@@ -124,7 +113,13 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise _corrupt(path, err) from None
     if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
         raise UserError(f"{path} is not a translate checkpoint (missing model/config/tokenizer)")
-    _check_fields(path, ckpt)
+    problem = _field_problem(ckpt)
+    if problem is not None:
+        key, value, what = problem
+        raise UserError(
+            f"{path} is not a usable translate checkpoint: its {key} is {_shown(value)}, not "
+            f"{what}; use another one, e.g. an earlier checkpoints/step_*.pt"
+        )
     version = ckpt["format_version"]
     if version > FORMAT_VERSION:
         raise UserError(f"{path} was written by a newer translate; upgrade to read it")
@@ -136,20 +131,8 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     return ckpt
 
 
-def _check_fields(path: Path, ckpt: dict) -> None:
-    problem = _field_problem(ckpt)
-    if problem is not None:
-        key, value, what = problem
-        raise UserError(
-            f"{path} is not a usable translate checkpoint: its {key} is {_shown(value)}, not "
-            f"{what}; use another one, e.g. an earlier checkpoints/step_*.pt"
-        )
-
-
 def _field_problem(ckpt: dict) -> tuple[str, object, str] | None:
-    """The first field of ``ckpt`` that is not what :data:`_FIELDS` says (or a negative step,
-    a weight that is no tensor, a config group or a ``progress`` counter of another type):
-    ``(key, value, what it should be)``; None when all are."""
+    """``(key, value, what it should be)`` of the first field of ``ckpt`` that is not so."""
     for key, (kind, what) in _FIELDS.items():
         value = ckpt.get(key, kind())
         if not isinstance(value, kind) or isinstance(value, bool):
@@ -169,19 +152,15 @@ def _field_problem(ckpt: dict) -> tuple[str, object, str] | None:
 
 
 def _shown(value) -> str:
-    """A field's value as a message shows it: a short scalar as itself, else its type."""
     if isinstance(value, (str, int, float, bool, type(None))) and len(repr(value)) <= 40:
         return repr(value)
     return f"a {type(value).__name__}"
 
 
 def _check_crcs(path: Path) -> None:
-    """Raise ``zipfile.BadZipFile`` if an entry of the checkpoint's zip fails its CRC.
-
-    torch.load does not check them: bytes overwritten inside a tensor load as wrong weights,
-    and inside the pickle as a later, unrelated error. One sequential read of the file. A file
-    that is no zip at all is left to torch.load, which refuses it or reads torch's legacy format.
-    """
+    """Raise ``zipfile.BadZipFile`` if an entry of the checkpoint's zip fails its CRC: torch.load
+    does not check them, and damaged bytes load as wrong weights. A file that is no zip at all
+    is left to torch.load."""
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
@@ -200,8 +179,7 @@ def _corrupt(path: Path, err: Exception) -> UserError:
 
 
 def non_finite(weights: dict) -> str | None:
-    """The name of the first floating-point tensor in ``weights`` that holds NaN or
-    infinity (and how many do), or None when all are finite. Weights no command may keep
-    training, average, export or decode with: they only ever give garbage."""
+    """The first floating-point tensor in ``weights`` holding NaN or infinity (and how many
+    do), or None: weights no command may train, average, export or decode with."""
     bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     return None if not bad else bad[0] + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")

@@ -1,33 +1,21 @@
 """The one door every file the package writes goes through: :func:`write`.
 
-The rule, the same for a checkpoint, a report, a benchmark's ``--json`` and a translation:
-
 - a new path is written;
 - an existing file is replaced only when this package wrote it as the same kind of output and
-  it is unchanged since (its *mark*, below), or when the writer derived the path itself and
-  vouches for what is there (``adopt``: a cache file named by its key, found unusable);
-- never a file the command reads (``inputs``, also through a link or another hard link), a
-  folder, a device, or a symbolic link (which this package never makes: writing through one
-  replaces a file it did not name);
-- always atomically: a temporary file beside the target, flushed to disk, renamed over it, so
-  a full disk, a crash or a signal leaves the old file whole and a reader never sees half of
-  one;
-- a refusal is one line naming the path, what is there and what to do (:class:`UserError`);
-  a write the system refuses (a full disk, a file-size limit, no permission) is
-  :class:`WriteFailed`, one line with the free space where it matters. Torch's zip writer
-  reports such a failure as a ``RuntimeError`` raised while handling the ``OSError``, which is
-  found in its context.
+  it is unchanged since (its *mark*), or when the writer derived the path itself and vouches
+  for what is there (``adopt``: a cache file named by its key, found unusable);
+- never a file the command reads (``inputs``, also through a link), a folder, a device, or a
+  symbolic link (writing through one replaces a file it did not name);
+- always atomically (a temporary file beside the target, fsynced, renamed over it), so a full
+  disk, a crash or a signal leaves the old file whole;
+- a refusal is one :class:`UserError` line naming the path, what is there and what to do; a
+  write the system refuses is :class:`WriteFailed` (torch's zip writer raises a
+  ``RuntimeError`` while handling the ``OSError``: it is found in the context).
 
-A mark is a small JSON file ``<folder>/.translate-marks/<name>.json`` holding the kind and the
-SHA-256 of what was written: a copy of another output, a hand edit or another program's file
-is not ours to replace. Marks are written under a lock on the marks folder, so the parallel
-jobs of a sweep that rewrite one report never refuse each other.
-
-A user-named output (``output=``, ``--json``) is checked with :func:`check_output_file`
-before any work and written through :meth:`Output.write` (``-`` is standard output; a named
-pipe is written through). Folders: :func:`write_folder` (an export), :func:`check_output_folder`
-(new or empty), :func:`make_folder`; TensorBoard's event files: :func:`summary_writer`.
-tests/test_write_door.py finds no other write in the package.
+A mark, ``<folder>/.translate-marks/<name>.json``, holds the kind and the SHA-256 of what was
+written: a copy, a hand edit or another program's file is not ours to replace. Marks are written
+under a lock on the marks folder, so parallel sweep jobs rewriting one report never refuse each
+other. tests/test_write_door.py finds no other write in the package.
 """
 
 from __future__ import annotations
@@ -70,7 +58,7 @@ _WRITE_ERRORS = {
 
 
 class WriteFailed(UserError):
-    """The system refused a write; ``errno`` says why (``errno.ENOSPC``: the disk is full)."""
+    """The system refused a write; ``errno`` says why."""
 
     def __init__(self, message: str, code: int):
         super().__init__(message)
@@ -89,7 +77,6 @@ def _os_error(exc: BaseException) -> OSError | None:
 
 
 def _write_failed(path: Path, err: OSError) -> WriteFailed:
-    """One line for a refused write of ``path``: why, the free space where it matters."""
     why = write_error_reason(err)
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         free = _free_mib(path.parent)
@@ -103,7 +90,6 @@ def _write_failed(path: Path, err: OSError) -> WriteFailed:
 
 
 def write_error_reason(err: OSError) -> str:
-    """What a write the system refused means, in words ("no space left on the device")."""
     return _WRITE_ERRORS.get(err.errno, err.strerror or str(err))
 
 
@@ -117,7 +103,7 @@ def _free_mib(folder: Path) -> float | None:
 @contextlib.contextmanager
 def mapped_write_errors(path: Path) -> Iterator[None]:
     """A write the system refuses (an ``OSError`` in the exception's chain) as
-    :class:`WriteFailed`; every other exception as it is."""
+    :class:`WriteFailed`."""
     try:
         yield
     except WriteFailed:
@@ -129,9 +115,6 @@ def mapped_write_errors(path: Path) -> Iterator[None]:
         raise _write_failed(path, err) from None
 
 
-# -- the door ---------------------------------------------------------------------------------
-
-
 def write(
     path: str | os.PathLike,
     data: Data,
@@ -141,12 +124,10 @@ def write(
     key: str | None = None,
     adopt: bool = False,
 ) -> Path:
-    """Write ``data`` (bytes, text as UTF-8, or a function that writes into a binary file,
-    e.g. ``torch.save``) to ``path`` as an output of ``kind``, by the rule in this module's
-    docstring; returns the path. ``key`` names the setting that chose the path (for the
-    refusal); ``adopt``: the writer derived ``path`` itself and found what is there unusable,
-    so an unmarked or changed file there is an earlier copy of this output (a cache file named
-    by its key); a file marked as another kind is still refused."""
+    """Write ``data`` (bytes, text as UTF-8, or a function writing into a binary file) to
+    ``path`` as an output of ``kind``, by this module's rule. ``key`` names the setting that
+    chose the path (for the refusal); ``adopt``: an unmarked or changed file there is an earlier
+    copy of this output, but one marked as another kind is still refused."""
     path = Path(path)
     # First without the lock, which makes the marks folder: a refusal leaves nothing behind.
     # Whether a marked file changed is asked once, under the lock: its marks folder is there.
@@ -159,8 +140,8 @@ def write(
 
 
 def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
-    """Make ``dst`` the same file as ``src`` (a hard link; a copy where links are unsupported),
-    by :func:`write`'s rule (``last.pt`` and ``best.pt`` naming a step checkpoint)."""
+    """Make ``dst`` the same file as ``src`` (a hard link, else a copy), by :func:`write`'s
+    rule."""
     _check_replace(dst, kind, (), None, adopt, content=False)
     with _marks_locked(dst.parent) as marks:
         _check_replace(dst, kind, (), None, adopt)
@@ -176,8 +157,7 @@ def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
 
 
 def move(src: Path, dst: Path) -> None:
-    """Rename ``src``, a file this package wrote or a record Hydra's composition made, to
-    ``dst``, a new path (set aside, not lost), with its mark."""
+    """Rename ``src`` (ours, or a record Hydra made) to a new path ``dst``, with its mark."""
     if dst.exists() or dst.is_symlink():
         _refuse(dst, None, "already there")
     with mapped_write_errors(dst):
@@ -189,29 +169,26 @@ def move(src: Path, dst: Path) -> None:
 
 
 def remove(path: Path) -> None:
-    """Delete ``path``, an output this package wrote (an old step checkpoint), and its mark."""
+    """Delete ``path``, an output this package wrote, and its mark."""
     path.unlink(missing_ok=True)
     _mark_path(path).unlink(missing_ok=True)
 
 
 def adopt(path: Path, kind: str) -> None:
     """Mark ``path`` as a ``kind`` output where it has no mark: its writer has just checked it
-    to be its own (a resume's checkpoints, each loaded and found this experiment's; a run
-    trained before marks existed has none)."""
+    to be its own (a run trained before marks existed has none)."""
     if not _mark_path(path).exists():
         with _marks_locked(path.parent) as marks:
             _mark(marks, path, kind, file_sha256(path))
 
 
 def check(path: Path, kind: str) -> None:
-    """Refuse, in one line, what :func:`write` would refuse: for a writer of several files
-    that checks them all before it replaces the first."""
+    """Refuse what :func:`write` would: for a writer that checks all its files first."""
     _check_replace(Path(path), kind, (), None, False)
 
 
 def written_here(path: Path) -> bool:
-    """Whether ``path`` is a file this package wrote and nobody changed since (its mark
-    holds): what a run that is told to replace another (``trainer.overwrite``) may remove."""
+    """Whether ``path`` is a file this package wrote and nobody changed since."""
     found = _read_mark(path)
     return (
         found is not None
@@ -224,8 +201,7 @@ def written_here(path: Path) -> bool:
 def _check_replace(
     path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool, content: bool = True
 ) -> None:
-    """One line for what :func:`write` may not replace; ``content=False`` leaves out whether a
-    marked file changed since (its SHA-256, a read of the whole file)."""
+    """``content=False`` leaves out whether a marked file changed (a read of the whole file)."""
     if path.is_symlink():
         _refuse(path, key, "a symbolic link (only the file it points to may be named)")
     if not path.exists():
@@ -256,7 +232,6 @@ def _refuse(path: Path, key: str | None, what: str) -> None:
 
 
 def _what_is(path: Path) -> str:
-    """What an existing file this package did not write (or whose mark is gone) is."""
     with open(path, "rb") as f:
         if f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC:
             return "a checkpoint (or another zip archive) this command did not write"
@@ -286,7 +261,6 @@ def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, Path]]:
 
 
 def _atomic(path: Path, data: Data) -> str:
-    """Write ``data`` to ``path`` through a temporary file; returns its SHA-256."""
     with _temp_beside(path) as (f, tmp):
         if callable(data):
             data(f)
@@ -297,16 +271,12 @@ def _atomic(path: Path, data: Data) -> str:
         return hashlib.sha256(payload).hexdigest()
 
 
-# -- marks ------------------------------------------------------------------------------------
-
-
 def _mark_path(path: Path) -> Path:
     return path.parent / MARKS / f"{path.name}.json"
 
 
 @contextlib.contextmanager
 def _marks_locked(folder: Path) -> Iterator[Path]:
-    """The marks folder of ``folder``, locked against other writers of the same folder."""
     marks = folder / MARKS
     with mapped_write_errors(marks):
         marks.mkdir(parents=True, exist_ok=True)
@@ -333,8 +303,7 @@ def _read_mark(path: Path) -> dict | None:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file's bytes, read in blocks (a checkpoint may not fit in memory
-    twice): what a mark, an export's manifest and an evaluation's scores name a file by."""
+    """The SHA-256 of a file's bytes, read in blocks (a checkpoint may not fit twice)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -342,13 +311,8 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-# -- outputs a user names ---------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True)
 class Output:
-    """Where a command writes one output file, as :func:`check_output_file` allows."""
-
     path: Path | None  # None: standard output
     kind: str = ""
     key: str = "output"
@@ -379,8 +343,8 @@ def _write_stdout(payload: bytes) -> None:
 
 
 def point_at_devnull(stream) -> None:
-    """Point ``stream``'s file descriptor (standard output's, fd 1) at /dev/null, where it has
-    one: after the system refused a write there, nothing more is refused."""
+    """Point ``stream``'s file descriptor at /dev/null: after the system refused a write
+    there, nothing more is refused."""
     with contextlib.suppress(OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, stream.fileno())
@@ -393,9 +357,8 @@ def check_output_file(
     kind: str,
     inputs: Iterable[str | os.PathLike] = (),
 ) -> Output:
-    """``path`` (``key=path`` on the command line) as an output file of ``kind``, checked
-    before any work by :func:`write`'s rule; ``-`` is standard output, a named pipe is
-    written through. ``inputs`` are the files the command reads."""
+    """``key=path`` as an output file of ``kind``, checked before any work by :func:`write`'s
+    rule; ``-`` is standard output, a named pipe is written through."""
     if str(path) == STDOUT:
         return Output(None)
     given, inputs = Path(path), tuple(inputs)
@@ -409,14 +372,10 @@ def check_output_file(
     return Output(given, kind, key, inputs)
 
 
-# -- folders ----------------------------------------------------------------------------------
-
-
 def write_folder(path: Path, fill: Callable[[str], dict[str, bytes | str]], key: str) -> Path:
     """A new (or empty) folder ``path`` made whole or not at all: ``fill(folder)`` writes into
-    a temporary folder beside it (a library's own save, e.g. CTranslate2's) and returns the
-    files of ours to add (name: content), which are written there; then it is renamed to
-    ``path``."""
+    a temporary folder beside it and returns files of ours to add (name: content); then it is
+    renamed to ``path``."""
     check_output_folder(path, key)
     make_folder(path.parent, key)
     _remove_stale_partials(path)
@@ -439,8 +398,7 @@ _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,9})")
 
 
 def _remove_stale_partials(path: Path) -> None:
-    """Remove what writers of ``path`` killed mid-write (SIGKILL, a crash) left behind: the
-    partial folders of processes that are gone. A live writer's folder is left alone."""
+    """Remove the partial folders of ``path``'s writers that died (a live one's is kept)."""
     for found in path.parent.iterdir():
         match = _PARTIAL.fullmatch(found.name)
         if match and match[1] == path.name and not _alive(int(match[2])):
@@ -458,16 +416,14 @@ def _alive(pid: int) -> bool:
 
 
 def summary_writer(folder: Path, **kwargs):
-    """TensorBoard's writer into ``folder``: each event file gets a new name of its own
-    (time, host, pid), so no earlier file is replaced."""
+    """TensorBoard's writer: each event file gets a new name, so none is replaced."""
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(str(make_folder(folder, "tensorboard")), **kwargs)
 
 
 def make_folder(path: str | os.PathLike, key: str) -> Path:
-    """``path`` as a folder, created with its parents if missing; one line where it cannot be
-    (a file in the way, no permission, a read-only or virtual file system)."""
+    """``path`` as a folder, created with its parents if missing; one line where it cannot be."""
     path = _no_file_in_the_way(Path(path), key)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -481,8 +437,7 @@ def make_folder(path: str | os.PathLike, key: str) -> Path:
 
 
 def file_in_the_way(path: Path) -> Path | None:
-    """``path`` or the folder above it that exists as something other than a folder, if any:
-    what stops ``path`` from becoming a folder."""
+    """``path`` or a folder above it that exists as something other than a folder."""
     return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
 
 
@@ -500,9 +455,8 @@ def _no_file_in_the_way(path: Path, key: str) -> Path:
 
 
 def check_output_folder(path: str | os.PathLike, key: str) -> Path:
-    """``path`` as a folder for a command's files, checked before any work: new or empty
-    (files already there are not this command's), no file in the way. :func:`make_folder`
-    creates it when the files are ready."""
+    """``path`` as a folder for a command's files, checked before any work: new or empty, no
+    file in the way (:func:`make_folder` creates it)."""
     path = _no_file_in_the_way(Path(path), key)
     if path.is_symlink():  # its files would land in a folder the command was not given
         raise UserError(f"{key}={path} is a symbolic link; pass the folder it points to")

@@ -1,7 +1,5 @@
-"""Teacher-forced scoring: how well a model predicts reference translations (where
-:mod:`translate.metrics` scores the translations it writes). :func:`batch_loss` is the one loss
-of a batch, which training optimises and :func:`mean_nll` reports as the dev and test loss; both
-sit below training, evaluation and analysis, which all use them."""
+"""Teacher-forced scoring: :func:`batch_loss`, the one loss of a batch, which training
+optimises and :func:`mean_nll` reports as the dev and test loss."""
 
 from __future__ import annotations
 
@@ -27,10 +25,7 @@ def batch_loss(
     label_smoothing: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL of ``batch``, with logits for its real target
-    positions only (no vocabulary projection or log-softmax over padding).
-
-    ``forward(src, tgt_in, src_padding_mask, target_index=...)``: the model, or what wraps it
-    (``torch.compile``, DistributedDataParallel, a baseline of the training benchmark)."""
+    positions only. ``forward``: the model, or what wraps it (``torch.compile``, DDP)."""
     index = to_device(batch.target_index(pad_id), device)  # (N,), found on the host
     batch = batch.to(device)
     with autocast(device, precision):

@@ -23,8 +23,8 @@ from translate.errors import EXIT_PEER_FAILED, UserError
 from translate.io import MARKS
 from translate.settings import data_settings
 from translate.train import train
-from translate.training.batch_order import TrainBatches
 from translate.training.distributed import Dist, from_env, shard
+from translate.training.loop import TrainBatches
 
 # Short decoding: validation, test scoring and latency are not what these tests are about.
 FAST = [

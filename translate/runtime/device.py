@@ -1,5 +1,4 @@
-"""Where a job computes and in what precision: the device, the autocast precision, eval mode,
-waiting for the device, and the device's name."""
+"""Where a job computes and in what precision."""
 
 from __future__ import annotations
 
@@ -14,14 +13,11 @@ from translate.errors import UserError
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "bf16", "fp16", "32")
-
-
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_device(name: str, key: str = "runtime.device") -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; an unavailable GPU is a user error.
-    ``key`` is the setting's name in the command's messages."""
+    """``auto`` -> CUDA when available, else CPU; an unavailable GPU is a user error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -34,8 +30,7 @@ def resolve_device(name: str, key: str = "runtime.device") -> torch.device:
 
 
 def check_precision(name: str, key: str = "runtime.precision") -> str:
-    """``name`` as one of :data:`PRECISIONS` (a config may give ``32`` as a number); anything
-    else is a UserError naming ``key`` and the choices."""
+    """``name`` as one of :data:`PRECISIONS` (a config may give ``32`` as a number)."""
     name = str(name)
     if name not in PRECISIONS:
         raise UserError(f"{key}={name} is unknown; choose one of {', '.join(PRECISIONS)}")
@@ -43,10 +38,8 @@ def check_precision(name: str, key: str = "runtime.precision") -> str:
 
 
 def cpu_bf16_units() -> str:
-    """What this CPU computes bf16 matmuls with: ``amx`` (Intel's AMX tiles, Sapphire Rapids
-    and later), ``avx512_bf16`` (bf16 dot-product instructions: Cooper Lake, AMD Zen 4) or
-    ``none`` (oneDNN converts to fp32 and back: emulated, slower than fp32). As torch's CPU
-    dispatch reads it: the OS must also have enabled the AMX tiles."""
+    """What this CPU computes bf16 matmuls with, as torch's dispatch reads it: ``amx``,
+    ``avx512_bf16`` or ``none`` (emulated through fp32, slower than fp32)."""
     cpu = torch.cpu
     if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
         return "amx"
@@ -58,13 +51,13 @@ def cpu_bf16_units() -> str:
 def resolve_precision(
     name: str, device: torch.device, key: str = "runtime.precision", training: bool = False
 ) -> str:
-    """``auto`` -> ``bf16`` on a GPU that supports it, and for ``training`` on a CPU with AMX
-    (:func:`precision_reason` says why), else ``32``. fp16 needs a GPU. bf16 on a CPU without
-    bf16 instructions runs, emulated, with a warning. ``key`` is the setting's name in the
-    command's messages."""
+    """``auto`` -> ``bf16`` on a GPU that supports it, and for ``training`` on a CPU with AMX,
+    else ``32``. fp16 needs a GPU; emulated bf16 runs with a warning."""
     name = check_precision(name, key)
     if name == "auto":
-        return "bf16" if _auto_bf16(device, training) else "32"
+        gpu = device.type == "cuda"
+        bf16 = torch.cuda.is_bf16_supported() if gpu else training and cpu_bf16_units() == "amx"
+        return "bf16" if bf16 else "32"
     if name == "fp16" and device.type != "cuda":
         raise UserError(
             f"{key}=fp16 needs a CUDA GPU (fp16 autocast with loss scaling); "
@@ -80,15 +73,8 @@ def resolve_precision(
     return name
 
 
-def _auto_bf16(device: torch.device, training: bool) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return training and cpu_bf16_units() == "amx"
-
-
 def precision_reason(name: str, resolved: str, device: torch.device) -> str:
-    """Why a training run computes in ``resolved``: the setting, and for ``auto`` what it
-    found (the words of the first log lines and ``results.json``)."""
+    """Why a training run computes in ``resolved``: the setting, and for ``auto`` what it found."""
     if str(name) != "auto":
         return f"runtime.precision={name}"
     if device.type == "cuda":
@@ -101,7 +87,6 @@ def precision_reason(name: str, resolved: str, device: torch.device) -> str:
 
 
 def autocast(device: torch.device, precision: str):
-    """``torch.amp`` autocast for bf16/fp16, a no-op context for full precision."""
     if precision == "32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=_AMP_DTYPES[precision])
@@ -109,11 +94,8 @@ def autocast(device: torch.device, precision: str):
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """``model`` in eval mode for the block, then back in the mode it was in.
-
-    A model already in eval mode (its top module's flag) is left alone: switching walks every
-    submodule, twice per call, which costs a batch-1 decode more than a step (docs/benchmarks.md).
-    """
+    """``model`` in eval mode for the block, then back. One already in eval mode is left alone:
+    switching walks every submodule, which costs a batch-1 decode more than a step."""
     if not model.training:
         yield model
         return
@@ -125,11 +107,9 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (CUDA kernels run asynchronously); no-op on the CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 def device_name(device: torch.device, cpu: str = "cpu") -> str:
-    """The GPU's name (``NVIDIA H200``), or ``cpu``: what the caller calls the CPU."""
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu

@@ -1,5 +1,4 @@
-"""What produced a result: the code (git commit, package version), torch and its CPU kernels,
-the CPU and the command line, recorded beside every result and measurement."""
+"""What produced a result: code, torch and its CPU kernels, CPU, command line."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from translate.runtime.memory import keeps_freed_memory
 
 
 def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` knows of it."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -35,8 +33,7 @@ _THIS_FILE = Path(__file__).resolve().relative_to(_PACKAGE_DIR).as_posix()
 
 
 def _git(folder: Path, *args: str) -> str | None:
-    """``git args`` run in ``folder`` (never the cwd: a command may run from anywhere); its
-    output, or None where git fails or is absent."""
+    """``git args``'s output in ``folder`` (never the cwd), or None where git fails."""
     try:
         out = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -46,15 +43,10 @@ def _git(folder: Path, *args: str) -> str | None:
 
 @functools.cache
 def git_state(folder: Path = _PACKAGE_DIR) -> tuple[str | None, bool | None]:
-    """``(commit, dirty)`` of the code in ``folder`` (default: this package's own folder, the
-    code that runs): the full commit, and whether tracked files differ from it (untracked
-    files do not count, as in ``git describe --dirty``).
-
-    ``(None, None)`` unless git tracks this very file there: an installed copy has no checkout,
-    even when its site-packages lies inside one (a virtual environment in a repository).
-    Read once per process: it runs the modules it imported at its start, whatever the checkout
-    does later (the jobs of a multirun share one process).
-    """
+    """``(commit, dirty)`` of the code in ``folder`` (untracked files do not count).
+    ``(None, None)`` unless git tracks this very file there (an installed copy inside a
+    repository's venv has no checkout). Read once per process: it runs the modules it imported
+    at its start, whatever the checkout does later."""
     if _git(folder, "ls-files", "--error-unmatch", "--", _THIS_FILE) is None:
         return None, None
     commit = _git(folder, "rev-parse", "HEAD")
@@ -63,7 +55,6 @@ def git_state(folder: Path = _PACKAGE_DIR) -> tuple[str | None, bool | None]:
 
 
 def package_version() -> str | None:
-    """This package's installed version (its metadata, also in an editable install)."""
     try:
         return importlib.metadata.version("translate")
     except importlib.metadata.PackageNotFoundError:
@@ -71,8 +62,7 @@ def package_version() -> str | None:
 
 
 def code_version() -> str:
-    """The code that runs, in words: ``translate 0.1.0, commit 1a2b3c4d5 with uncommitted
-    changes`` (or ``..., no git checkout`` for an installed copy)."""
+    """``translate 0.1.0, commit 1a2b3c4d5 with uncommitted changes`` (or ``no git checkout``)."""
     commit, dirty = git_state()
     where = "no git checkout" if commit is None else f"commit {commit[:9]}"
     return f"translate {package_version()}, {where}" + (" with uncommitted changes" * bool(dirty))
@@ -83,10 +73,8 @@ _MATH_LIBRARIES = re.compile(r"Math Kernel Library|MKL-DNN|oneDNN|OpenBLAS|OpenM
 
 
 def torch_build() -> dict:
-    """The CPU kernels torch runs: the instruction set it dispatches to (``AVX2``,
-    ``AVX512``, ...), its BLAS, and the math libraries it was built with (MKL, oneDNN,
-    OpenMP), and the CPU's bf16 units (:func:`cpu_bf16_units`): other kernels sum in another
-    order, so they give other last bits."""
+    """The CPU kernels torch runs (instruction set, BLAS, math libraries, bf16 units): other
+    kernels sum in another order, so they give other last bits."""
     shown = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=([^,\s]+)", shown)
     return {
@@ -102,11 +90,8 @@ def torch_build() -> dict:
 
 
 def provenance(device: torch.device) -> dict:
-    """What produced a result, recorded beside it (``results.json``, ``scores.json``, the
-    benchmarks' and speed files' ``machine``): the code (commit, uncommitted changes, package
-    version), torch and its CPU kernels, the CPU, the threads, the device and the command line.
-    Floating-point results depend on all of them: the same run on another CPU family or
-    thread count trains other weights (README, "Reproducibility")."""
+    """What produced a result, recorded beside it: floating-point results depend on all of it
+    (README, "Reproducibility")."""
     commit, dirty = git_state()
     cpu = cpu_model()
     return {
@@ -124,9 +109,7 @@ def provenance(device: torch.device) -> dict:
 
 
 def machine(device: torch.device) -> dict:
-    """Where a measurement ran, for the files that report one: the date, :func:`provenance`,
-    the Python and platform, and whether freed memory is kept for reuse
-    (:func:`keep_freed_memory`)."""
+    """Where a measurement ran: the date, :func:`provenance`, Python, platform, allocator."""
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **provenance(device),

@@ -19,8 +19,7 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict:
-    """Every generator's state as tensors and plain values, so that a checkpoint holding it
-    loads with ``torch.load(weights_only=True)`` (numpy's key array becomes a tensor)."""
+    """Every generator's state as tensors and plain values (for ``weights_only`` loading)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "python": random.getstate(),
@@ -43,9 +42,8 @@ def set_rng_state(state: dict) -> None:
 
 
 def use_deterministic_algorithms(on: bool) -> None:
-    """``trainer.deterministic``: torch's deterministic kernels where an operation has both
-    (``torch.use_deterministic_algorithms``), else torch's default. Set either way: the flag is
-    global, and the jobs of a multirun share one process."""
+    """``trainer.deterministic``, set either way: the flag is global, and the jobs of a
+    multirun share one process."""
     if on:
         # cuBLAS is deterministic only with a fixed workspace, read when it starts (a GPU's
         # first GEMM, after this).
@@ -54,8 +52,8 @@ def use_deterministic_algorithms(on: bool) -> None:
 
 
 def refuse_nondeterministic(err: RuntimeError, key: str = "trainer.deterministic") -> None:
-    """Raise a one-line UserError naming ``key`` for torch's error about an operation that has
-    no deterministic kernel (under :func:`use_deterministic_algorithms`); return for others."""
+    """Raise a one-line UserError for torch's error about an operation without a deterministic
+    kernel; return for others."""
     message = str(err)
     if not (torch.are_deterministic_algorithms_enabled() and "deterministic" in message):
         return

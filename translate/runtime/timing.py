@@ -1,5 +1,4 @@
-"""Timing: one call's wall time with the device waited for, and the rotated order
-the benchmarks time their variants in."""
+"""Timing: one call's wall time, and the rotated order benchmarks time variants in."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ T = TypeVar("T")
 
 
 def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
-    """``(fn(), wall seconds)``; on CUDA the queued work is finished before and after, since
-    kernels run asynchronously and the clock would otherwise stop before they do."""
+    """``(fn(), wall seconds)``, the device's queued work finished before and after."""
     synchronize(device)
     start = time.perf_counter()
     out = fn()
@@ -25,7 +23,6 @@ def timed(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
 
 
 def rotated(items: list[T], r: int) -> list[T]:
-    """Round ``r``'s order when timing ``items`` in turns: A B C, then B C A, then C A B, ...
-    Each takes every place in turn, so drift on a shared machine falls on all of them alike."""
+    """Round ``r``'s order (A B C, B C A, ...): drift on a shared machine falls on all alike."""
     shift = r % len(items)
     return items[shift:] + items[:shift]

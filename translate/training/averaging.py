@@ -1,13 +1,10 @@
-"""Checkpoint averaging: the element-wise mean of the weights of a run's last checkpoints,
-as fairseq's ``scripts/average_checkpoints.py`` and Joey NMT do. A cheap ensemble: the mean of
-the last few checkpoints usually scores a little better than any one of them.
+"""Checkpoint averaging: the element-wise mean of the weights of a run's last checkpoints (as
+fairseq and Joey NMT do), a cheap ensemble.
 
 The result is an inference checkpoint: the averaged ``model`` with the newest input's
-``config``, ``tokenizer``, ``step`` and ``progress``, plus ``averaged_from`` (the input files).
-The optimizer, scheduler, AMP scaler and RNG states are dropped: they belong to the newest
-input's weights, not to the mean, so resuming from them would silently continue another
-trajectory, and they make up about two thirds of the file. ``evaluate``, ``translate``,
-``analyze`` and :func:`~translate.decoding.translator.load_translator` read it like any other.
+``config``, ``tokenizer``, ``step`` and ``progress``, plus ``averaged_from``. The optimizer,
+scheduler, scaler and RNG states are dropped: they belong to the newest input's weights, so
+resuming from them would silently continue another trajectory.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ _RESERVED = ("last.pt", "best.pt")
 
 
 def step_checkpoints(directory: str | Path) -> list[Path]:
-    """The ``step_<N>.pt`` files in ``directory``, oldest first (by step, not by name)."""
+    """The ``step_<N>.pt`` files in ``directory``, by step."""
     found = [
         (int(match[1]), path)
         for path in Path(directory).glob("step_*.pt")
@@ -44,8 +41,8 @@ def step_checkpoints(directory: str | Path) -> list[Path]:
 
 
 def around(paths: list[Path], step: int, n: int) -> list[Path]:
-    """Up to ``n`` of ``paths`` (step checkpoints, oldest first) around ``step``'s: from
-    ``n // 2`` before it on. Empty when no file is ``step``'s."""
+    """Up to ``n`` of ``paths`` (step checkpoints, oldest first) from ``n // 2`` before
+    ``step``'s on; empty when no file is ``step``'s."""
     steps = [int(match[1]) for path in paths if (match := _STEP_FILE.fullmatch(path.name))]
     if step not in steps:
         return []
@@ -54,7 +51,6 @@ def around(paths: list[Path], step: int, n: int) -> list[Path]:
 
 
 def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
-    """The newest ``n`` ``checkpoints/step_*.pt`` of a training run, oldest first."""
     directory = Path(run_dir) / "checkpoints"
     if not directory.is_dir():
         raise UserError(f"{directory} does not exist; pass run_dir=<a training run's folder>")
@@ -69,9 +65,8 @@ def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
 
 
 def check_output(output: str | Path, inputs: list[Path]) -> Path:
-    """Where an average may be written: under a name training does not own (``step_*.pt``,
-    ``last.pt``, ``best.pt``), by the one rule for every write
-    (:func:`translate.io.check_output_file`: a new file or an earlier average)."""
+    """Where an average may be written: a name training does not own, by the one rule for every
+    write (a new file or an earlier average)."""
     output = Path(output)
     if output.name in _RESERVED or _STEP_FILE.fullmatch(output.name):
         raise UserError(
@@ -86,14 +81,9 @@ def check_output(output: str | Path, inputs: list[Path]) -> Path:
 
 def average_checkpoints(paths: list[str | Path]) -> dict:
     """The element-wise mean of the ``model`` weights of ``paths`` as a loadable checkpoint.
-
-    Floating-point tensors are summed in float64 and cast back, so N copies of one checkpoint
-    give exactly its weights; integer and boolean buffers must be equal in every input.
-    Checkpoints of different model configs or tokenizers are refused with one line.
-    """
+    Floats are summed in float64 and cast back, so N copies of one checkpoint give exactly its
+    weights; other entries must be equal in every input."""
     paths = [Path(p) for p in paths]
-    if not paths:
-        raise UserError("no checkpoints to average")
     _refuse_repeats(paths)
     first = newest = load_checkpoint(paths[0])
     sums = {key: _start(value) for key, value in first["model"].items()}
@@ -105,8 +95,9 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
         if ckpt["step"] >= newest["step"]:
             newest = ckpt
         del ckpt
+    n = len(paths)
     model = {
-        key: (total / len(paths)).to(first["model"][key].dtype) if _is_float(total) else total
+        key: (total / n).to(first["model"][key].dtype) if total.is_floating_point() else total
         for key, total in sums.items()
     }
     return {
@@ -121,15 +112,10 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
 
 
 def _refuse_repeats(paths: list[Path]) -> None:
-    """One line when two of ``paths`` hold one checkpoint: the same name twice, ``last.pt`` and
-    the ``step_*.pt`` it is a hard link to, or a byte-for-byte copy. Refused rather than counted
-    once: the user asked for that many checkpoints, and the mean of fewer (or one counted twice,
-    weighing double) is not what they asked for; before, it said "averaged 2 checkpoints" of
-    one."""
+    """One line when two of ``paths`` hold one checkpoint (the same name, a hard link or a
+    copy): refused rather than counted once, since the mean of fewer is not what was asked."""
     seen: dict[str, Path] = {}
     for path in paths:
-        if not path.is_file():  # load_checkpoint says so
-            continue
         identity = file_sha256(path)
         if identity in seen:
             first = seen[identity]
@@ -142,8 +128,8 @@ def _refuse_repeats(paths: list[Path]) -> None:
 
 
 def average_into(paths: list[str | Path], output: str | Path) -> dict:
-    """Average ``paths`` and write the result to ``output`` atomically; returns it. An average
-    with non-finite weights (a NaN or infinity in any input) is refused: nothing is written."""
+    """Average ``paths`` into ``output``; returns the average. One with non-finite weights is
+    refused: nothing is written."""
     averaged = average_checkpoints(paths)
     broken = non_finite(averaged["model"])
     if broken:
@@ -156,24 +142,15 @@ def average_into(paths: list[str | Path], output: str | Path) -> dict:
     return averaged
 
 
-def _is_float(value) -> bool:
-    return isinstance(value, torch.Tensor) and value.is_floating_point()
+# Every weight is a tensor: load_checkpoint refuses a checkpoint with anything else.
+def _start(value: torch.Tensor) -> torch.Tensor:
+    return value.to(torch.float64) if value.is_floating_point() else value
 
 
-def _start(value):
-    return value.to(torch.float64) if _is_float(value) else value
-
-
-def _accumulate(sums: dict, key: str, value, path: Path, first: Path) -> None:
-    if _is_float(value):
+def _accumulate(sums: dict, key: str, value: torch.Tensor, path: Path, first: Path) -> None:
+    if value.is_floating_point():
         sums[key] += value.to(torch.float64)
-        return
-    same = (
-        torch.equal(sums[key], value)
-        if isinstance(value, torch.Tensor)
-        else type(sums[key]) is type(value) and sums[key] == value
-    )
-    if not same:
+    elif not torch.equal(sums[key], value):
         raise UserError(
             f"cannot average {path} with {first}: their non-float entry model.{key} differs "
             "(averaging needs it equal in every checkpoint)"
@@ -181,8 +158,6 @@ def _accumulate(sums: dict, key: str, value, path: Path, first: Path) -> None:
 
 
 def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> None:
-    """One line if ``ckpt`` cannot be averaged with ``first``: another model config, another
-    tokenizer, or weights of other names, shapes or types."""
     why = f"cannot average {path} with {first_path}"
     differ = differences(
         first["config"],
@@ -206,7 +181,5 @@ def _check_compatible(first_path: Path, first: dict, path: Path, ckpt: dict) -> 
             )
 
 
-def _describe(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"
-    return type(value).__name__
+def _describe(value: torch.Tensor) -> str:
+    return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)}"

@@ -1,20 +1,10 @@
-"""Data-parallel training over the processes ``torchrun`` starts (DistributedDataParallel).
+"""Data-parallel training over the processes ``torchrun`` starts (README "Multi-GPU",
+docs/scale_out.md); a plain ``python -m translate.train`` never touches ``torch.distributed``.
 
-``torchrun --nproc_per_node=N -m translate.train ...`` starts N copies of the training job and
-tells each its place through the environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``).
-:func:`from_env` reads them; a plain ``python -m translate.train`` sees no such variables and
-never touches ``torch.distributed``. Under torchrun :func:`init` joins the process group:
-``nccl`` with one GPU per process (``cuda:LOCAL_RANK``), ``gloo`` on the CPU.
-
-The division of labour (README "Multi-GPU", docs/scale_out.md):
-
-* every rank trains on its own share of each epoch's token batches (:func:`shard`) and
-  :class:`~torch.nn.parallel.DistributedDataParallel` averages the gradients, so N ranks with
-  ``accumulate_grad_batches=A`` take exactly the steps of one process with ``A*N``;
-* rank 0 alone validates, writes checkpoints, TensorBoard and ``results.json``, shows the
-  progress bar and scores the test split; the other ranks log warnings only;
-* stop decisions (time budget, signals, early stopping) are agreed on by all ranks, so they
-  stop at the same step;
+* every rank trains on its own share of each epoch's batches (:func:`shard`) and DDP averages
+  the gradients, so N ranks with ``accumulate_grad_batches=A`` take the steps of one with A*N;
+* rank 0 alone validates, writes the run's files and scores the test split;
+* stop decisions are agreed on by all ranks, so they stop at the same step;
 * a rank that fails on a user error says so, the others leave quietly (:func:`one_cause`).
 """
 
@@ -53,36 +43,30 @@ TIMEOUT = timedelta(minutes=30)
 # and on a larger corpus or a slower machine more than TIMEOUT, so the waiting ranks are given
 # this long instead (a rank that dies ends the job sooner: torchrun stops the others).
 BUILD_TIMEOUT = timedelta(hours=6)
-# The key of the process group's store where the first rank to fail on a user error leaves
-# its rank, message and time (JSON), for the others to read.
+# Where the first rank to fail on a user error leaves its rank, message and time (JSON).
 FAILED_KEY = "translate/failed"
 
 
 @dataclass(frozen=True)
 class Dist:
-    """This process's place among the training processes (one process: rank 0 of 1)."""
+    """This process's place among the training processes."""
 
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    # Started by torchrun: DDP even for one process (what a single-GPU torchrun job, and a
-    # test of the nccl path, expects). Not part of equality: it follows from the environment.
+    # Started by torchrun: DDP even for one process (a single-GPU torchrun job expects it).
     torchrun: bool = field(default=False, compare=False)
 
     @property
     def enabled(self) -> bool:
-        """True under torchrun, or whenever several processes train together (DDP); False
-        for a plain ``python -m translate.train``."""
         return self.torchrun or self.world_size > 1
 
     @property
     def is_main(self) -> bool:
-        """Rank 0: the process that evaluates and writes the run's files."""
         return self.rank == 0
 
 
 def from_env(environ: Mapping[str, str] = os.environ) -> Dist:
-    """The rank and world size torchrun exported; a single process when it did not."""
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return Dist()
     try:
@@ -96,8 +80,7 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Dist:
 
 
 def init(d: Dist, device: torch.device) -> torch.device:
-    """Join the process group (``nccl`` on CUDA, ``gloo`` on the CPU); the device this rank
-    trains on: ``cuda:LOCAL_RANK`` on GPUs, else ``device`` unchanged. No-op for one process."""
+    """Join the process group; the device this rank trains on (``cuda:LOCAL_RANK`` on GPUs)."""
     if not d.enabled:
         return device
     if device.type == "cuda":
@@ -122,25 +105,16 @@ def init(d: Dist, device: torch.device) -> torch.device:
     return device
 
 
-def shutdown() -> None:
-    """Leave the process group, if one was joined (also after an error)."""
-    if tdist.is_available() and tdist.is_initialized():
-        tdist.destroy_process_group()
-
-
 @contextlib.contextmanager
 def one_cause(d: Dist, active: bool = True) -> Iterator[None]:
-    """A torchrun job's body, which leaves the process group at its end: a rank that fails on
-    a :class:`UserError` is the one that says so, the others leave without a word.
+    """A torchrun job's body, leaving the process group at its end: a rank that fails on a
+    :class:`UserError` says so, the others leave without a word.
 
-    Before the failing rank leaves the group (which ends the collective another rank waits in
-    with "Connection closed by peer"), it puts its message in the group's store; a rank whose
-    own error comes after that exits quietly with :data:`EXIT_PEER_FAILED`. A rank whose user
-    error is the one a peer has already said (every rank refuses the same resume) is quiet
-    too. Each tells torchrun through its error file (``TORCHELASTIC_ERROR_FILE``), the failing
-    rank with the earliest time, so that torchrun's summary names it as the root cause
-    whichever process it saw exit first. ``active=False`` (a sweep's job, whose failure the
-    sweep reports and outlives) only leaves the group."""
+    Before the failing rank leaves the group (which ends a peer's collective with "Connection
+    closed by peer"), it puts its message in the store; a rank whose error comes after that (or
+    is the same user error) exits quietly with :data:`EXIT_PEER_FAILED`. Each writes torchrun's
+    error file, the failing rank with the earliest time, so torchrun's summary names it as the
+    root cause. ``active=False`` (a sweep's job) only leaves the group."""
     try:
         yield
     except UserError as err:
@@ -153,14 +127,13 @@ def one_cause(d: Dist, active: bool = True) -> Iterator[None]:
             _leave_quietly(d, first)
         raise
     finally:
-        if d.enabled:
-            shutdown()
+        if d.enabled and tdist.is_available() and tdist.is_initialized():
+            tdist.destroy_process_group()
 
 
 def _say_failed(d: Dist, message: str) -> None:
-    """Put this rank's failure in the store, unless a peer's is there; leave quietly when
-    that one says the same. The rank that says it is not cut short by the SIGTERM that
-    torchrun sends the others once one has exited: it is leaving, with its own exit code."""
+    """Put this rank's failure in the store, unless a peer's is there; leave quietly when that
+    one says the same. SIGTERM (torchrun's, once a rank has exited) no longer cuts it short."""
     mine = json.dumps({"rank": d.rank, "message": message, "time": int(time.time())})
     try:
         first = json.loads(_store().compare_set(FAILED_KEY, "", mine))
@@ -174,7 +147,6 @@ def _say_failed(d: Dist, message: str) -> None:
 
 
 def _failure_said() -> dict | None:
-    """The failure a rank has put in the store; None if none has (or the store is gone)."""
     try:
         store = _store()
         return json.loads(store.get(FAILED_KEY)) if store.check([FAILED_KEY]) else None
@@ -194,13 +166,11 @@ def _leave_quietly(d: Dist, first: dict) -> None:
 
 
 def _after(first: dict) -> int:
-    """A time for torchrun's summary after the first failure's (whole seconds, as it reads)."""
     return max(int(time.time()), first["time"] + 1)
 
 
 def _error_file(message: str, timestamp: int) -> None:
-    """The error file torchrun reads for its summary (the format of torch's ``record``, with
-    ``message`` where the traceback would be)."""
+    """torchrun's error file, in torch's ``record`` format with ``message`` as traceback."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if path:
         info = {"py_callstack": message, "timestamp": str(timestamp)}
@@ -209,11 +179,8 @@ def _error_file(message: str, timestamp: int) -> None:
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
-    """``model`` in DDP: parameters broadcast from rank 0, gradients averaged in backward.
-
-    Buffers are not re-broadcast every forward (the model's only buffers are constant
-    positional encodings), so rank 0 can validate on the bare model between steps.
-    """
+    """``model`` in DDP. Buffers are not re-broadcast every forward (the only ones are constant
+    positional encodings), so rank 0 can validate on the bare model between steps."""
     ddp = nn.parallel.DistributedDataParallel
     # torch >= 2.13 renamed the switch (and still syncs buffers once, at construction)
     renamed = "forward_sync_buffers" in inspect.signature(ddp.__init__).parameters
@@ -223,19 +190,16 @@ def wrap(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataP
 
 
 def shard(order: Sequence[T], rank: int, world_size: int) -> list[T]:
-    """Rank ``rank``'s share of ``order``: items ``rank, rank + N, rank + 2N, ...`` of the
-    first ``N * (len(order) // N)`` (the ragged tail is dropped, so every rank takes the same
-    number of steps). The shares are disjoint, and for ``world_size=1`` the whole list."""
+    """Items ``rank, rank + N, ...`` of ``order``, the ragged tail dropped so every rank takes
+    the same number of steps."""
     usable = len(order) - len(order) % world_size
     return list(order[rank:usable:world_size])
 
 
 @contextlib.contextmanager
 def main_first(d: Dist) -> Iterator[None]:
-    """Rank 0 runs the body first (e.g. builds the tokenizer and data caches), the other ranks
-    after it (and find the caches built). They wait at a barrier of a gloo group of their own
-    with :data:`BUILD_TIMEOUT`, not the process group's :data:`TIMEOUT`, which a long build
-    could outlast; the wait is logged. No-op for one process."""
+    """Rank 0 runs the body first (builds the data caches), the others after it. They wait in a
+    gloo group of their own with :data:`BUILD_TIMEOUT`, which a long build may need."""
     if not d.enabled:
         yield
         return
@@ -264,14 +228,10 @@ def main_first(d: Dist) -> Iterator[None]:
 
 @contextlib.contextmanager
 def main_last(d: Dist) -> Iterator[None]:
-    """The end of a run: rank 0 scores the test split in the body while the other ranks, done,
-    wait for it at a barrier (of a gloo group with :data:`BUILD_TIMEOUT`), so that all of them
-    leave the process group together. A rank that tore the group down while rank 0 was still
-    saving its last checkpoint died now and then with "terminate called without an active
-    exception" (SIGABRT; 1 torchrun run in 30 on a loaded 2-core machine), and torchrun then
-    stopped rank 0 in the middle of scoring. If the body raises on rank 0, no barrier: rank 0
-    leaves the group with its error, which ends the others' wait (:func:`one_cause`). No-op
-    for one process."""
+    """Rank 0 scores the test split in the body while the others wait at a barrier, so all
+    leave the group together: a rank that tore it down while rank 0 still saved died now and
+    then with SIGABRT, and torchrun stopped rank 0 mid-scoring. If the body raises, no
+    barrier: rank 0 leaves with its error, which ends the others' wait."""
     if not d.enabled:
         yield
         return
@@ -281,49 +241,39 @@ def main_last(d: Dist) -> Iterator[None]:
     tdist.destroy_process_group(group)
 
 
-def _device_of_group() -> torch.device:
-    if tdist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def max_all(values: Sequence[float]) -> list[float]:
-    """Element-wise maximum of ``values`` over the ranks (each rank passes the same length)."""
-    t = torch.tensor(list(values), dtype=torch.float64, device=_device_of_group())
+    """Element-wise maximum of ``values`` over the ranks."""
+    nccl = tdist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
     tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
     return t.tolist()
 
 
 def broadcast(obj: T) -> T:
-    """Rank 0's ``obj`` on every rank (any picklable object)."""
     box = [obj]
     tdist.broadcast_object_list(box, src=0)
     return box[0]
 
 
 def gather(obj: T) -> list[T]:
-    """Every rank's ``obj``, in rank order, on every rank."""
     out: list = [None] * tdist.get_world_size()
     tdist.all_gather_object(out, obj)
     return out
 
 
 def quiet_other_ranks(d: Dist) -> None:
-    """Ranks other than 0 log warnings and errors only (loggers given their own level, e.g. by
-    ``hydra.verbose=translate.training.step``, keep it), so the run's log is rank 0's story."""
+    """Ranks other than 0 log warnings only (a logger's own level, e.g. ``hydra.verbose``,
+    stays), so the run's log is rank 0's story."""
     if not d.is_main:
         root = logging.getLogger()
         root.setLevel(max(root.level, logging.WARNING))
 
 
 def adopt_run_dir(d: Dist, run_dir: Path) -> Path:
-    """Rank 0's run dir, on every rank.
-
-    Each rank runs Hydra, which names the default run dir after the second it started; ranks
-    that started a second later would otherwise get a dir of their own. Such a rank moves its
-    log file into rank 0's dir and removes the dir Hydra made for it, if that holds nothing
-    but Hydra's own files.
-    """
+    """Rank 0's run dir, on every rank: Hydra names the default dir after the second a rank
+    started. A rank with another moves its log file into rank 0's dir and removes its own if
+    that holds nothing but Hydra's files."""
     main_dir = Path(broadcast(str(run_dir)))
     if d.is_main or main_dir.resolve() == run_dir.resolve():
         return main_dir
@@ -351,13 +301,8 @@ def adopt_run_dir(d: Dist, run_dir: Path) -> Path:
 
 
 class NullWriter:
-    """Stands in for TensorBoard's ``SummaryWriter`` on ranks that write nothing."""
+    """Stands in for TensorBoard's ``SummaryWriter`` on ranks that write nothing: each of its
+    methods does nothing."""
 
-    def add_scalar(self, *args, **kwargs) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None

@@ -1,12 +1,5 @@
-"""The training loop: :func:`fit` trains a :class:`~translate.training.run.Run` (built by
-:func:`~translate.training.run.setup`) until a limit, early stopping or a signal, validating
-and checkpointing on the way.
-
-Each piece has a name: counting and logging an update (:func:`_count_step`, :func:`_log_step`),
-the stop decision (:func:`_stop_reason`, agreed by all ranks under DDP), validation
-(:func:`_validate`) and the checkpoint cadence (:func:`_checkpoint`). The end of a run (test
-scores, ``results.json``) is :mod:`translate.training.report`.
-"""
+"""The training loop: :func:`fit` trains a :class:`~translate.training.run.Run` until a limit,
+early stopping or a signal, validating and checkpointing on the way."""
 
 from __future__ import annotations
 
@@ -22,13 +15,14 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from translate.analysis.figures import log_attention
 from translate.checkpoint import non_finite
+from translate.data.batching import Batch, TokenBatchSampler, collate
+from translate.data.corpus import EncodedSplit
 from translate.errors import UserError
 from translate.metrics import score
 from translate.runtime.memory import reset_peak_memory
 from translate.runtime.rng import rng_state
 from translate.scoring import mean_nll
 from translate.training import distributed
-from translate.training.batch_order import TrainBatches
 from translate.training.progress import TrainBar, budget_reached, early_stopped, limit_reached
 from translate.training.run import Run, Window
 from translate.training.saving import checkpoint_state
@@ -40,8 +34,38 @@ log = logging.getLogger(__name__)
 ETA_AFTER_STEPS = 200  # updates before the log says when the budget will end
 
 
+class TrainBatches:
+    """The training split's token batches, in a per-epoch order fixed by ``(seed, epoch)``, so
+    a resumed run skips exactly the micro-batches it already trained on. Under DDP rank ``r``
+    trains on batches ``r, r + N, ...`` of what is left of the epoch's order; ``skip`` and
+    ``Progress.batches_in_epoch`` count micro-batches of all ranks together (``consumed``)."""
+
+    def __init__(
+        self, split: EncodedSplit, max_tokens: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> None:
+        self.split = split
+        self.sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, True, seed)
+        self.rank, self.world_size = rank, world_size
+        if world_size > 1 and len(self.sampler) < world_size:
+            raise UserError(
+                f"the training split makes only {len(self.sampler)} token batches per epoch, "
+                f"fewer than the {world_size} processes; lower data.max_tokens or use fewer"
+            )
+
+    def consumed(self, group: list[Batch]) -> int:
+        return len(group) * self.world_size
+
+    def epoch(self, epoch: int, skip: int, accumulate: int) -> Iterator[list[Batch]]:
+        """Groups of ``accumulate`` micro-batches (one update each), after ``skip`` of them."""
+        self.sampler.set_epoch(epoch)
+        order = distributed.shard(list(self.sampler)[skip:], self.rank, self.world_size)
+        for start in range(0, len(order), accumulate):
+            yield [
+                collate([self.split[i] for i in idx]) for idx in order[start : start + accumulate]
+            ]
+
+
 def _log_eta(run: Run) -> None:
-    """After the first ETA_AFTER_STEPS updates: the speed and when the budget will end."""
     p, t = run.progress, run.settings.trainer
     seconds_per_step = p.train_seconds / max(p.step, 1)
     left = (t.max_steps - p.step) * seconds_per_step
@@ -63,13 +87,9 @@ def _log_eta(run: Run) -> None:
 def fit(run: Run) -> tuple[str, int | None]:
     """Train until a limit, early stopping or a signal; returns ``(why it stopped, signal
     number or None)``. Every stop but a signal ends with a validation and a checkpoint."""
-    t, p = run.settings.trainer, run.progress
+    t, p, c = run.settings.trainer, run.progress, run.corpus
     batches = TrainBatches(
-        run.corpus.splits["train"],
-        run.corpus.max_tokens,
-        run.settings.seed,
-        run.dist.rank,
-        run.dist.world_size,
+        c.splits["train"], c.max_tokens, run.settings.seed, run.dist.rank, run.dist.world_size
     )
     reset_peak_memory(run.trainer.device)
     run.trainer.schedule.seconds = p.train_seconds  # a resumed run's clock
@@ -94,8 +114,8 @@ def fit(run: Run) -> tuple[str, int | None]:
 
 
 def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
-    """Train epoch after epoch: each counted update's result, and None after each epoch's
-    end is counted (the two points where a run may validate, checkpoint and stop)."""
+    """Each counted update's result, and None after each epoch's end: the two points where a
+    run may validate, checkpoint and stop."""
     p, t = run.progress, run.settings.trainer
     loop_start = time.perf_counter() - p.train_seconds
     while True:
@@ -110,8 +130,7 @@ def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
 
 
 def _count_step(run: Run, result: StepResult) -> bool:
-    """Count an update; False for a skipped (NaN/Inf) one, which stops the run after
-    ``trainer.max_bad_steps`` in a row."""
+    """Count an update; False for a skipped (NaN/Inf) one."""
     p, t = run.progress, run.settings.trainer
     if result.skipped:
         p.bad_steps += 1
@@ -131,7 +150,6 @@ def _count_step(run: Run, result: StepResult) -> bool:
 
 
 def nonfinite_causes(run: Run) -> str:
-    """Why updates come out NaN/Inf, for every message that reports skipped ones."""
     return (
         f"likely causes: learning rate too high (optim.lr={run.settings.optim.lr}) or fp16 "
         "overflow (try runtime.precision=bf16)"
@@ -139,8 +157,7 @@ def nonfinite_causes(run: Run) -> str:
 
 
 def _checkpoints_as_they_are(run: Run) -> str:
-    """The run's newest and best checkpoints by step and dev scores: what they are, never a
-    claim that either is good."""
+    """The run's newest and best checkpoints: what they are, never a claim that either is good."""
     p, last = run.progress, run.ckpts.last
     if not last.exists():
         return "No checkpoint was written."
@@ -179,8 +196,8 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
 
 
 def _stop_reason(run: Run, stop: StopRequest) -> str | None:
-    """A step or time limit, or a signal; under DDP every rank agrees on the clock and on
-    signals first, so all stop after the same step (and cool the learning rate down alike)."""
+    """A step or time limit, or a signal; under DDP the ranks agree on the clock and signals
+    first, so all stop after the same step (and cool the learning rate down alike)."""
     p = run.progress
     if run.dist.enabled:
         p.train_seconds, sig = distributed.max_all([p.train_seconds, stop.signal or 0])
@@ -192,8 +209,8 @@ def _stop_reason(run: Run, stop: StopRequest) -> str | None:
 
 def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None) -> str | None:
     """Validate on the schedule and before every stop but a signal (which saves at once);
-    checkpoint on the schedule and at every stop; nothing for a step already checkpointed.
-    Returns the stop reason, early stopping included."""
+    checkpoint on the schedule and at every stop. Returns the stop reason, early stopping
+    included."""
     p, t = run.progress, run.settings.trainer
     if run.saved_step == p.step:  # the last epoch ended right after a checkpointed update
         return stop_reason
@@ -210,8 +227,7 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
 
 
 def dev_scores(run: Run) -> dict:
-    """BLEU and chrF of the model on the dev prefix and with the beam validation uses
-    (``trainer.val_bleu_sentences``, ``trainer.val_beam_size``)."""
+    """BLEU and chrF on the dev prefix, with the beam validation uses."""
     t, corpus = run.settings.trainer, run.corpus
     valid = corpus.splits["valid"]
     n = len(valid.src_ids) if t.val_bleu_sentences is None else t.val_bleu_sentences
@@ -220,7 +236,7 @@ def dev_scores(run: Run) -> dict:
 
 
 def _validate(run: Run) -> bool:
-    """Dev loss, perplexity, BLEU, chrF (and heatmaps) to TensorBoard; True on a new best BLEU."""
+    """Dev scores to TensorBoard; True on a new best BLEU."""
     p, corpus = run.progress, run.corpus
     valid = corpus.splits["valid"]
     loss = mean_nll(
@@ -259,8 +275,8 @@ def _validate(run: Run) -> bool:
 
 
 def _never_best(run: Run, dev_loss: float) -> str | None:
-    """Why the model may not become best.pt whatever its BLEU (a NaN model can still decode
-    to a BLEU above the best so far): non-finite weights or dev loss; None when it may."""
+    """Why the model may not become best.pt whatever its BLEU (a NaN model can still decode to
+    a BLEU above the best so far); None when it may."""
     broken = non_finite(run.model.state_dict())
     if broken:
         return f"weights {broken} are not finite"
@@ -268,8 +284,8 @@ def _never_best(run: Run, dev_loss: float) -> str | None:
 
 
 def _log_heatmaps(run: Run) -> None:
-    """Every head's attention on the first dev pair within ``data.eval_max_len`` (a heatmap of
-    a longer one would be unreadable, and its cost quadratic)."""
+    """Every head's attention on the first dev pair within ``data.eval_max_len`` (a longer
+    one's heatmap would be unreadable, and its cost quadratic)."""
     valid, cap = run.corpus.splits["valid"], run.corpus.eval_max_len
     longest = np.maximum(valid.src_lens, valid.tgt_lens)  # (N,) tokens with EOS/BOS
     fits = np.flatnonzero(longest <= (cap or longest.max(initial=0)))
@@ -288,8 +304,8 @@ def _log_heatmaps(run: Run) -> None:
 
 
 def _checkpoint(run: Run, improved: bool) -> None:
-    """Every rank's RNG state to rank 0, which writes the checkpoint; TensorBoard is flushed
-    so it stays in step with the checkpoints."""
+    """Every rank's RNG state to rank 0, which writes the checkpoint; TensorBoard is flushed to
+    stay in step with it."""
     rngs = distributed.gather(rng_state()) if run.dist.enabled else None
     if run.dist.is_main:
         state = checkpoint_state(

@@ -1,6 +1,5 @@
-"""The optimiser recipe: Adam with decoupled weight decay (AdamW, as fairseq's Adam decays
-weights) and its learning-rate schedule (:class:`Schedule`), all values from ``conf/optim/``.
-Without weight decay AdamW's update is Adam's, bit for bit."""
+"""The optimiser recipe: AdamW (fairseq's Adam decays weights so; without weight decay its
+update is Adam's, bit for bit) and its learning-rate schedule, from ``conf/optim/``."""
 
 from __future__ import annotations
 
@@ -59,8 +58,6 @@ class Schedule:
 def make_optimizer(
     params: Iterable[torch.nn.Parameter], optim: OptimSettings, schedule: Schedule | None = None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """``(AdamW, its learning-rate schedule)`` for ``params``; ``schedule`` defaults to
-    ``optim``'s warm-up and decay without a cooldown (no budget to cool down towards)."""
     optimizer = torch.optim.AdamW(
         params,
         lr=optim.lr,

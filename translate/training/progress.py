@@ -1,6 +1,5 @@
 """Training-loop state that outlives a step: counters a checkpoint saves, the limits they
-reach, and the progress bar. The epoch's batch order is :mod:`translate.training.batch_order`,
-stop requests by signal :mod:`translate.training.signals`."""
+reach, and the progress bar."""
 
 from __future__ import annotations
 
@@ -13,8 +12,6 @@ from translate.schema import TrainerSettings
 
 @dataclass
 class Progress:
-    """Counters that a checkpoint saves and a resumed run restores."""
-
     step: int = 0  # optimizer updates done
     epoch: int = 0
     batches_in_epoch: int = 0  # micro-batches of `epoch` already consumed
@@ -30,7 +27,6 @@ class Progress:
 
 
 def budget_reached(p: Progress, t: TrainerSettings) -> str | None:
-    """Which budget ``p`` has used up (``trainer.max_steps`` or ``max_minutes``), if any."""
     if p.step >= t.max_steps:
         return f"max_steps={t.max_steps}"
     if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
@@ -39,7 +35,6 @@ def budget_reached(p: Progress, t: TrainerSettings) -> str | None:
 
 
 def early_stopped(p: Progress, t: TrainerSettings) -> str | None:
-    """Early stopping's verdict: ``trainer.early_stopping_patience`` validations without gain."""
     patience = t.early_stopping_patience
     if patience is not None and p.stale_validations >= patience:
         return f"early stopping ({patience} validations without gain)"
@@ -47,19 +42,13 @@ def early_stopped(p: Progress, t: TrainerSettings) -> str | None:
 
 
 def limit_reached(p: Progress, t: TrainerSettings) -> str | None:
-    """Which limit ``p`` has reached (steps, minutes, epochs, early stopping), if any."""
     epochs = f"max_epochs={t.max_epochs}" if p.epoch >= t.max_epochs else None
     return budget_reached(p, t) or epochs or early_stopped(p, t)
 
 
 class TrainBar:
-    """The training progress bar: how far the run is towards whichever limit ends it first.
-
-    Progress is ``max(step / max_steps, seconds / max_minutes)`` in per mille, so under a time
-    budget (``trainer.max_minutes``) the bar and its ETA follow the clock instead of showing
-    ``0/100000`` steps with a 15-hour ETA; the step count, loss, learning rate and tokens/s
-    are in the postfix.
-    """
+    """How far the run is towards whichever limit ends it first, in per mille, so under a time
+    budget the bar and its ETA follow the clock; the step count is in the postfix."""
 
     def __init__(self, progress: Progress, max_steps: int, max_minutes: float | None, enabled):
         self.max_steps = max_steps
@@ -84,7 +73,7 @@ class TrainBar:
         return min(1000, int(1000 * fraction))
 
     def update(self, progress: Progress, **postfix) -> None:
-        """Move to where ``progress`` is; ``postfix`` (loss=..., lr=...) replaces the last."""
+        """Move to ``progress``; ``postfix`` (loss=..., lr=...) replaces the last."""
         self.bar.update(max(0, self._permille(progress) - self.bar.n))
         if postfix:
             self._postfix = postfix

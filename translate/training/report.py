@@ -1,12 +1,9 @@
 """The end of a training run: score its best checkpoint on the test split, measure latency,
-summarise its heads, and write ``test.hyp.txt``, ``test.ref.txt`` and ``results.json`` into
-the run dir (and the HParams summary to TensorBoard).
+summarise its heads, and write ``test.hyp.txt``, ``test.ref.txt`` and ``results.json``.
 
-With ``trainer.average_last_n=N`` the last N ``step_*.pt`` (with
-``trainer.average_around_best``, the N around best.pt's when the last N all come after it) are
-first averaged into ``checkpoints/averaged.pt`` and scored on the dev prefix validation uses;
-the test split is then scored with whichever of ``best.pt`` and ``averaged.pt`` has the higher
-dev BLEU (a tie keeps ``best.pt``), and ``results.json`` says which (``scored_checkpoint``)."""
+With ``trainer.average_last_n=N`` the last N ``step_*.pt`` are first averaged into
+``checkpoints/averaged.pt`` and scored on the dev prefix; the test split is scored with whichever
+of ``best.pt`` and ``averaged.pt`` has the higher dev BLEU (a tie keeps ``best.pt``)."""
 
 from __future__ import annotations
 
@@ -37,8 +34,6 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Scored:
-    """The checkpoint the test split is scored with, and what averaging found."""
-
     name: str  # "best", "averaged", or "last" (no best.pt: the run never validated)
     path: Path
     averaged_dev_bleu: float | None = None  # None: averaging off or skipped
@@ -46,25 +41,20 @@ class Scored:
 
 
 def _write(run: Run, name: str, text: str, kind: str) -> None:
-    """One of the run's own result files: the run holds its dir's lock, and a resume has found
-    every checkpoint there this experiment's, so an earlier scoring's file (unmarked where it was
-    written before the one door's marks) is this run's to replace; another kind is not."""
+    """One of the run's result files: the run holds its dir's lock and a resume has found every
+    checkpoint there this experiment's, so an earlier scoring's file (marked or not, written
+    before marks existed) is this run's to replace; another kind is not."""
     io.write(run.run_dir / name, text, kind, adopt=True)
 
 
 def finish_run(run: Run) -> dict:
-    """Score the best (or the averaged) checkpoint on the test split and write the run's
-    results; returns the ``results.json`` dict. The trained model gets those weights."""
-    t, device = run.settings.trainer, run.trainer.device
-    train_peak_mb = peak_memory_mb(device)  # before decoding adds its own peak
+    """Score the best (or the averaged) checkpoint, loaded into the model, on the test split
+    and write the run's results; returns ``results.json``'s dict."""
+    t, search = run.settings.trainer, run.settings.decode.search
+    train_peak_mb = peak_memory_mb(run.trainer.device)  # before decoding adds its own peak
     scored = _choose_checkpoint(run)
     test = run.corpus.splits["test"]
-    log.info(
-        "decoding %d test sentences (%s, %s)",
-        len(test.src_ids),
-        test.name,
-        run.settings.decode.search,
-    )
+    log.info("decoding %d test sentences (%s, %s)", len(test.src_ids), test.name, search)
     hyp_ids, sentences_per_s = run.translator.timed_translate_ids(
         test.src_ids, progress=t.progress_bar
     )
@@ -88,7 +78,7 @@ def finish_run(run: Run) -> dict:
         scores["bleu"],
         scores["chrf"],
         test.name,
-        run.settings.decode.search,
+        search,
         scores["bleu_signature"],
     )
     log.info(
@@ -105,7 +95,6 @@ def finish_run(run: Run) -> dict:
 
 
 def _greedy_bleu(run: Run) -> float:
-    """Test BLEU of greedy decoding, next to the beam's: what the beam adds."""
     test = run.corpus.splits["test"]
     hyps = run.corpus.tokenizer.decode(run.translator.translate_ids(test.src_ids, beam_size=1))
     bleu = score(hyps, test.tgt_text)["bleu"]
@@ -114,9 +103,7 @@ def _greedy_bleu(run: Run) -> float:
 
 
 def _choose_checkpoint(run: Run) -> Scored:
-    """Load into the model the weights the test split is scored with: best.pt's, or the
-    average of the last ``trainer.average_last_n`` step checkpoints when its dev BLEU is
-    higher."""
+    """Load into the model the weights the test split is scored with."""
     best = run.ckpts.best if run.ckpts.best.is_file() else run.ckpts.last
     scored = Scored("best" if best == run.ckpts.best else "last", best)
     averaged = _average_last(run)
@@ -141,10 +128,8 @@ def _choose_checkpoint(run: Run) -> Scored:
 
 
 def _average_last(run: Run) -> Scored | None:
-    """Average the last ``trainer.average_last_n`` step checkpoints (with
-    ``trainer.average_around_best``, those around best.pt's when it is not among them) into
-    averaged.pt, load it into the model and score it on the dev prefix; None when off or too
-    few."""
+    """Average the step checkpoints into averaged.pt, load it and score it on the dev prefix;
+    None when off or too few."""
     t, best = run.settings.trainer, run.progress.best_step
     n = t.average_last_n
     if not n:
@@ -186,8 +171,7 @@ def _average_last(run: Run) -> Scored | None:
 
 
 def _heads(run: Run) -> dict | None:
-    """What the heads learned, cheaply (one teacher-forced pass over a dev prefix): mean
-    attention entropy per layer type and degenerate heads, for the heads-ablation report."""
+    """What the heads learned, cheaply (one teacher-forced pass over a dev prefix)."""
     analysis = run.settings.analysis
     if not analysis.summary_sentences:
         return None
@@ -261,8 +245,8 @@ LEADING_HPARAMS = ("heads", "kv_heads", "seed")
 
 
 def _log_hparams(run: Run, results: dict) -> None:
-    """The HParams row of this run: the keys its sweep varies, heads, kv_heads and seed first
-    and shown, the constant columns after them; a sweep job's row is named by its overrides."""
+    """The HParams row of this run: the keys its sweep varies, heads, kv_heads and seed first;
+    a sweep job's row is named by its overrides."""
     s, m = run.settings, run.settings.model
     swept = swept_overrides(run.run_dir)
     hparams = {
@@ -291,10 +275,8 @@ def _log_hparams(run: Run, results: dict) -> None:
 
 
 def swept_overrides(run_dir: Path) -> dict[str, str]:
-    """``{key: value}`` of the overrides that set this sweep job apart: the job's own
-    (``.hydra/overrides.yaml``, ``heads=4``) whose value its sweep (``multirun.yaml`` beside the
-    job dir) does not set for every job (``heads=2,4``, a sweeper param). An override every job
-    shares (``trainer.max_steps=50``) is not one. Empty for a single run."""
+    """``{key: value}`` of the job's overrides (``.hydra/overrides.yaml``) whose value its sweep
+    (``multirun.yaml``) does not set for every job; empty for a single run."""
     try:
         job = parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
         sweep = yaml.safe_load((run_dir.parent / "multirun.yaml").read_text())

@@ -1,17 +1,10 @@
 """Resuming a run: the same experiment or none, from its newest checkpoint that loads.
 
-A resumed run must be the experiment its checkpoint was trained as, or its ``results.json``
-would describe a model that did not make it. :data:`IDENTITY` lists the settings that make
-another model or train it on other data; a resume that changes one is refused, naming each.
-Where the data is read from (:data:`LOCATION`) is compared by content, through the text
-fingerprints every checkpoint stores, so a moved data folder is still the same data. Every
-other setting (``optim.*``, ``trainer.*``, ``decode.*``, ``data.max_tokens``, ...) only changes
-the schedule, the budget or how the run is scored: it may differ, and the log lists it.
-
-A resume writes over or prunes every checkpoint of the run dir, so each one there is checked,
-not only ``last.pt``: a dir with step files alone (or ``best.pt``, or ``averaged.pt``) of
-another experiment is refused, and a truncated ``last.pt`` gives way to the newest whole step
-file.
+A resumed run must be its checkpoint's experiment, or its ``results.json`` would describe a
+model that did not make it: a change of a setting in :data:`IDENTITY` is refused, naming each.
+Where the data is read from (:data:`LOCATION`) is compared by the text fingerprints every
+checkpoint stores, so a moved data folder is still the same data. Every other setting only
+changes the schedule, the budget or the scoring: it may differ, and the log lists it.
 """
 
 from __future__ import annotations
@@ -53,7 +46,6 @@ MECHANICS = ("task_name", *mechanics_keys())
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
-    """``{"model.d_model": 512, ...}``: a nested config as dotted keys."""
     out = {}
     for key, value in config.items():
         if isinstance(value, dict):
@@ -64,7 +56,6 @@ def _flat(config: dict, prefix: str = "") -> dict:
 
 
 def _rank(key: str, prefixes: tuple[str, ...]) -> int | None:
-    """The index of the prefix that covers ``key``; None when none does."""
     for i, prefix in enumerate(prefixes):
         if key == prefix or (prefix.endswith(".") and key.startswith(prefix)):
             return i
@@ -78,8 +69,7 @@ def differences(
     where: tuple[str, str] = ("in the checkpoint", "here"),
 ) -> list[str]:
     """``key=<saved> in the checkpoint, <here> here`` for each ``covered`` key whose values
-    differ (``where`` names the two configs). Keys in one config only (added or dropped
-    since) are not compared."""
+    differ. Keys in one config only (added or dropped since) are not compared."""
     a, b = _flat(saved), _flat(here)
     keys = [k for k in a if k in b and a[k] != b[k] and covered(k)]
     # heads and kv_heads are what a user sets; model.num_heads/num_kv_heads only follow them.
@@ -99,28 +89,24 @@ def _location(key: str) -> bool:
 
 
 def _schedule(key: str) -> bool:
-    return not (_identity(key) or _location(key) or _rank(key, MECHANICS) is not None)
+    return _rank(key, IDENTITY + LOCATION + MECHANICS) is None
 
 
-def experiment_differences(ckpt: dict, config: dict, fingerprints: dict | None) -> list[str]:
-    """What makes this config another experiment than the checkpoint's: model, seed and
-    data settings, and data whose text differs. ``fingerprints`` (role -> text fingerprint of
-    this config's data) is only needed where the data's location differs."""
+def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
+    """Refuse a config that is another experiment than ``ckpt``'s, naming every difference.
+    ``fingerprints`` (role -> text fingerprint of this config's data) is only needed where the
+    data's location differs."""
     differ = differences(ckpt["config"], config, _identity)
     moved = differences(ckpt["config"], config, _location)
     saved = ckpt.get("data_fingerprints")
     if moved and saved and fingerprints:
         roles = [r for r in saved if r in fingerprints and saved[r] != fingerprints[r]]
-        if not roles:
+        if roles:
+            differ.append(f"the text of the {', '.join(roles)} split differs")
+        else:
             log.info("the data is read from elsewhere (%s) but its text is the same", moved[0])
-            return differ
-        differ.append(f"the text of the {', '.join(roles)} split differs")
-    return differ + moved
-
-
-def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
-    """Refuse, naming every difference, a config that is another experiment than ``ckpt``'s."""
-    differ = experiment_differences(ckpt, config, fingerprints)
+            moved = []
+    differ += moved
     if differ:
         raise UserError(
             f"{what} was trained with other model or data settings ({'; '.join(differ)}); "
@@ -131,8 +117,7 @@ def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -
 
 
 def check_same_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
-    """Refuse a config that is another experiment than ``ckpt``'s; log the schedule and budget
-    settings that differ (those may)."""
+    """Refuse another experiment than ``ckpt``'s; log the schedule settings that differ."""
     refuse_other_experiment(what, ckpt, config, fingerprints)
     changed = differences(ckpt["config"], config, _schedule)
     if changed:
@@ -142,8 +127,6 @@ def check_same_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> 
 def resume(
     path: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
 ) -> Progress:
-    """Restore ``trainer`` and the RNG states from ``path`` after checking that it is this
-    run's experiment; returns the saved counters."""
     ckpt = load_checkpoint(path, map_location=trainer.device)
     check_same_experiment(str(path), ckpt, settings.config, corpus.fingerprints)
     if ckpt["tokenizer"] != corpus.tokenizer.model_proto:
@@ -176,12 +159,10 @@ def _first_lines(err: Exception) -> str:
 def resume_or_start(
     directory: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
 ) -> Progress:
-    """``trainer.resume=true`` or ``auto``: :func:`resume` from the newest checkpoint in
-    ``directory`` (the run's ``checkpoints/``), or start from step 0 where the run dir holds no
-    checkpoint but shows that a run started there (it was stopped before its first one was
-    written), or where a sweep job never started. A single run whose dir holds nothing of a run
-    is a mistyped dir and stops under ``true``, and starts under ``auto`` (a study preset's job
-    run alone). Results without a checkpoint are no run to continue under either."""
+    """:func:`resume` from the newest checkpoint in ``directory``, or start from step 0 where a
+    run started but wrote no checkpoint, or a sweep job never started. A single run whose dir
+    holds nothing of a run is a mistyped dir under ``true`` and starts under ``auto`` (a study
+    preset's job run alone). Results without a checkpoint are no run to continue under either."""
     newest = newest_resumable(directory, settings.config, corpus.fingerprints)
     if newest is not None:
         return resume(newest, trainer, corpus, dist, settings)
@@ -208,10 +189,9 @@ def resume_or_start(
 
 def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path | None:
     """The newest checkpoint in ``directory`` that loads and holds a training state; None where
-    there is no checkpoint at all. A resume writes over or prunes every checkpoint there
-    (``step_*.pt``, ``last.pt``, ``best.pt``, ``averaged.pt``), so each one that loads must be
-    this experiment's: another is refused, naming it. A dir whose checkpoints are all unreadable
-    or averages (weights alone) is refused too: starting anew would write over them."""
+    there is none at all. A resume writes over or prunes every checkpoint there, so each one
+    that loads must be this experiment's. A dir whose checkpoints are all unreadable or averages
+    is refused too: starting anew would write over them."""
     newest, unreadable, averages, kinds = None, [], [], {}
     for path in _checkpoint_files(directory):
         try:
@@ -246,18 +226,16 @@ def _inode(path: Path) -> tuple[int, int]:
 
 
 def _adopt(directory: Path, kinds: dict[tuple[int, int], str]) -> None:
-    """Mark every name of each checkpoint just found this experiment's (``last.pt`` and
-    ``best.pt`` are other names of a step file) as the one door for writes knows them, so the
-    resumed run may replace them: a run trained before marks existed has none."""
+    """Mark every name of each checkpoint just found this experiment's, so the resumed run may
+    replace them (a run trained before marks existed has none)."""
     for path in directory.glob("*.pt"):
         if path.is_file() and _inode(path) in kinds:
             io.adopt(path, kinds[_inode(path)])
 
 
 def _checkpoint_files(directory: Path) -> list[Path]:
-    """Every checkpoint file in ``directory`` once (``last.pt`` and ``best.pt`` are hard links
-    to a ``step_*.pt``): ``last.pt``, the step files newest first, then any other, so a
-    message names the newest file by the name training gave it."""
+    """Every checkpoint file in ``directory`` once (hard links counted once): ``last.pt``, the
+    step files newest first, then any other."""
     paths = sorted((p for p in directory.glob("*.pt") if p.is_file()), reverse=True)
     paths.sort(key=lambda p: (p.name != "last.pt", not p.name.startswith("step_")))
     seen, files = set(), []
@@ -270,9 +248,8 @@ def _checkpoint_files(directory: Path) -> list[Path]:
 
 
 def finished_results(settings: TrainSettings) -> dict | None:
-    """A resumed run that is already done: its last checkpoint reached a limit and its
-    ``results.json`` is complete for that step. Resuming it only reports those results, after
-    checking that they are this experiment's."""
+    """The results of a resumed run that is already done (its last checkpoint reached a limit
+    and ``results.json`` is complete for that step), checked to be this experiment's."""
     run_dir, t = Path(settings.run_dir), settings.trainer
     results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
     if not (t.resume and results_file.is_file() and last.is_file()):

@@ -1,8 +1,6 @@
-"""A training run's working set: :class:`Run` (everything a run works with) and :func:`setup`,
-which claims the run dir (locked, checked to overwrite nothing), loads the data, builds the
-model and optimizer, resumes them if asked, and says in its first log lines what the run does.
-The loop that trains it is :mod:`translate.training.loop`.
-"""
+"""A training run's working set: :class:`Run` and :func:`setup`, which claims the run dir
+(locked, checked to overwrite nothing), builds data, model and optimizer, resumes them if asked,
+and says in its first log lines what the run does."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ log = logging.getLogger(__name__)
 
 
 class Window(NamedTuple):
-    """The tokens trained on since ``start`` (``time.perf_counter()``): what the next logged
-    tokens/s is measured over."""
+    """The tokens trained on since ``start``: what the next logged tokens/s is measured over."""
 
     tokens: int
     start: float
@@ -53,8 +50,6 @@ class Window(NamedTuple):
 
 @dataclass
 class Run:
-    """Everything one training run works with."""
-
     settings: TrainSettings
     dist: Dist
     run_dir: Path
@@ -75,8 +70,6 @@ class Run:
 
 
 def setup(settings: TrainSettings, dist: Dist) -> Run:
-    """Device, the run dir (locked), data, model, optimizer, checkpoints (resumed if asked)
-    and TensorBoard."""
     r = settings.runtime
     distributed.quiet_other_ranks(dist)
     device = distributed.init(dist, resolve_device(r.device))
@@ -95,7 +88,7 @@ def setup(settings: TrainSettings, dist: Dist) -> Run:
 
 def _claim_run_dir(settings: TrainSettings, dist: Dist) -> tuple[Path, RunLock | None]:
     """Rank 0 locks the run dir and checks that a fresh run overwrites nothing; every rank
-    learns the verdict, so none waits for a rank that has stopped."""
+    learns the verdict, so none waits for one that has stopped."""
     t, run_dir = settings.trainer, Path(settings.run_dir)
     if dist.enabled:
         run_dir = distributed.adopt_run_dir(dist, run_dir)
@@ -156,9 +149,8 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
 
 
 def _quiet_event_writer(args) -> None:
-    """threading's excepthook without the traceback of a write that TensorBoard's writer thread
-    could not make (a full or read-only disk): the writer raises it again at the next event,
-    in training's own thread, which says it in one line (translate.train)."""
+    """threading's excepthook without the traceback of a write TensorBoard's writer thread
+    could not make: the writer raises it again in training's thread, which says it in one line."""
     if not isinstance(args.exc_value, OSError) or "AsyncWriter" not in type(args.thread).__name__:
         _THREAD_EXCEPTHOOK(args)
 
@@ -167,8 +159,6 @@ _THREAD_EXCEPTHOOK = threading.excepthook
 
 
 def _log_start(run: Run) -> None:
-    """What the run is doing, in its first lines: model, device, precision, the attention
-    kernel, tokens per update, and where its outputs go."""
     m, t, device = run.settings.model, run.settings.trainer, run.trainer.device
     kv = "" if m.num_kv_heads == m.num_heads else f" sharing {m.num_kv_heads} key/value heads"
     log.info(

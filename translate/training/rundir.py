@@ -1,12 +1,5 @@
-"""A run dir belongs to one run: a lock held while it trains, and no silent overwrite.
-
-:class:`RunLock` holds an exclusive ``flock`` on ``<run_dir>/.lock`` for the run's lifetime,
-so a second run started into the same dir fails at once instead of mixing its checkpoints
-with the first's. The lock file names its holder (pid and host); the OS releases the lock
-when the process dies, and a later run that finds a dead holder's name takes over with a
-warning. :func:`check_fresh` stops a run that would train from scratch over another run's
-checkpoints and results.
-"""
+"""A run dir belongs to one run: a lock held while it trains (:class:`RunLock`; the OS frees
+it when the process dies), and no silent overwrite (:func:`check_fresh`)."""
 
 from __future__ import annotations
 
@@ -37,9 +30,8 @@ PARTIAL_WRITES = (".", "checkpoints")
 
 
 class RunLock:
-    """An exclusive lock on a run dir; :meth:`release` (or process exit) frees it. ``key`` is
-    the override that gives a command another dir (a sweep's is ``hydra.sweep.dir``), named
-    when the dir is in use."""
+    """An exclusive ``flock`` on ``<run_dir>/.lock``, which names its holder. ``key`` is the
+    override that gives a command another dir, named when the dir is in use."""
 
     def __init__(self, run_dir: Path, key: str = "hydra.run.dir") -> None:
         self.path = Path(run_dir) / LOCK_NAME
@@ -73,7 +65,6 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Free the lock and remove the file (a clean end leaves no holder behind)."""
         if self._fd is None:
             return
         with contextlib.suppress(OSError):
@@ -84,8 +75,7 @@ class RunLock:
 
 
 def remove_partial_writes(run_dir: Path) -> None:
-    """Remove the temporary files of writes a killed process left half done (the lock is held,
-    so no other process is writing them)."""
+    """Remove the temporary files a killed writer left (under the lock no one writes them)."""
     partial = [
         path
         for folder in PARTIAL_WRITES
@@ -103,8 +93,7 @@ def remove_partial_writes(run_dir: Path) -> None:
 
 
 def run_outputs(run_dir: Path) -> list[str]:
-    """What of a run ``run_dir`` holds: complete checkpoints, results (and with them its
-    TensorBoard events), or nothing."""
+    """What of a run ``run_dir`` holds: checkpoints, results (and then its events), or nothing."""
     run_dir = Path(run_dir)
     found = [name for name in RESULTS if (run_dir / name).exists()]
     if any((run_dir / "checkpoints").glob("*.pt")):
@@ -115,16 +104,14 @@ def run_outputs(run_dir: Path) -> list[str]:
 
 
 def training_run_marks(directory: Path) -> list[str]:
-    """What in ``directory`` only a training run writes: its checkpoints, results and log (a run
-    stopped before its first checkpoint has the log alone)."""
+    """What in ``directory`` only a training run writes."""
     names = ("checkpoints", "results.json", "train.log")
     return [name for name in names if (directory / name).exists()]
 
 
 def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
-    """A run that trains from scratch needs a dir without another run's outputs: stop with
-    one line that offers the three ways on, or clear them when ``overwrite`` says so. Any
-    ``resume`` but false (true, auto) continues what is there instead."""
+    """A run that trains from scratch needs a dir without another run's outputs: stop with one
+    line offering the three ways on, or clear them when ``overwrite`` says so."""
     if resume:
         return
     found = run_outputs(run_dir)
@@ -146,10 +133,8 @@ def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
 
 
 def _files_to_remove(run_dir: Path, found: list[str]) -> list[Path]:
-    """Every file of ``found`` (names in ``run_dir``), each one this package wrote and nobody
-    changed since (TensorBoard's event files, which its own writer names, by their names);
-    anything else stops the overwrite before a file is removed: a folder named like a run's
-    may hold the user's own files."""
+    """Every file of ``found``, each one this package wrote and nobody changed since (event
+    files by their names); anything else stops the overwrite before a file is removed."""
     files, foreign = [], []
     for name in found:
         path = run_dir / name

@@ -1,7 +1,4 @@
-"""A run's checkpoints: what a training checkpoint holds, and ``step_<N>.pt`` written
-atomically with the newest K kept, ``last.pt`` and ``best.pt`` pointing at the newest and the
-best (the file format: :mod:`translate.checkpoint`; resuming: :mod:`.resume`).
-"""
+"""A run's checkpoints: what a training checkpoint holds, and how they are kept."""
 
 from __future__ import annotations
 
@@ -21,12 +18,9 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointManager:
-    """Writes ``step_<N>.pt`` atomically, keeps the newest ``keep_last`` (and with
-    ``around_best=N`` the N around the best one's, for averaging them: :func:`around`), and
-    points ``last.pt`` (and ``best.pt`` on request) at the newest file.
-
-    ``keep_last`` >= 1 is ``trainer.keep_last_checkpoints``'s rule, checked where the settings
-    are read (:class:`~translate.schema.TrainerSettings`): a training run is the only builder."""
+    """Writes ``step_<N>.pt``, keeps the newest ``keep_last`` (and with ``around_best=N`` the N
+    around the best one's, for averaging), and points ``last.pt`` (and ``best.pt`` on request)
+    at the newest file."""
 
     def __init__(self, directory: Path, keep_last: int, around_best: int = 0) -> None:
         self.directory = Path(directory)
@@ -43,10 +37,9 @@ class CheckpointManager:
 
     def save(self, state: dict, step: int, is_best: bool, best_step: int | None = None) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
-        # The step files, last.pt and best.pt are names of this manager's own: a fresh run
-        # starts only in a dir without checkpoints and a resume has found each one there that
-        # loads this experiment's, so what they hold may be replaced (a step file or a last.pt
-        # copy that a crash or a hand cut short), but no other kind of output.
+        # These names are this manager's own: a fresh run starts only in a dir without
+        # checkpoints and a resume has found each one that loads this experiment's, so what
+        # they hold may be replaced (cut short by a crash), but no other kind of output.
         save_checkpoint(state, path, adopt=True)
         io.link(path, self.last, CHECKPOINT, adopt=True)
         if is_best:
@@ -70,10 +63,9 @@ def checkpoint_state(
     fingerprints: dict[str, str],
     rng_ranks=None,
 ) -> dict:
-    """Everything a resumed run restores, as tensors and plain values. ``config`` is the
-    resolved training config; ``fingerprints``: the text fingerprint of each data split (so a
-    resume can tell the same data read from elsewhere from other data); ``rng_ranks``: every
-    rank's RNG state under DDP (``rng`` is rank 0's)."""
+    """Everything a resumed run restores, as tensors and plain values. ``fingerprints`` tell the
+    same data read from elsewhere from other data; ``rng_ranks``: every rank's RNG state under
+    DDP."""
     return {
         "format_version": FORMAT_VERSION,
         **trainer.state_dict(),

@@ -12,15 +12,11 @@ log = logging.getLogger(__name__)
 
 # SIGUSR1/SIGUSR2: what SLURM sends ahead of a job's time limit when asked to (`--signal`;
 # hydra-submitit-launcher asks for USR2, `signal_delay_s` before the limit).
-STOP_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
-    if hasattr(signal, name)
-)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Stopped(Exception):
-    """A stop signal that could not wait for a step boundary (see :class:`StopRequest`)."""
+    """A stop signal that could not wait for a step boundary."""
 
     def __init__(self, signum: int, forced: bool) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -28,12 +24,9 @@ class Stopped(Exception):
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM (and SLURM's SIGUSR1/SIGUSR2 warning of the time limit) into a flag
-    checked at step boundaries (save, then exit).
-
-    A second signal cannot wait: it raises :class:`Stopped` (``forced``) at once. With
-    ``immediate=True`` (while scoring, where there is no step boundary) the first one does.
-    """
+    """Turns a stop signal into a flag checked at step boundaries (save, then exit). A second
+    one raises :class:`Stopped` (``forced``) at once; with ``immediate=True`` (no step
+    boundary to wait for) the first one does."""
 
     def __init__(self, immediate: bool = False) -> None:
         self.signal: int | None = None

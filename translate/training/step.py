@@ -1,6 +1,4 @@
-"""The optimisation step and its state: label-smoothed loss under AMP, gradient accumulation
-and clipping, NaN/Inf guarding, and the resumable optimizer, scheduler and scaler state.
-Under DistributedDataParallel one update spans every rank's micro-batches (see ``step``)."""
+"""The optimisation step and its resumable state (optimizer, scheduler, AMP scaler)."""
 
 from __future__ import annotations
 
@@ -33,14 +31,9 @@ class StepResult:
 
 
 class Trainer:
-    """Owns the model's optimisation. ``step`` takes the micro-batches of one update.
-
-    ``model`` is the bare module: its parameters, ``state_dict`` (so checkpoints never carry
-    DDP's ``module.`` prefix) and evaluation. Training runs through ``compiled_model`` (a
-    ``torch.compile``'d callable) if given, else ``ddp`` (the model wrapped in
-    ``DistributedDataParallel`` when several processes train together), else ``model``.
-    ``schedule``: the learning rate's (default: ``optim``'s warm-up and decay, no cooldown).
-    """
+    """Owns the model's optimisation. ``model`` is the bare module (its ``state_dict`` never
+    carries DDP's ``module.`` prefix); training runs through ``compiled_model`` if given, else
+    ``ddp``, else ``model``. ``schedule`` defaults to ``optim``'s, without a cooldown."""
 
     def __init__(
         self,
@@ -133,13 +126,11 @@ class Trainer:
         )
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed label-smoothed loss and NLL of one micro-batch (:func:`batch_loss`)."""
         return batch_loss(
             self.forward, batch, self.device, self.precision, self.pad_id, self.label_smoothing
         )
 
     def _stacked(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        """Numbers and 0-d tensors as one ``(len(values),)`` tensor on the device."""
         return torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
 
     def _sum_over_ranks(self, values: list, dtype: torch.dtype) -> torch.Tensor:
@@ -148,9 +139,8 @@ class Trainer:
         return t
 
     def _trace(self, batches: list[Batch], loss: float) -> None:
-        """What this rank trained on and where its weights ended up, for checking DDP
-        (``hydra.verbose=translate.training.step``): ranks must differ in examples, never in
-        weights."""
+        """For checking DDP (``hydra.verbose=translate.training.step``): ranks must differ in
+        examples, never in weights."""
         checksum = sum(float(p.detach().double().sum()) for p in self.model.parameters())
         log.debug(
             "rank %d update: loss %.10g | params %.17g | examples %s",
