@@ -17,8 +17,8 @@ from conftest import ROOT, assert_one_line_error
 from test_ablation import make_job
 
 from translate.ablation.report import write_report
-from translate.analysis import speed
-from translate.analysis.ablation import CT2_METRICS, SPEED_FILE
+from translate.analysis import ablation, speed
+from translate.analysis.ablation import CT2_METRICS, SPEED_FILE, busy_warning
 from translate.checkpoint import load_checkpoint, save_checkpoint
 from translate.training.step import Trainer
 
@@ -32,15 +32,26 @@ def _script():
     return speed
 
 
-def _speed_job(sweep: Path, ckpt: dict, heads: int, seed: int) -> None:
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """The speed command's threads back as they were after each test (it sets 1), and no busy
+    warning: a few milliseconds timed on a shared test machine spread widely."""
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(ablation, "BUSY_SPREAD", float("inf"))
+    yield
+    torch.set_num_threads(threads)
+
+
+def _speed_job(sweep: Path, ckpt: dict, heads: int, seed: int, beam: int = 2) -> None:
     """A finished job whose checkpoint is the shared tiny run's weights with ``heads`` heads:
-    d_model stays 32, so the same weights fit (only d_k changes)."""
+    d_model stays 32, so the same weights fit (only d_k changes); decoding with a ``beam``."""
     job = sweep / f"heads={heads},seed={seed}"
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text(
         yaml.safe_dump([f"heads={heads}", f"seed={seed}"])
     )
     ckpt["config"]["model"].update(num_heads=heads, num_kv_heads=heads)
+    ckpt["config"]["decode"].update(beam_size=beam)
     save_checkpoint(ckpt, job / "checkpoints" / "best.pt")
     results = {"status": "completed", "heads": heads, "seed": seed, "params": 1,
                "checkpoint": str(job / "checkpoints" / "best.pt"), "latency_ms": 999.0}  # fmt: skip
@@ -71,8 +82,10 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     monkeypatch.setattr(speed, "measure_one", recording)
     argv = [str(speed_sweep), *TINY_SPEED, "--device", "cpu", "--no-ct2"]
     assert _script().main(argv) == 0
-    out = capsys.readouterr().out
+    assert torch.get_num_threads() == 1  # the default, recorded in the file
+    out, err = capsys.readouterr()
     data = json.loads((speed_sweep / SPEED_FILE).read_text())
+    assert data["machine"]["threads"] == 1
     timed = [m for m in speed.TIMED if m not in CT2_METRICS]
     assert data["metrics"] == timed and data["warnings"] == []
 
@@ -81,6 +94,9 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     for job in data["jobs"]:
         for metric in timed:
             assert job[metric] > 0 and len(job["rounds"][metric]) == 2
+            # The spread: the lowest and highest of its rounds.
+            assert job[f"{metric}_min"] == min(job["rounds"][metric])
+            assert job[f"{metric}_max"] == max(job["rounds"][metric])
         assert all(job[m] is None and job["rounds"][m] == [] for m in CT2_METRICS)
         assert job["peak_mem_mb"] is None and job["rounds"]["peak_mem_mb"] == [None, None]
     assert "cannot be attributed" in data["peak_mem_mb"]
@@ -93,6 +109,13 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     rotated = [names, names[1:] + names[:1]]
     assert data["order"] == rotated
     per_round = len(timed) * len(names)
+    # Progress: a line before each turn, counted, with its round, metric and job.
+    lines = err.splitlines()
+    assert (
+        len(lines) == 2 * per_round
+        and lines[0] == f"[ 1/{2 * per_round}] round 1, {timed[0]}: {names[0]}"
+    )
+    assert lines[-1] == f"[{2 * per_round}/{2 * per_round}] round 2, {timed[-1]}: {names[0]}"
     for r, order in enumerate(rotated):
         round_visits = visits[r * per_round : (r + 1) * per_round]
         for m, metric in enumerate(timed):
@@ -102,6 +125,8 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     rows = {r["heads"]: r for r in data["heads"]}
     assert sorted(rows) == [1, 2, 8] and rows[8]["seeds"] == [1, 2]
     eight = [j for j in data["jobs"] if j["heads"] == 8]
+    all_rounds = eight[0]["rounds"]["latency_greedy_ms"] + eight[1]["rounds"]["latency_greedy_ms"]
+    assert rows[8]["latency_greedy_ms_max"] == max(all_rounds)  # over both seeds' rounds
     assert rows[8]["latency_beam_ms"] == pytest.approx(
         (eight[0]["latency_beam_ms"] + eight[1]["latency_beam_ms"]) / 2  # median of two
     )
@@ -111,6 +136,41 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     assert rows[8]["peak_mem_mb_vs_8"] is None
     assert "(1.00x)" in out and f"wrote {speed_sweep / SPEED_FILE}" in out
     assert "CT2" not in out
+
+
+def test_at_beam_size_1_beam_latency_is_neither_timed_nor_shown(tmp_path, trained_run, capsys):
+    """Before, a greedy sweep timed greedy search twice and called one of them beam search
+    (one head "6.52x" slower in beam search at a beam of 1)."""
+    sweep = tmp_path / "sweep"
+    for heads in (1, 8):
+        _speed_job(sweep, load_checkpoint(trained_run[1]["checkpoint"]), heads, 1, beam=1)
+    argv = [str(sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
+    assert _script().main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads((sweep / SPEED_FILE).read_text())
+    assert "latency_beam_ms" not in data["metrics"] and "latency_greedy_ms" in data["metrics"]
+    assert all(job["latency_beam_ms"] is None for job in data["jobs"])
+    assert "beam ms/sent" not in out and "greedy ms/sent" in out
+    write_report(sweep, bootstrap_samples=10)
+    assert "beam ms/sent" not in (sweep / "ablation.md").read_text()
+
+
+def _spread_entry(name: str, rounds: list[float]) -> dict:
+    return {
+        "name": name,
+        "latency_greedy_ms_min": min(rounds),
+        "latency_greedy_ms_max": max(rounds),
+    }
+
+
+def test_a_busy_machine_is_named_in_one_line_from_the_rounds_spread(monkeypatch):
+    monkeypatch.setattr(ablation, "BUSY_SPREAD", 0.5)
+    quiet = [_spread_entry("a", [9.0, 9.5, 10.0]), _spread_entry("b", [9.0, 10.0])]
+    assert busy_warning(quiet) is None
+    assert busy_warning([{"name": "old file", "latency_greedy_ms": 9.0}]) is None
+    busy = busy_warning([*quiet, _spread_entry("c", [48.0, 1547.0])])
+    assert "\n" not in busy and "1 of 3 jobs" in busy
+    assert "c, latency_greedy_ms from 48 to 1,547" in busy
 
 
 def test_a_copied_sweep_times_only_its_own_checkpoints_and_lists_the_others(
@@ -246,6 +306,7 @@ def test_report_takes_its_speed_columns_from_the_speed_file(tmp_path):
     assert "| 40.0 (1.60x) | 120.0 (1.50x) | 50.0 (0.67x) | 9,000 (1.29x) | 700 (1.08x) |" in md
     assert "| 25.0 (1.00x) | 80.0 (1.00x) |" in md and "Test GPU" in md
     assert "10.0" not in md and "80.0 ± " not in md  # results.json's latency_ms: 10 x heads
+    assert "| 700 (1.08x) | - |" in md  # a file from before the spread was recorded
     assert (
         "heads=8,seed=2" in report.warnings[0] and "translate.ablation speed" in report.warnings[0]
     )
@@ -259,6 +320,28 @@ def test_report_takes_its_speed_columns_from_the_speed_file(tmp_path):
     assert "CT2" not in md and not any("ct2" in column for column in rows[0])
     assert rows[0]["bleu_greedy_std"] == "" and float(rows[1]["bleu_greedy_std"]) > 0
     assert (tmp_path / "ablation.png").stat().st_size > 0
+
+
+def test_report_shows_each_rows_round_spread_and_says_when_the_machine_was_busy(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(ablation, "BUSY_SPREAD", 0.5)
+    for heads, bleu in ((1, 20.0), (8, 27.0)):
+        make_job(tmp_path, heads, 1, bleu)
+    _speed_file(tmp_path, [1, 8], ["heads=1,seed=1", "heads=8,seed=1"])
+    data = json.loads((tmp_path / SPEED_FILE).read_text())
+    data["heads"][0] |= {"latency_greedy_ms_min": 36.0, "latency_greedy_ms_max": 45.0}
+    data["jobs"][1] |= _spread_entry("heads=8,seed=1", [24.0, 80.0])
+    (tmp_path / SPEED_FILE).write_text(json.dumps(data))
+    report = write_report(tmp_path, bootstrap_samples=10)
+    md = (tmp_path / "ablation.md").read_text()
+    assert "| 700 (1.08x) | 25% |" in md  # 45 / 36 - 1
+    (busy,) = [w for w in report.warnings if "machine was busy" in w]
+    assert busy.startswith(SPEED_FILE) and "heads=8,seed=1, latency_greedy_ms from 24 to 80" in busy
+    rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
+    assert (
+        float(rows[0]["latency_greedy_ms_max"]) == 45.0 and rows[1]["latency_greedy_ms_max"] == ""
+    )
 
 
 def test_report_shows_ctranslate2_latency_beside_ours_where_the_file_has_it(tmp_path):

@@ -34,6 +34,7 @@ from translate.analysis.ablation import (
     scored_dev_bleu,
     shown_metrics,
     speed_cell,
+    spread_cell,
 )
 from translate.analysis.ablation_stats import LEVEL, detected, heads_key, smallest_permutation_p
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled
@@ -239,6 +240,7 @@ def _row_cells(r: dict, report: Report) -> list[str]:
     if report.speed:
         base = report.speed["baseline_heads"]
         cells += [speed_cell(r, m, d, base) for m, (_, d) in shown_metrics(report.speed).items()]
+        cells += [spread_cell(r)]
     cells += [_fmt(r["steps_mean"], 0)]
     cells += [" / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS), degenerate]
     b = report.baseline_heads
@@ -253,6 +255,7 @@ def _row_cells(r: dict, report: Report) -> list[str]:
 
 def _table_lines(report: Report) -> list[str]:
     speed = [label for label, _ in shown_metrics(report.speed).values()] if report.speed else []
+    speed += ["speed round spread"] if report.speed else []
     kv = ["kv heads"] if report.kv_axis else []
     b = report.baseline_heads
     p = [f"p vs {b} heads, seeds (Welch / permutation)", f"p vs {b} heads, bootstrap"]
@@ -278,7 +281,8 @@ def _speed_note(report: Report) -> str:
     text = (
         f"Speed: from `{SPEED_FILE}`, {m.get('device_name', '?')} "
         f"({counted(m.get('threads'), 'thread')}, {m.get('date', '?')}, precision "
-        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}. "
+        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}; "
+        "speed round spread: the widest max / min - 1 of a row's rounds (`-`: not recorded). "
         f"Peak memory: {speed.get('peak_mem_mb')}."
     )
     if set(CT2_METRICS) & set(shown_metrics(speed)):

@@ -12,11 +12,11 @@ import sys
 
 import torch
 
-from translate.analysis.ablation import shown_metrics, speed_cell
+from translate.analysis.ablation import shown_metrics, speed_cell, spread_cell
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
 from translate.bench import common
-from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled
+from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled
 from translate.runtime.memory import keep_freed_memory
 from translate.training.step import Trainer
 
@@ -28,6 +28,10 @@ COUNTS = {
     "--batch-sentences": ("batch_sentences", "test sentences for sent/s and the training batches"),
     "--train-steps": ("train_steps", "timed optimizer steps per job and round"),
 }
+# One thread by default: on a machine that other work shares, more threads wait on each other
+# (a busy 2-core machine: 251 s and one job's rounds from 48 to 1,547 ms at 2 threads, 18 s and
+# 9-10 ms at 1).
+THREADS = 1
 
 
 def print_speed_table(payload: dict) -> str:
@@ -37,18 +41,32 @@ def print_speed_table(payload: dict) -> str:
     rows = []
     for row in payload["heads"]:
         cells = {"heads": heads_key(row)[0], "kv": heads_key(row)[1], "jobs": len(row["jobs"])}
-        rows.append(cells | {m: speed_cell(row, m, d, base) for m, (_, d) in metrics.items()})
+        cells |= {m: speed_cell(row, m, d, base) for m, (_, d) in metrics.items()}
+        rows.append(cells | {"spread": spread_cell(row)})
     columns = [("heads", "heads", ""), *([("kv", "kv heads", "")] if kv_axis else [])]
     columns += [("jobs", "jobs", ""), *((m, label, "") for m, (label, _) in metrics.items())]
+    columns += [("spread", "round spread", "")]
     s = payload["settings"]
     ratios = "no ratios (no row is multi-head)"
     if base is not None:  # 8 heads, else the sweep's largest head count
         ratios = f"(x) = ratio to {base} heads" + (f" with {base} kv heads" if kv_axis else "")
     title = (
-        f"{payload['machine']['device_name']}, {payload['machine']['threads']} threads, "
-        f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; {ratios}"
+        f"{payload['machine']['device_name']}, {counted(payload['machine']['threads'], 'thread')}, "
+        f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; {ratios}; "
+        "round spread = the widest max / min - 1 of a row's rounds"
     )
     return common.print_table(rows, columns, title)
+
+
+def print_progress(done: int, total: int, r: int, metric: str, name: str) -> None:
+    """``[ 12/120] round 1, latency_greedy_ms: heads=4,seed=1`` on standard error, before each
+    turn: rewritten in place on a terminal, a line each elsewhere (a log)."""
+    text = f"[{done + 1:>{len(str(total))}}/{total}] round {r + 1}, {metric}: {name}"
+    if sys.stderr.isatty():
+        last = done + 1 == total
+        print(f"\r\033[K{text}", end="\n" if last else "", file=sys.stderr, flush=True)
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -60,7 +78,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto, 32, bf16 or fp16")
     parser.add_argument("--json", help="output (default SWEEP_DIR/ablation_speed.json)")
-    parser.add_argument("--threads", type=int, help="torch (and CTranslate2) CPU threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=THREADS,
+        help="torch (and CTranslate2) CPU threads (default %(default)s: more give unsteady "
+        "timings where other work shares the machine)",
+    )
     parser.add_argument("--no-ct2", action="store_true", help="no CTranslate2 batch-1 latency")
     common.add_malloc_arg(parser)
     args = parser.parse_args(argv)
@@ -68,13 +92,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     settings = SpeedSettings(*sizes, args.device, args.precision, not args.no_ct2)
     try:
         for option, count in [*zip(COUNTS, sizes), ("--threads", args.threads)]:
-            if count is not None and count < 1:  # --threads None: torch's default
+            if count < 1:
                 raise UserError(f"{option} {count} must be >= 1")
-        if args.threads is not None:  # recorded in the file's machine section
-            torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)  # recorded in the file's machine section
         if not args.system_malloc:  # recorded there too
             keep_freed_memory()
-        payload, path = run_speed(args.sweep_dir, settings, Trainer, args.json)
+        payload, path = run_speed(args.sweep_dir, settings, Trainer, args.json, print_progress)
     except UserError as err:
         if debug_enabled():
             raise

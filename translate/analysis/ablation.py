@@ -371,13 +371,62 @@ def ratio_key(metric: str, baseline_heads: int) -> str:
     return f"{metric}_vs_{baseline_heads}"
 
 
+# A job whose timing rounds spread by more than this (max / min - 1) was timed on a machine
+# busy enough to spoil them: quiet rounds differ by a few percent.
+BUSY_SPREAD = 0.5
+
+
 def shown_metrics(data: dict) -> dict:
     """The metrics of ``data``'s table, each -> (column header, decimals), CTranslate2's right
-    after our latency where any row has them."""
+    after our latency where any row has them; no beam columns when every job's beam is 1
+    (they would time greedy decoding twice)."""
     rows = data.get("heads") or []
     ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
     latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
-    return {**latency, **ct2, **SPEED_METRICS}
+    shown = {**latency, **ct2, **SPEED_METRICS}
+    jobs = data.get("jobs") or []  # files from before the beam size was recorded: shown
+    if jobs and all(job.get("beam_size") == 1 for job in jobs):
+        shown = {m: v for m, v in shown.items() if "_beam_" not in m}
+    return shown
+
+
+def spread_keys(metric: str) -> tuple[str, str]:
+    """``(latency_greedy_ms_min, latency_greedy_ms_max)``: the lowest and highest of the metric's
+    timing rounds (of a job, or of all the jobs of a row)."""
+    return f"{metric}_min", f"{metric}_max"
+
+
+def round_spread(entry: dict) -> tuple[float, str] | None:
+    """The widest spread of a job's or row's timing rounds, ``max / min - 1``, and its metric
+    (peak memory is no timing); None without round ranges (files from before they were)."""
+    spreads = []
+    for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):  # the timed ones
+        low, high = (entry.get(k) for k in spread_keys(metric))
+        if low and high:
+            spreads.append((high / low - 1, metric))
+    return max(spreads) if spreads else None
+
+
+def busy_warning(entries: list[dict]) -> str | None:
+    """One line when some job's rounds spread by more than :data:`BUSY_SPREAD`: other work
+    took the cores for some of them, and medians of a few such rounds are not to be trusted."""
+    spreads = [(round_spread(e), e) for e in entries]
+    busy = [(s, e) for s, e in spreads if s is not None and s[0] > BUSY_SPREAD]
+    if not busy:
+        return None
+    (spread, metric), entry = max(busy, key=lambda b: b[0])
+    low, high = (entry[k] for k in spread_keys(metric))
+    return (
+        f"the machine was busy: the timing rounds of {len(busy)} of {len(entries)} jobs spread "
+        f"by more than {BUSY_SPREAD:.0%} (worst: {entry['name']}, {metric} from {low:,.4g} to "
+        f"{high:,.4g}); time again with the machine otherwise idle"
+    )
+
+
+def spread_cell(entry: dict) -> str:
+    """``12%``: :func:`round_spread` in words, ``-`` without one."""
+    spread = round_spread(entry)
+    return "-" if spread is None else f"{100 * spread[0]:.0f}%"
 
 
 def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str:
@@ -408,6 +457,8 @@ def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dic
             f"left out; run {command} to time this sweep's checkpoints"
         )
         return None
+    busy = busy_warning(data["jobs"])
+    warnings += [f"{SPEED_FILE}: {busy}"] if busy else []
     measured = {job["name"] for job in data["jobs"]}
     not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
     unmeasured = [name for name in finished if name not in measured]
@@ -431,6 +482,7 @@ def speed_cells(data: dict, key: Key) -> dict:
     out = {}
     for metric in shown_metrics(data):
         out[metric] = row.get(metric)
+        out.update({k: row.get(k) for k in spread_keys(metric)})
         if baseline is not None:
             out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
     return out

@@ -27,9 +27,11 @@ from translate.analysis.ablation import (
     CT2_METRICS,
     SPEED_FILE,
     Job,
+    busy_warning,
     existing_sweep_dir,
     find_jobs,
     ratio_key,
+    spread_keys,
 )
 from translate.analysis.ablation_stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
@@ -49,6 +51,8 @@ from translate.settings import build
 
 # (model, optim, device, precision, pad_id) -> an object whose step([batch]) returns .tokens.
 MakeTrainer = Callable[..., object]
+# (turns done, turns in all, round, metric, job name) -> None: called before each job's turn.
+Progress = Callable[[int, int, int, str, str], None]
 # In the order each round measures them; CTranslate2's only when a job has an export.
 TIMED = (
     "latency_greedy_ms",
@@ -213,6 +217,8 @@ def ct2_latency(jobs: list[SpeedJob]) -> None:
     for sj in jobs:
         decode = sj.loaded.translator.decode
         modes = {"ct2_latency_greedy_ms": 1, "ct2_latency_beam_ms": decode.beam_size}
+        if decode.beam_size == 1:  # greedy already
+            del modes["ct2_latency_beam_ms"]
         specs.append(
             {"engine": "ct2", "model_dir": str(sj.ct2), "device": str(sj.device), "modes": modes}
             | {"decode": dataclasses.asdict(decode), "inputs": {ONE_AT_A_TIME: sj.latency_ids}}
@@ -224,15 +230,18 @@ def ct2_latency(jobs: list[SpeedJob]) -> None:
 
 def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings, make_trainer) -> float | None:
     """One job's value of one metric in one round (None: CTranslate2's, for a job without an
-    export, which :func:`ct2_latency` timed for the round). Latency: mean ms per sentence."""
+    export, which :func:`ct2_latency` timed for the round; beam latency at beam size 1, which
+    is greedy's). Latency: mean ms per sentence."""
     translator = sj.loaded.translator
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps, make_trainer)
     if metric == "sentences_per_s":
         return translator.timed_translate_ids(sj.batch_ids, beam_size=1)[1]
     if metric in CT2_METRICS:
-        return None if sj.ct2 is None else sj.ct2_round.pop(metric)
+        return sj.ct2_round.pop(metric, None)
     beam = 1 if "greedy" in metric else translator.decode.beam_size
+    if beam == 1 and "beam" in metric:
+        return None
     total = sum(
         timed(lambda ids=ids: translator.translate_ids([ids], beam_size=beam), sj.device)[1]
         for ids in sj.latency_ids
@@ -257,29 +266,37 @@ def _weights_mb(sj: SpeedJob) -> float:
 
 
 def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
-    """What each round measures, in order: :data:`TIMED`, CTranslate2's only if a job has it."""
+    """What each round measures, in order: :data:`TIMED`, CTranslate2's only if a job has it,
+    beam latency only if a job decodes with a beam (at beam size 1 it is greedy's)."""
     ct2 = any(sj.ct2 is not None for sj in jobs)
-    return [m for m in TIMED if ct2 or m not in CT2_METRICS]
+    beam = any(sj.loaded.translator.decode.beam_size > 1 for sj in jobs)
+    return [m for m in TIMED if (ct2 or m not in CT2_METRICS) and (beam or "_beam_" not in m)]
 
 
-def measure(jobs: list[SpeedJob], settings: SpeedSettings, make_trainer) -> list[list[str]]:
-    """Every round, every metric, every job in the round's rotated order; returns the order
-    (job names) of each round."""
+def measure(
+    jobs: list[SpeedJob], settings: SpeedSettings, make_trainer, progress: Progress | None = None
+) -> list[list[str]]:
+    """Every round, every metric, every job in the round's rotated order, ``progress`` told
+    before each turn; returns the order (job names) of each round."""
     for sj in jobs:  # untimed: lazy initialisation, the allocator, kernels for these shapes
         translator = sj.loaded.translator
         translator.translate_ids(sj.latency_ids[:2], beam_size=1)
         translator.translate_ids(sj.latency_ids[:2])
         translator.translate_ids(sj.batch_ids, beam_size=1)
-    order = []
+    order, metrics = [], timed_metrics(jobs)
+    turns = settings.rounds * len(metrics) * len(jobs)
     for r in range(settings.rounds):
         visit = rotated(jobs, r)
         order.append([sj.job.name for sj in visit])
         for sj in jobs:
             sj.round_peak_mb = 0.0
-        for metric in timed_metrics(jobs):
+        for m, metric in enumerate(metrics):
             if metric == next(iter(CT2_METRICS)):  # their turn: this round's CTranslate2 process
                 ct2_latency(visit)
-            for sj in visit:
+            for j, sj in enumerate(visit):
+                if progress is not None:
+                    done = ((r * len(metrics)) + m) * len(jobs) + j
+                    progress(done, turns, r, metric, sj.job.name)
                 _turn(sj, metric, settings, make_trainer)
         for sj in jobs:
             cuda = sj.device.type == "cuda"
@@ -296,6 +313,16 @@ def _median(values: list) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _ranges(values: dict[str, list]) -> dict:
+    """Each metric's lowest and highest value over ``values`` (metric -> values), or None."""
+    out = {}
+    for metric in ALL_METRICS:
+        timed = [v for v in values.get(metric, []) if v is not None]
+        low, high = spread_keys(metric)
+        out[low], out[high] = (min(timed), max(timed)) if timed else (None, None)
+    return out
+
+
 def job_entry(sj: SpeedJob) -> dict:
     r = sj.job.results
     return {
@@ -307,6 +334,7 @@ def job_entry(sj: SpeedJob) -> dict:
         "checkpoint": str(sj.checkpoint),
         "beam_size": sj.loaded.translator.decode.beam_size,
         **{m: _median(sj.values.get(m, [])) for m in ALL_METRICS},
+        **_ranges(sj.values),
         "rounds": {m: sj.values.get(m, []) for m in ALL_METRICS},
     }
 
@@ -321,6 +349,8 @@ def heads_rows(entries: list[dict], baseline_heads: int | None = BASELINE_HEADS)
         row = {"heads": heads, "kv_heads": kv, "jobs": [e["name"] for e in group]}
         row["seeds"] = [e["seed"] for e in group]
         row.update({m: _median([e.get(m) for e in group]) for m in ALL_METRICS})
+        rounds = [e.get("rounds", {}) for e in group]
+        row.update(_ranges({m: [v for r in rounds for v in r.get(m, [])] for m in ALL_METRICS}))
         rows.append(row)
     # The baseline is plain multi-head attention, also in a kv_heads sweep.
     base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
@@ -343,8 +373,10 @@ def run_speed(
     settings: SpeedSettings,
     make_trainer: MakeTrainer,
     out: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> tuple[dict, Path]:
-    """Load, measure and write the speed file (``out``, default in the sweep dir)."""
+    """Load, measure (``progress`` told before each turn) and write the speed file (``out``,
+    default in the sweep dir)."""
     sweep_dir, warnings, not_timed = existing_sweep_dir(sweep_dir), [], []
     path = Path(out) if out is not None else sweep_dir / SPEED_FILE
     output = io.check_output_file(path, "--json", "ablation speed")  # before any timing
@@ -353,8 +385,10 @@ def run_speed(
     with tempfile.TemporaryDirectory(prefix="ablation_speed_ct2_") as folder:
         if settings.ct2:
             load_ct2(jobs, Path(folder), warnings)
-        order = measure(jobs, settings, make_trainer)
+        order = measure(jobs, settings, make_trainer, progress)
     entries = [job_entry(sj) for sj in jobs]
+    busy = busy_warning(entries)
+    warnings += [busy] if busy else []
     baseline = choose_baseline({heads_key(e) for e in entries}, BASELINE_HEADS)
     device = jobs[0].device
     payload = {
