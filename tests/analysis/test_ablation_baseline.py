@@ -90,7 +90,7 @@ def test_a_sweep_of_1_and_4_heads_compares_with_4_heads_and_says_so(tmp_path):
     assert "no ratios: the file has no 8-head row" in md  # measured before: run it again
     assert (tmp_path / "ablation.png").stat().st_size > 0
     # Nothing to divide the latency by: that panel is left out, the others drawn.
-    assert _titles(report) == ["Test BLEU (mean ± std over seeds)", "Parameters (equal)"]
+    assert _titles(report) == ["Test BLEU (mean ± std over seeds)"]  # parameters: all equal
 
 
 def test_a_speed_file_with_ratios_to_4_heads_draws_the_latency_panel(tmp_path):
