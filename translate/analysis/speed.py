@@ -339,6 +339,13 @@ def job_entry(sj: SpeedJob) -> dict:
     }
 
 
+def _row_rounds(group: list[dict], metric: str) -> list[float | None]:
+    """The row's value in each round, the median over its jobs (seeds) as the row's figure is:
+    its spread is then the rounds', not the seeds' (whose models decode to other lengths)."""
+    rounds = [e.get("rounds", {}).get(metric, []) for e in group]
+    return [_median(list(values)) for values in zip(*rounds)]
+
+
 def heads_rows(entries: list[dict], baseline_heads: int | None = BASELINE_HEADS) -> list[dict]:
     """Per (heads, kv_heads) pair: the median over its jobs (seeds) of each metric, and its
     ratio to the baseline row's, multi-head ``baseline_heads`` (1.0 there; no ratios without
@@ -349,8 +356,7 @@ def heads_rows(entries: list[dict], baseline_heads: int | None = BASELINE_HEADS)
         row = {"heads": heads, "kv_heads": kv, "jobs": [e["name"] for e in group]}
         row["seeds"] = [e["seed"] for e in group]
         row.update({m: _median([e.get(m) for e in group]) for m in ALL_METRICS})
-        rounds = [e.get("rounds", {}) for e in group]
-        row.update(_ranges({m: [v for r in rounds for v in r.get(m, [])] for m in ALL_METRICS}))
+        row.update(_ranges({m: _row_rounds(group, m) for m in ALL_METRICS}))
         rows.append(row)
     # The baseline is plain multi-head attention, also in a kv_heads sweep.
     base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
