@@ -113,6 +113,12 @@ def _reads_as_a_scalar(value: str) -> bool:
     return True
 
 
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` prints it: reST literals and roles (``x``, :mod:`x`) as
+    plain words."""
+    return re.sub(r":\w+:`~?([^`]*)`", r"\1", doc).replace("``", "")
+
+
 def counted(n: int | None, noun: str) -> str:
     """``1 thread``, ``2 threads``, ``2 processes``, in messages and logs; ``? threads`` for a
     count that was not recorded."""
