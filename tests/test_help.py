@@ -79,3 +79,26 @@ def test_hydras_own_errors_under_help_are_one_line(module, override, fragment):
     proc = run_cli(module, override, "--help")
     assert_one_line_error(proc, fragment)
     assert "Config search path" not in proc.stderr
+
+
+# Every command a user runs with --help; the ablation study's report and speed build their own
+# parser (translate/ablation/report.py, speed.py).
+PLAIN_HELP = [
+    *COMMANDS,
+    "translate.train",
+    "translate.ablation",
+    *(f"translate.bench.{name}" for name in ("attention", "decode", "gpu", "ladder", "train")),
+]
+
+
+@pytest.mark.parametrize("module", PLAIN_HELP)
+def test_every_help_reads_as_plain_text(module):
+    """No reST markup (``x``, :mod:`x`) in what --help prints."""
+    proc = run_cli(module, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "``" not in proc.stdout and not re.search(r":\w+:`", proc.stdout), proc.stdout
+
+
+def test_train_help_shows_a_sweep():
+    proc = run_cli("translate.train", "--help")
+    assert re.search(r"python -m translate\.train -m heads=\d+(,\d+)+", proc.stdout)

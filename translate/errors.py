@@ -88,8 +88,35 @@ def hydra_quoted(text: str) -> str:
 
 def override_word(key: str, value: str) -> str:
     """``key=value`` as one shell word (a command printed to paste) that Hydra reads back as
-    exactly ``value``."""
-    return shlex.quote(f"{key}={hydra_quoted(value)}")
+    exactly ``value``: quoted only where Hydra or the shell needs it (``model_dir=deploy/de-en``
+    as it is)."""
+    plain = _PLAIN.fullmatch(value) and not _reads_as_a_scalar(value)
+    word = f"{key}={value if plain else hydra_quoted(value)}"
+    if shlex.quote(word) != word and not re.search(r"[\"$`\\!]", word):
+        return f'"{word}"'  # "model_dir='my model'" reads better than shlex's '"'"'
+    return shlex.quote(word)
+
+
+# Characters Hydra reads unquoted as part of a string (no spaces, quotes, '=', ',', '$' or
+# brackets).
+_PLAIN = re.compile(r"[\w./-]+", re.ASCII)
+
+
+def _reads_as_a_scalar(value: str) -> bool:
+    """Whether Hydra would read ``value`` unquoted as a number, a boolean or null."""
+    if value.lower() in ("true", "false", "null"):
+        return True
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` prints it: reST literals and roles (``x``, :mod:`x`) as
+    plain words."""
+    return re.sub(r":\w+:`~?([^`]*)`", r"\1", doc).replace("``", "")
 
 
 def counted(n: int | None, noun: str) -> str:

@@ -138,6 +138,14 @@ def test_report_rows_means_std_and_missing_and_failed_jobs(sweep):
     assert (sweep / "ablation.png").stat().st_size > 0
 
 
+def test_the_report_counts_degenerate_heads_as_integers(sweep):
+    """A mean over seeds of whole counts: "0 of 6", not "0.0 of 6"."""
+    write_report(sweep, bootstrap_samples=10)
+    md = (sweep / "ablation.md").read_text()
+    assert "| 0 of 6 |" in md and "| 1 of 24 |" in md and "| 2 of 48 |" in md
+    assert ".0 of " not in md
+
+
 def test_single_seed_rows_have_no_std(tmp_path):
     make_job(tmp_path, 4, 1, 25.0)
     make_job(tmp_path, 8, 1, 27.0)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 
 import pytest
 import torch
 from conftest import compose_config
 
+from translate.analysis.head_report import OUTPUTS
 from translate.analysis.heads import (
     HeadAccumulator,
     head_ids,
@@ -201,7 +203,7 @@ def test_training_results_carry_the_head_summary(trained_run):
 
 
 @pytest.mark.slow
-def test_analyze_writes_json_heatmaps_pruning_curve_and_tensorboard(trained_run, tmp_path):
+def test_analyze_writes_json_heatmaps_pruning_curve_and_tensorboard(trained_run, tmp_path, caplog):
     run, results = trained_run
     cfg = compose_config(
         "analyze",
@@ -216,7 +218,12 @@ def test_analyze_writes_json_heatmaps_pruning_curve_and_tensorboard(trained_run,
             "analysis.heatmap_sentences=1",
         ],
     )
-    out = analyze(cfg)
+    with caplog.at_level(logging.INFO, logger="translate.analysis.head_report"):
+        out = analyze(cfg)
+    # Its last line names every output it wrote; no figure is printed before it is known.
+    last = caplog.records[-1].getMessage()
+    assert all(name in last for name in OUTPUTS) and str(tmp_path) in last
+    assert "n/a" not in caplog.text
     on_disk = json.loads((tmp_path / "analysis.json").read_text())
     assert on_disk["heads"] == results["heads"] == 2 and on_disk["sentences"] == 16
     assert len(on_disk["head_stats"]) == 12

@@ -432,3 +432,22 @@ def test_cli_missing_dir_exits_2_with_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert done.stderr.startswith("error: data folder") and "missing does not exist" in done.stderr
+
+
+def test_a_missing_multi30k_folder_says_what_it_must_hold_and_where_multi30k_comes_from(tmp_path):
+    data = data_cfg("multi30k", tmp_path, f"dir={tmp_path / 'missing'}")
+    with pytest.raises(UserError) as err:
+        load_corpus(data)
+    message = str(err.value)
+    for split in data.split_names.values():  # every file conf/data/multi30k.yaml reads
+        for lang in (data.src_lang, data.tgt_lang):
+            assert f"{split}.{lang}" in message
+    assert "https://github.com/multi30k/dataset" in message and "\n" not in message
+    # Those files, and nothing else, are a folder the source reads.
+    folder = tmp_path / "m30k"
+    folder.mkdir()
+    for split in data.split_names.values():
+        for lang in (data.src_lang, data.tgt_lang):
+            (folder / f"{split}.{lang}").write_text(f"a {split} sentence\n", encoding="utf-8")
+    texts = load_raw_split(data_cfg("multi30k", tmp_path, f"dir={folder}"), "valid")
+    assert texts[1] == ["a val sentence"]

@@ -26,7 +26,7 @@ from translate.data.tokenizer import train_or_load_tokenizer
 from translate.decoding.ct2 import MANIFEST, SENTENCEPIECE, load_exported
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
-from translate.errors import UserError, hydra_quoted
+from translate.errors import UserError, hydra_quoted, override_word
 from translate.settings import ExportCommand, command_settings
 
 pytest.importorskip("ctranslate2")
@@ -282,6 +282,20 @@ def test_the_printed_translate_command_names_any_export_folder_exactly(checkpoin
     assert words[:3] == ["python", "-m", "translate.translate"]
     cfg = compose_config("translate", words[3:])
     assert cfg.engine == "ctranslate2" and cfg.model_dir == str(out)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["deploy/de-en", "/tmp/a_b.c/-x", "-x", "42", "1e3", "inf", "True", "null", "a b", AWKWARD],
+)
+def test_an_override_is_quoted_only_where_hydra_or_the_shell_needs_it(value):
+    """The word reads back as exactly ``value`` (shell, then Hydra); a plain path unquoted."""
+    word = override_word("model_dir", value)
+    [pasted] = shlex.split(word)
+    cfg = compose_config("translate", ["engine=ctranslate2", pasted])
+    assert cfg.model_dir == value and isinstance(cfg.model_dir, str)
+    if re.fullmatch(r"[\w/.-]+", value) and value.count("/"):
+        assert word == f"model_dir={value}"
 
 
 # ------------------------------------------------------------------- signals

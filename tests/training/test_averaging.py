@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -178,7 +179,24 @@ def test_the_command_says_what_is_wrong_in_one_line(trained_run, tmp_path):
         assert message in str(err.value) and "\n" not in str(err.value), overrides
     assert not (tmp_path / "a.pt").exists() and not (tmp_path / "best.pt").exists()
     proc = run_cli("translate.average", f"run_dir={run}", "n=9")
-    assert_one_line_error(proc, "n=9 but", "pass n<=")
+    assert_one_line_error(proc, "n=9 but", "pass n=2")
+
+
+def test_too_large_an_n_suggests_only_values_the_command_accepts(trained_run, tmp_path):
+    """The n it suggests averages; with fewer than 2 step checkpoints it suggests none."""
+    steps = step_checkpoints(trained_run[0] / "checkpoints")
+    for kept in (len(steps), 1):
+        run = tmp_path / f"kept{kept}"
+        (run / "checkpoints").mkdir(parents=True)
+        for path in steps[-kept:]:
+            shutil.copy(path, run / "checkpoints" / path.name)
+        with pytest.raises(UserError) as err:
+            average(compose_config("average", [f"run_dir={run}", f"n={kept + 1}"]))
+        suggested = [int(n) for n in re.findall(r"\bn=(\d+)", str(err.value))[1:]]
+        if kept < 2:
+            assert not suggested and "checkpoints='[a.pt,b.pt]'" in str(err.value)
+        for n in suggested:
+            assert average(compose_config("average", [f"run_dir={run}", f"n={n}"]))["step"]
 
 
 def test_average_last_n_is_checked_before_any_work():

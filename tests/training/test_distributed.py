@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 
 from translate.checkpoint import load_checkpoint
 from translate.data.corpus import EncodedSplit, load_corpus
+from translate.data.registry import MULTI30K_ORIGIN
 from translate.errors import EXIT_PEER_FAILED, UserError
 from translate.io import MARKS
 from translate.settings import data_settings
@@ -367,7 +368,9 @@ def test_the_rank_that_fails_is_the_one_named_and_the_others_leave_quietly(
             ["data=multi30k", f"data.dir={folder}"],
             {},
         )
-        message = f"error: data folder {folder} does not exist"
+        files = "train.de, train.en, val.de, val.en, test_2016_flickr.de, test_2016_flickr.en"
+        held = f"it must hold {files} (each may be .gz){MULTI30K_ORIGIN}"
+        message = f"error: data folder {folder} does not exist; {held}"
     else:
         script = tmp_path / "one_rank_fails.py"
         script.write_text(ONE_RANK_FAILS)

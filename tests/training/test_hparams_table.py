@@ -27,9 +27,9 @@ from translate.settings import train_settings
 from translate.training.report import _log_hparams
 
 # As typed after -m; Hydra writes a job's own false as False (.hydra/overrides.yaml).
-SWEEP = ["heads=2,4", "optim.warmup_steps=10,20", "trainer.max_steps=50",
+SWEEP = ["heads=2,16", "optim.warmup_steps=10,20", "trainer.max_steps=50",
          "trainer.progress_bar=false"]  # fmt: skip
-JOBS = [(2, 10), (4, 20)]
+JOBS = [(2, 10), (16, 20)]
 STARTUP_S = 120  # a loaded 2-core machine takes tens of seconds to import and load tensorboard
 
 
@@ -126,7 +126,10 @@ def test_sweep_table_leads_with_swept_keys_heads_and_seed_and_names_rows(tmp_pat
     assert {"d_model", "attention_impl", "lr"} <= set(columns[len(leading) :])
     shared = {"trainer.max_steps", "trainer.progress_bar"}  # every job's: not what sets it apart
     assert not shared & set(columns)
-    trials = sorted(g["name"] for g in groups)
-    swept = sorted(f"heads={heads},optim.warmup_steps={warmup}" for heads, warmup in JOBS)
+    trials = [g["name"] for g in groups]  # in the page's order: by name
+    swept = [f"heads={heads:02d},optim.warmup_steps={warmup}" for heads, warmup in JOBS]
     assert [t.split(" · ")[0] for t in trials] == swept  # what sets the job apart, first
+    # Rows in numeric order (not 16 before 2), swept integers logged as numbers, not text.
+    assert [g["hparams"]["heads"] for g in groups] == [2, 16]
+    assert [g["hparams"]["optim.warmup_steps"] for g in groups] == [10, 20]
     assert all(str(sweep) in t for t in trials)  # and another sweep's job is another row

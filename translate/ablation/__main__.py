@@ -1,9 +1,6 @@
-"""``python -m translate.ablation report|speed SWEEP_DIR [options]``: the heads study's commands.
-
-- ``report``: write the heads-ablation report of a sweep (:mod:`translate.ablation.report`);
-- ``speed``: time a sweep's models side by side (:mod:`translate.ablation.speed`).
-
-``python -m translate.ablation COMMAND --help`` lists a command's options.
+"""``python -m translate.ablation report|speed SWEEP_DIR [options]``: the heads study's commands,
+each in its module (:mod:`translate.ablation.report`, :mod:`translate.ablation.speed`); ``--help``
+prints :data:`HELP`.
 """
 
 from __future__ import annotations
@@ -17,13 +14,21 @@ from translate.errors import EXIT_USER_ERROR
 
 COMMANDS = {"report": "translate.ablation.report", "speed": "translate.ablation.speed"}
 USAGE = "usage: python -m translate.ablation {report,speed} SWEEP_DIR [options]"
+HELP = f"""{USAGE}
+
+The heads study's commands, on a sweep's folder (python -m translate.train -m heads=1,4,8,16):
+  report   write the sweep's report (ablation.md, .csv, .png: quality and size per heads)
+  speed    time the sweep's models side by side
+
+python -m translate.ablation COMMAND --help lists a command's options.
+Example: python -m translate.ablation report outputs/multirun/<time>"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv[0]`` with the rest of ``argv`` (default: the command line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
-        print(f"{USAGE}\n\n{__doc__.split(chr(10) * 2, 1)[1].strip()}")
+        print(HELP)
         return 0
     if not argv or argv[0] not in COMMANDS:
         got = f"unknown command {argv[0]!r}" if argv else "no command"

@@ -232,7 +232,7 @@ def _row_cells(r: dict, report: Report) -> list[str]:
     low, high = r["bleu_ci95_low"], r["bleu_ci95_high"]
     degenerate = "-"
     if r["degenerate_heads"] is not None:
-        degenerate = f"{r['degenerate_heads']:.1f} of {r['total_heads']:.0f}"
+        degenerate = f"{round(r['degenerate_heads'], 1):g} of {r['total_heads']:.0f}"  # 0, 1.5
     cells = [str(r["heads"]), *([str(r["kv_heads"])] if report.kv_axis else []), str(r["d_k"])]
     cells += [params, _fmt(r["bleu_mean"], std=r["bleu_std"])]
     cells += ["-" if low is None else f"{low:.2f} – {high:.2f}"]

@@ -6,11 +6,16 @@ importance and the pruning curve (:mod:`.importance`), into ``analysis.json``, `
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from translate import io
 from translate.analysis import figures
@@ -62,7 +67,9 @@ def analyze_heads(
     start = time.perf_counter()
     limits = (loaded.data.eval_cap, loaded.data.eval_cap)  # as validation feeds the model
     batches = make_batches(src_ids, tgt_ids, a.max_tokens, *limits)
+    log.info("1/4 attention statistics: %d teacher-forced batches", len(batches))
     stats = head_statistics(model, batches, tr.device, tr.precision, a.degenerate)
+    _log_heads(summarize(stats))
     base, curve = _importance(loaded, a, stats, batches, src_ids, refs)
     result = {
         "checkpoint": command.checkpoint,
@@ -83,11 +90,17 @@ def analyze_heads(
         "pruning": curve,
     }
     examples = list(zip(src_ids, tgt_ids))[: a.heatmap_sentences]
+    log.info("4/4 figures: heads.png, pruning.png, heatmaps of %d sentences", len(examples))
     _write_figures(out_dir, loaded, stats, result, examples)
     result["seconds"] = time.perf_counter() - start
     io.write(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n", "head analysis")
-    _log_summary(result, out_dir)
+    _log_written(out_dir, result["seconds"])
     return result
+
+
+def _bar(what: str, unit: str) -> Callable:
+    """A progress bar on standard error over a loop's items, gone once the loop ends."""
+    return functools.partial(tqdm, desc=what, unit=unit, leave=False, file=sys.stderr)
 
 
 def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, refs):
@@ -101,12 +114,17 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     # Importance and pruning compare masks, not systems: every checkpoint decodes with a beam
     # of analysis.beam_size, whatever its own decode settings.
     imp_bleu = MaskedBleu(tr, src_ids[:n_imp], refs[:n_imp], a.beam_size) if n_imp else None
-    base, scores = importance(model, loss_fn, imp_bleu, tr.device)
+    bleu = f" and BLEU on {n_imp} sentences" if n_imp else ""
+    log.info("2/4 importance: dev loss%s with each of %d heads masked", bleu, len(stats))
+    base, scores = importance(model, loss_fn, imp_bleu, tr.device, _bar("importance", "head"))
     key = "loss_increase" if a.importance.metric == "loss" else "bleu_drop"
     # Least important first; ties keep the model's order (kind, layer, head).
     order = sorted(scores, key=lambda hid: scores[hid][key])
     prune_bleu = MaskedBleu(tr, src_ids[:n_prune], refs[:n_prune], a.beam_size)
-    curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device)
+    log.info("3/4 pruning curve: BLEU on %d sentences per point, least important first", n_prune)
+    prune = _bar("pruning", "point")
+    curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device, prune)
+    _log_curve(curve)
     for rank, hid in enumerate(order):
         scores[hid]["prune_rank"] = rank
     for s in stats:
@@ -140,21 +158,33 @@ def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples)
     writer.close()
 
 
-def _log_summary(result: dict, out_dir: Path) -> None:
-    summary = result["summary"]
+def _log_heads(summary: dict) -> None:
     log.info(
-        "base: loss %.3f, BLEU %s | mean entropy %s | %d of %d heads degenerate",
-        result["base"]["loss"],
-        "n/a" if result["base"]["bleu"] is None else f"{result['base']['bleu']:.2f}",
+        "mean entropy %s | %d of %d heads degenerate",
         ", ".join(f"{k} {v:.2f}" for k, v in summary["entropy"].items()),
         summary["degenerate_heads"],
         summary["total_heads"],
     )
     for d in summary["degenerate"]:
         log.info("degenerate: %(kind)s layer %(layer)d head %(head)d: %(reason)s", d)
-    for p in result["pruning"]:
+
+
+def _log_curve(curve: list[dict]) -> None:
+    for p in curve:
         kept = (100 * p["fraction_kept"], p["heads_kept"])
         log.info(
             "pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f", *kept, p["bleu"], p["loss"]
         )
-    log.info("wrote %s", out_dir / "analysis.json")
+
+
+def _log_written(out_dir: Path, seconds: float) -> None:
+    """Every file the analysis wrote, as the user will look for them."""
+    heatmaps = len(list((out_dir / "heatmaps").rglob("*.png")))
+    log.info(
+        "wrote in %s (%.0f s): analysis.json, heads.png, pruning.png, heatmaps/ (%d PNGs), "
+        "tensorboard/ (tensorboard --logdir %s)",
+        out_dir,
+        seconds,
+        heatmaps,
+        out_dir / "tensorboard",
+    )

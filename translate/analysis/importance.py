@@ -6,7 +6,7 @@ importance gives the pruning curve.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from torch import Tensor, nn
 
@@ -55,12 +55,18 @@ class MaskedBleu:
         return score(hyps, self.refs)["bleu"]
 
 
-def importance(model: Seq2SeqTransformer, loss_fn, bleu_fn=None, device="cpu") -> tuple[dict, dict]:
+# How a long loop reports its steps: ``progress(items)`` yields them (a progress bar); iter: silent.
+Progress = Callable[[Sequence], Iterable]
+
+
+def importance(
+    model: Seq2SeqTransformer, loss_fn, bleu_fn=None, device="cpu", progress: Progress = iter
+) -> tuple[dict, dict]:
     """``(base, {head_id: {"loss_increase", "bleu_drop"}})``: each head's when it alone is
     masked, against the unmasked model's ``base = {"loss", "bleu"}``."""
     base = {"loss": loss_fn(None), "bleu": bleu_fn(None) if bleu_fn else None}
     scores = {}
-    for hid in head_ids(model):
+    for hid in progress(head_ids(model)):
         mask = head_mask_without(model, [hid], device)
         scores[hid] = {
             "loss_increase": loss_fn(mask) - base["loss"],
@@ -69,13 +75,15 @@ def importance(model: Seq2SeqTransformer, loss_fn, bleu_fn=None, device="cpu") -
     return base, scores
 
 
-def pruning_curve(model, order: list, fractions, loss_fn, bleu_fn, device="cpu") -> list[dict]:
+def pruning_curve(
+    model, order: list, fractions, loss_fn, bleu_fn, device="cpu", progress: Progress = iter
+) -> list[dict]:
     """Mask the first heads of ``order`` (least important first) to keep each fraction; one
     point per distinct head count (with 6 heads, 90% and 80% both keep 5: decoded once)."""
     total = len(order)
     curve = []
     counts = sorted({round(float(f) * total) for f in fractions}, reverse=True)
-    for kept in counts:
+    for kept in progress(counts):
         removed = order[: total - kept]
         mask = head_mask_without(model, removed, device)
         point = {"fraction_kept": kept / total, "heads_kept": kept, "bleu": bleu_fn(mask)}

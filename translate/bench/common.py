@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from translate import io
-from translate.errors import UserError
+from translate.errors import UserError, plain_text
 from translate.io import STDOUT
 from translate.runtime.device import synchronize
 from translate.runtime.memory import keep_freed_memory
@@ -101,7 +101,7 @@ def parser(name: str, doc: str, timing: bool = True) -> argparse.ArgumentParser:
     """The parser of ``python -m translate.bench.<name>``, described by ``doc``'s first
     paragraph; ``timing``: with the options every timing benchmark has."""
     prog = f"python -m translate.bench.{name}"
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=plain_text(doc.split("\n\n")[0]))
     if timing:
         add = parser.add_argument
         add("--device", type=device_arg, default="cpu", help="cpu | cuda | cuda:N (default: cpu)")

@@ -47,19 +47,28 @@ def in_folder(
     read_split: Callable[[Path, str, Langs], datasets.Dataset],
     file_name: str,
     default: Callable[[], Path] | None = None,
+    origin: str = "",
 ) -> Source:
     """Files in ``data.dir`` (``default()`` when null); ``file_name`` (with ``{split}`` and
-    ``{lang}``) names one side's file in messages."""
+    ``{lang}``) names one side's file in messages; ``origin``: where the data set comes from,
+    told when the folder is missing."""
 
-    def folder(data: DataSettings) -> Path:
-        return default() if data.dir is None and default else data_path(data.dir, "dir")
+    def folder(data: DataSettings, names: list[str], langs: Langs) -> Path:
+        where = default() if data.dir is None and default else data_path(data.dir, "dir")
+        if not where.is_dir():
+            what = "is not a folder" if where.exists() else "does not exist"
+            files = [file_name.format(split=n, lang=lang) for n in names for lang in langs]
+            held = f"it must hold {', '.join(dict.fromkeys(files))} (each may be .gz)"
+            raise UserError(f"data folder {where} {what}; {held}{origin}")
+        return where
 
     def read(data: DataSettings, names: list[str], langs: Langs) -> dict[str, datasets.Dataset]:
-        where = folder(data)
+        where = folder(data, names, langs)
         return {name: read_split(where, name, langs) for name in names}
 
     def where(data: DataSettings, name: str, lang: str) -> str:
-        return str(find_file(folder(data), file_name.format(split=name, lang=lang)))
+        path = folder(data, [name], (lang,))
+        return str(find_file(path, file_name.format(split=name, lang=lang)))
 
     return Source(read, where)
 
@@ -77,9 +86,13 @@ def iwslt_where(data: DataSettings, name: str, lang: str) -> str:
     return f"data.path={data.path}" if data.path else f"hub {data.hub.repo}"
 
 
+MULTI30K_ORIGIN = (
+    "; Multi30k comes from its official repository, https://github.com/multi30k/dataset "
+    "(the files of data/task1/raw/)"
+)
 SOURCES: dict[str, Source] = {
     "iwslt2017": Source(read_iwslt, iwslt_where),
-    "multi30k": in_folder(read_text_pair, "{split}.{lang}"),
+    "multi30k": in_folder(read_text_pair, "{split}.{lang}", origin=MULTI30K_ORIGIN),
     "jsonl": in_folder(read_jsonl, "{split}.jsonl"),
     "sample": in_folder(read_text_pair, "{split}.{lang}", default=sample_dir),
 }

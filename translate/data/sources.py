@@ -111,9 +111,8 @@ def read_input_lines(path: Path) -> list[str]:
 
 
 def find_file(folder: Path, name: str) -> Path:
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise UserError(f"data folder {folder} {what}")
+    """``name`` or ``name.gz`` in ``folder``, a folder (the source checked it: its message says
+    what the folder must hold)."""
     for candidate in (folder / name, folder / f"{name}.gz"):
         if candidate.is_file():
             return candidate

@@ -56,12 +56,20 @@ def last_step_checkpoints(run_dir: str | Path, n: int) -> list[Path]:
         raise UserError(f"{directory} does not exist; pass run_dir=<a training run's folder>")
     found = step_checkpoints(directory)
     if n > len(found):
-        raise UserError(
-            f"n={n} but {directory} holds {counted(len(found), 'step_*.pt checkpoint')} "
-            "(training keeps trainer.keep_last_checkpoints); "
-            f"pass n<={len(found)}"
-        )
+        held = f"n={n} but {directory} holds {counted(len(found), 'step_*.pt checkpoint')}"
+        raise UserError(f"{held}; {_what_to_pass(len(found))}")
     return found[len(found) - n :]
+
+
+def _what_to_pass(found: int) -> str:
+    """Only the ``n`` values the command accepts, or what to do when there are none."""
+    if found >= 2:
+        return "pass n=2" if found == 2 else f"pass n=2 to n={found}"
+    return (
+        "averaging needs 2 or more: train with trainer.keep_last_checkpoints>=2 and a "
+        "trainer.checkpoint_every_n_steps that saves twice, or name the files with "
+        "checkpoints='[a.pt,b.pt]' output=<file>"
+    )
 
 
 def check_output(output: str | Path, inputs: list[Path]) -> Path:

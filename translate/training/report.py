@@ -248,9 +248,11 @@ def _log_hparams(run: Run, results: dict) -> None:
     """The HParams row of this run: the keys its sweep varies, heads, kv_heads and seed first;
     a sweep job's row is named by its overrides."""
     s, m = run.settings, run.settings.model
-    swept = swept_overrides(run.run_dir)
+    swept, spec = swept_overrides(run.run_dir)
+    # Integers (heads, kv_heads, seed...) go in as ints; TensorBoard still prints every number
+    # with 5 digits (16.000): the row name below shows them as written.
     hparams = {
-        **swept,
+        **{k: _scalar(v) for k, v in swept.items()},
         "heads": m.num_heads,
         "kv_heads": m.num_kv_heads,
         "d_model": m.d_model,
@@ -269,21 +271,36 @@ def _log_hparams(run: Run, results: dict) -> None:
         "hparam/latency_ms": results["latency_ms"],
     }
     # The table shows a row's first dozen characters: what was swept, then whose sweep it is.
-    name = ",".join(f"{k}={v}" for k, v in swept.items()) or s.sweep_job
-    trial = f"{name} · {run.run_dir.parent}" if s.sweep_job else ""
+    name = ",".join(f"{k}={_sortable(v, spec.get(k, ''))}" for k, v in swept.items())
+    trial = f"{name or s.sweep_job} · {run.run_dir.parent}" if s.sweep_job else ""
     log_hparams(run.writer, hparams, metrics, {*LEADING_HPARAMS, *swept}, trial)
 
 
-def swept_overrides(run_dir: Path) -> dict[str, str]:
-    """``{key: value}`` of the job's overrides (``.hydra/overrides.yaml``) whose value its sweep
-    (``multirun.yaml``) does not set for every job; empty for a single run."""
+def _sortable(value: str, spec: str) -> str:
+    """An integer zero-padded to the widest of its sweep's values (``heads=1,4,8,16``: 01, 04,
+    08, 16), since TensorBoard lists the rows by name, as text: 1, 16, 4 otherwise."""
+    width = max((len(v) for v in spec.split(",") if v.isdigit()), default=0)
+    return value.zfill(width) if value.isdigit() else value
+
+
+def swept_overrides(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """``({key: value}, {key: the sweep's value})`` of the job's overrides
+    (``.hydra/overrides.yaml``) whose value its sweep (``multirun.yaml``) does not set for every
+    job (there ``heads=1,4,8,16``); empty for a single run."""
     try:
         job = parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
         sweep = yaml.safe_load((run_dir.parent / "multirun.yaml").read_text())
         shared = parse_overrides(sweep["hydra"]["overrides"]["task"])
     except (OSError, yaml.YAMLError, KeyError, TypeError):  # not a sweep job Hydra launched
-        return {}
-    return {k: v for k, v in job.items() if k not in shared or _value(shared[k]) != _value(v)}
+        return {}, {}
+    swept = {k: v for k, v in job.items() if k not in shared or _value(shared[k]) != _value(v)}
+    return swept, {k: shared[k] for k in swept if k in shared}
+
+
+def _scalar(text: str):
+    """An override's value as an HParams value: a number or boolean as such, else the text."""
+    value = _value(text)
+    return value if isinstance(value, (int, float, str, bool)) else text
 
 
 def _value(text: str):
