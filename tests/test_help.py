@@ -87,6 +87,8 @@ PLAIN_HELP = [
     *COMMANDS,
     "translate.train",
     "translate.ablation",
+    "translate.ablation.report",
+    "translate.ablation.speed",
     *(f"translate.bench.{name}" for name in ("attention", "decode", "gpu", "ladder", "train")),
 ]
 

@@ -37,7 +37,7 @@ from translate.analysis.ablation import (
     spread_cell,
 )
 from translate.analysis.ablation_stats import LEVEL, detected, heads_key, smallest_permutation_p
-from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled
+from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.io import WriteFailed, check, write
 
 log = logging.getLogger(__name__)
@@ -380,7 +380,7 @@ def write_files(report: Report) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=plain_text(__doc__.splitlines()[0]))
     parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
     parser.add_argument(
         "--baseline-heads",

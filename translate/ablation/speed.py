@@ -16,7 +16,7 @@ from translate.analysis.ablation import shown_metrics, speed_cell, spread_cell
 from translate.analysis.ablation_stats import heads_key
 from translate.analysis.speed import SpeedSettings, run_speed
 from translate.bench import common
-from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled
+from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.runtime.memory import keep_freed_memory
 from translate.training.step import Trainer
 
@@ -70,7 +70,7 @@ def print_progress(done: int, total: int, r: int, metric: str, name: str) -> Non
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=plain_text(__doc__.splitlines()[0]))
     parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
     for option, (dest, what) in COUNTS.items():
         default = getattr(DEFAULTS, dest)
