@@ -317,6 +317,12 @@ def test_sigkill_mid_training_resumes_from_the_last_checkpoint(tmp_path, cache_d
     run = tmp_path / "run"
     proc = start_training(run, cache_dir)
     wait_for_checkpoint(proc, run / "checkpoints" / "step_00000010.pt")
+    # last.pt is pointed at a step file just after it is written: wait for that too, or a
+    # loaded machine kills the run in between and last.pt is still the step before.
+    deadline = time.monotonic() + 120
+    while load_checkpoint(run / "checkpoints" / "last.pt")["step"] < 10:
+        assert proc.poll() is None and time.monotonic() < deadline, "last.pt never reached step 10"
+        time.sleep(0.2)
     proc.kill()
     proc.wait(timeout=30)
     saved = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
