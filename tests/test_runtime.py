@@ -132,7 +132,8 @@ def test_commands_apply_the_runtime_group_before_loading(monkeypatch, keep):
 
     from translate.decoding import engine_switch
     from translate.schema import runtime
-    from translate.settings import EngineCommand, command_settings
+    from translate.schema.commands import EngineCommand
+    from translate.settings import command_settings
 
     calls = []
     monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append("kept"))

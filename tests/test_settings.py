@@ -13,11 +13,10 @@ from omegaconf import OmegaConf
 import translate.schema
 from translate.errors import UserError
 from translate.nn.config import TransformerConfig
+from translate.schema.commands import CheckpointCommand, EngineCommand
 from translate.schema.decoding import DecodeOverrides
 from translate.settings import (
     COMMANDS,
-    CheckpointCommand,
-    EngineCommand,
     TrainSettings,
     build,
     decode_overrides,

@@ -15,7 +15,8 @@ from omegaconf import DictConfig
 
 from translate.analysis.head_report import OUTPUTS, analyze_heads
 from translate.cli import exit_on_user_error, own_output_dir, run_command
-from translate.settings import AnalyzeCommand, command_settings
+from translate.schema.commands import AnalyzeCommand
+from translate.settings import command_settings
 
 
 def analyze(cfg: DictConfig) -> dict:

@@ -15,7 +15,8 @@ from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, run_command
 from translate.errors import UserError
-from translate.settings import AverageCommand, command_settings
+from translate.schema.commands import AverageCommand
+from translate.settings import command_settings
 from translate.training.averaging import average_into, check_output, last_step_checkpoints
 
 

@@ -27,13 +27,8 @@ from translate.errors import UserError
 from translate.io import file_sha256
 from translate.metrics import score
 from translate.runtime.provenance import provenance
-from translate.settings import (
-    ENGINE_SOURCES,
-    EngineCommand,
-    EvaluateCommand,
-    command_settings,
-    decode_overrides,
-)
+from translate.schema.commands import ENGINE_SOURCES, EngineCommand, EvaluateCommand
+from translate.settings import command_settings, decode_overrides
 
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")

@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, run_command
 from translate.decoding.ct2_export import export_checkpoint
 from translate.errors import override_word
-from translate.settings import ExportCommand, command_settings
+from translate.schema.commands import ExportCommand
+from translate.settings import command_settings
 from translate.training.signals import Stopped, StopRequest
 
 

@@ -19,7 +19,8 @@ from translate.cli import exit_on_user_error, run_command
 from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.io import STDOUT, check_output_file
-from translate.settings import TranslateCommand, command_settings, decode_overrides
+from translate.schema.commands import TranslateCommand
+from translate.settings import command_settings, decode_overrides
 
 STDIN = "/dev/stdin"  # the file standard input reads, where it is one
 

@@ -31,7 +31,8 @@ from translate.decoding.engine_switch import ENGINES
 from translate.decoding.translator import Loaded, Translator, load_translator
 from translate.errors import UserError
 from translate.schema import DecodeSettings
-from translate.settings import ENGINE_SOURCES, EngineCommand, command_settings, decode_settings
+from translate.schema.commands import ENGINE_SOURCES, EngineCommand
+from translate.settings import command_settings, decode_settings
 
 # Our modules import ctranslate2 only when they export or decode with it.
 pytest.importorskip("ctranslate2")

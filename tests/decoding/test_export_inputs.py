@@ -27,7 +27,8 @@ from translate.decoding.ct2 import MANIFEST, SENTENCEPIECE, load_exported
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
 from translate.errors import UserError, hydra_quoted, override_word
-from translate.settings import ExportCommand, command_settings
+from translate.schema.commands import ExportCommand
+from translate.settings import command_settings
 
 pytest.importorskip("ctranslate2")
 

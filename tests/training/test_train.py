@@ -15,7 +15,8 @@ from translate.checkpoint import load_checkpoint
 from translate.data.batching import collate
 from translate.evaluate import evaluate
 from translate.schema import ModelSettings, OptimSettings
-from translate.settings import TranslateCommand, command_settings
+from translate.schema.commands import TranslateCommand
+from translate.settings import command_settings
 from translate.train import train
 from translate.training.optim import Schedule
 from translate.training.step import Trainer

@@ -26,8 +26,8 @@ from translate.decoding.translator import Loaded, load_translator
 from translate.errors import UserError
 from translate.nn.model import count_parameters
 from translate.schema import AnalysisSettings
+from translate.schema.commands import CheckpointCommand
 from translate.scoring import mean_nll
-from translate.settings import CheckpointCommand
 
 log = logging.getLogger(__name__)
 

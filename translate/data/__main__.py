@@ -12,7 +12,8 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, run_command
 from translate.data.corpus import Corpus, load_corpus
 from translate.schema import DataSettings
-from translate.settings import InspectDataCommand, command_settings
+from translate.schema.commands import InspectDataCommand
+from translate.settings import command_settings
 
 
 def describe(corpus: Corpus, data: DataSettings, seconds: float | None = None) -> str:

@@ -40,13 +40,8 @@ from translate.fields import Field, field_problem, of_type, whole
 from translate.io import file_sha256
 from translate.runtime.device import resolve_device
 from translate.schema import DecodeSettings
-from translate.settings import (
-    MAX_POSITIONS,
-    QUANTIZATIONS,
-    data_settings,
-    decode_over,
-    decode_settings,
-)
+from translate.schema.commands import MAX_POSITIONS, QUANTIZATIONS
+from translate.settings import data_settings, decode_over, decode_settings
 
 MANIFEST = "translate.json"
 SENTENCEPIECE = "sentencepiece.model"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from translate.decoding.ct2 import load_exported
 from translate.decoding.translator import Loaded, load_translator
 from translate.schema import DecodeSettings
-from translate.settings import EngineCommand
+from translate.schema.commands import EngineCommand
 
 
 def _torch(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
@@ -19,7 +19,7 @@ def _ctranslate2(command: EngineCommand, decode: DecodeSettings | dict, data_ove
     return load_exported(command.model_dir, command.runtime.device, decode, data_overrides)
 
 
-# engine= -> its loader; the keys are settings.ENGINE_SOURCES's.
+# engine= -> its loader; the keys are schema.commands.ENGINE_SOURCES's.
 ENGINES = {"torch": _torch, "ctranslate2": _ctranslate2}
 
 
