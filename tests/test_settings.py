@@ -155,6 +155,10 @@ def test_the_multi30k_heads_study_is_one_command_of_equal_update_counts():
     assert (s.trainer.max_minutes, s.trainer.max_steps) == (None, 1800)
     assert s.data.source == "multi30k" and s.model.d_model == 256
     assert s.trainer.average_last_n == 5
+    # the recipe the committed study ran, whatever multi30k_cpu has become since
+    assert (s.model.dropout, s.decode.length_penalty, s.runtime.precision) == (0.0, 1.2, "32")
+    assert (s.optim.cooldown, s.trainer.val_bleu_sentences) == (0.0, 300)
+    assert not s.trainer.average_around_best
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         full = compose("train", overrides, return_hydra_config=True)
     params = full.hydra.sweeper.params
