@@ -1,5 +1,5 @@
 """Same code, same CPU, same thread count and a step budget train bit-identical weights
-(README, "Reproducibility"); ``trainer.deterministic=true`` turns on torch's deterministic
+(docs/training.md, "Reproducibility"); ``trainer.deterministic=true`` turns on torch's deterministic
 kernels, leaves CPU training as it was, is switched off again for the next job of a multirun,
 and an operation without such a kernel stops the run in one line naming the setting."""
 

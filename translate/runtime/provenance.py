@@ -91,7 +91,7 @@ def torch_build() -> dict:
 
 def provenance(device: torch.device) -> dict:
     """What produced a result, recorded beside it: floating-point results depend on all of it
-    (README, "Reproducibility")."""
+    (docs/training.md, "Reproducibility")."""
     commit, dirty = git_state()
     cpu = cpu_model()
     return {

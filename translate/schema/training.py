@@ -147,7 +147,7 @@ class TrainerSettings:
     deterministic: bool = doc(
         "torch's deterministic kernels (torch.use_deterministic_algorithms); an operation "
         "without one stops the run. The same weights again need the same code, CPU family, "
-        "thread count and a step budget with or without it (README, Reproducibility)",
+        "thread count and a step budget with or without it (docs/training.md, Reproducibility)",
         "flag",
         "true | false",
         default=False,  # older runs lack the key

@@ -1,5 +1,5 @@
-"""Data-parallel training over the processes ``torchrun`` starts (README "Multi-GPU",
-docs/scale_out.md); a plain ``python -m translate.train`` never touches ``torch.distributed``.
+"""Data-parallel training over the processes ``torchrun`` starts (docs/scale_out.md);
+a plain ``python -m translate.train`` never touches ``torch.distributed``.
 
 * every rank trains on its own share of each epoch's batches (:func:`shard`) and DDP averages
   the gradients, so N ranks with ``accumulate_grad_batches=A`` take the steps of one with A*N;
