@@ -68,7 +68,8 @@ def test_each_figure_is_in_its_doc_and_equals_its_file(entry):
     assert len(shown) == len(measured), (entry["text"], measured)
     for figure, value in zip(shown, measured):
         decimals = len(figure.partition(".")[2])
-        assert f"{value:.{decimals}f}" == figure, f"{entry['text']!r}: {figure} is {value} in its file"
+        written = f"{value:.{decimals}f}"
+        assert written == figure, f"{entry['text']!r}: {figure} is {value} in its file"
 
 
 def _stated_text(doc: str) -> str:
@@ -94,7 +95,8 @@ def test_every_decimal_figure_of_the_readme_is_registered():
         covered = line
         for text in registered:
             covered = covered.replace(text, "")
-        assert not DECIMAL.findall(covered), f"README.md states {line.strip()!r} with no source in docs/figures.yaml"
+        unregistered = f"README.md states {line.strip()!r} with no source in docs/figures.yaml"
+        assert not DECIMAL.findall(covered), unregistered
 
 
 def test_the_check_reads_a_figure_at_its_written_precision(tmp_path, monkeypatch):
