@@ -174,14 +174,6 @@ def remove(path: Path) -> None:
     _mark_path(path).unlink(missing_ok=True)
 
 
-def adopt(path: Path, kind: str) -> None:
-    """Mark ``path`` as a ``kind`` output where it has no mark: its writer has just checked it
-    to be its own (a run trained before marks existed has none)."""
-    if not _mark_path(path).exists():
-        with _marks_locked(path.parent) as marks:
-            _mark(marks, path, kind, file_sha256(path))
-
-
 def check(path: Path, kind: str) -> None:
     """Refuse what :func:`write` would: for a writer that checks all its files first."""
     _check_replace(Path(path), kind, (), None, False)

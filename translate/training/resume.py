@@ -14,8 +14,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from translate import io
-from translate.checkpoint import AVERAGE, CHECKPOINT, load_checkpoint
+from translate.checkpoint import load_checkpoint
 from translate.data.corpus import Corpus, split_fingerprints
 from translate.errors import UserError
 from translate.runtime.rng import set_rng_state
@@ -192,7 +191,7 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     there is none at all. A resume writes over or prunes every checkpoint there, so each one
     that loads must be this experiment's. A dir whose checkpoints are all unreadable or averages
     is refused too: starting anew would write over them."""
-    newest, unreadable, averages, kinds = None, [], [], {}
+    newest, unreadable, averages = None, [], []
     for path in _checkpoint_files(directory):
         try:
             ckpt = load_checkpoint(path)
@@ -200,12 +199,10 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
             unreadable.append(str(err))
             continue
         refuse_other_experiment(str(path), ckpt, config, fingerprints)
-        kinds[_inode(path)] = CHECKPOINT if "optimizer" in ckpt else AVERAGE
         if "optimizer" not in ckpt:
             averages.append(path.name)
         elif newest is None or ckpt["progress"]["step"] > newest[0]:
             newest = (ckpt["progress"]["step"], path)
-    _adopt(directory, kinds)
     if newest is None and unreadable + averages:
         why = unreadable + [
             f"{name}: averaged weights, without a training state" for name in averages
@@ -223,14 +220,6 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
 def _inode(path: Path) -> tuple[int, int]:
     info = path.stat()
     return info.st_dev, info.st_ino
-
-
-def _adopt(directory: Path, kinds: dict[tuple[int, int], str]) -> None:
-    """Mark every name of each checkpoint just found this experiment's, so the resumed run may
-    replace them (a run trained before marks existed has none)."""
-    for path in directory.glob("*.pt"):
-        if path.is_file() and _inode(path) in kinds:
-            io.adopt(path, kinds[_inode(path)])
 
 
 def _checkpoint_files(directory: Path) -> list[Path]:
