@@ -63,14 +63,6 @@ def stamp() -> str:
     return f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
 
 
-def record_place(run_dir: Path) -> Path:
-    """Where a command's record goes: ``.hydra`` the first time, ``.hydra/runs/<time>`` once a
-    run's record is there, so a resume never overwrites the config the run was trained with."""
-    if (run_dir / ".hydra" / "config.yaml").exists():
-        return run_dir / ".hydra" / "runs" / stamp()
-    return run_dir / ".hydra"
-
-
 class RecordCallback(Callback):
     """Notes what a single run's dir held before Hydra makes it (``on_run_start`` comes before
     Hydra's mkdir and its log file)."""
@@ -124,18 +116,14 @@ def accept(write: bool = True, replacing: bool = False) -> None:
     pending, _pending, _before = _pending, None, None
     if pending is None or not write:
         return
-    if replacing:
-        _set_aside(pending.run_dir / ".hydra")
-    place = record_place(pending.run_dir)
+    record, aside = pending.run_dir / ".hydra", f"{stamp()}_replaced"
+    for name in pending.files if replacing else ():
+        if (record / name).exists():
+            io.move(record / name, record / "runs" / aside / name)
+    # .hydra/runs/<time> once a run's record is there: a resume keeps the one it trained with.
+    place = record / "runs" / stamp() if (record / "config.yaml").exists() else record
     for name, text in pending.files.items():
         io.write(place / name, text, "hydra record")
-
-
-def _set_aside(record: Path) -> None:
-    aside = record / "runs" / f"{stamp()}_replaced"
-    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
-        if (record / name).exists():
-            io.move(record / name, aside / name)
 
 
 def _withdraw() -> None:

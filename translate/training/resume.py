@@ -79,16 +79,12 @@ def differences(
     return [f"{k}={a[k]} {where[0]}, {b[k]} {where[1]}" for k in keys]
 
 
-def _identity(key: str) -> bool:
-    return _rank(key, IDENTITY) is not None
+def _covered(prefixes: tuple[str, ...], inside: bool = True) -> Callable[[str], bool]:
+    return lambda key: (_rank(key, prefixes) is not None) == inside
 
 
-def _location(key: str) -> bool:
-    return _rank(key, LOCATION) is not None
-
-
-def _schedule(key: str) -> bool:
-    return _rank(key, IDENTITY + LOCATION + MECHANICS) is None
+_identity, _location = _covered(IDENTITY), _covered(LOCATION)
+_schedule = _covered(IDENTITY + LOCATION + MECHANICS, inside=False)  # the rest
 
 
 def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
@@ -217,23 +213,15 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     return None if newest is None else newest[1]
 
 
-def _inode(path: Path) -> tuple[int, int]:
-    info = path.stat()
-    return info.st_dev, info.st_ino
-
-
 def _checkpoint_files(directory: Path) -> list[Path]:
     """Every checkpoint file in ``directory`` once (hard links counted once): ``last.pt``, the
     step files newest first, then any other."""
     paths = sorted((p for p in directory.glob("*.pt") if p.is_file()), reverse=True)
     paths.sort(key=lambda p: (p.name != "last.pt", not p.name.startswith("step_")))
-    seen, files = set(), []
+    files: dict[tuple[int, int], Path] = {}  # by inode, the first name of each
     for path in paths:
-        inode = _inode(path)
-        if inode not in seen:
-            seen.add(inode)
-            files.append(path)
-    return files
+        files.setdefault((path.stat().st_dev, path.stat().st_ino), path)
+    return list(files.values())
 
 
 def finished_results(settings: TrainSettings) -> dict | None:
