@@ -45,16 +45,11 @@ _before: _Before | None = None
 _pending: _Pending | None = None
 
 
-def _record_wanted(output_dir: str) -> None:
-    """``hydra.output_subdir`` of the commands that keep a record (``conf/hydra/default.yaml``):
-    null, so that Hydra writes none itself; the run dir is noted for :func:`recorded`."""
-    _wanted.add(output_dir)
-
-
-# Registered on import: every entry point imports this module (through translate.cli) before
-# Hydra composes.
+# ``hydra.output_subdir`` of the commands that keep a record (conf/hydra/default.yaml): null, so
+# that Hydra writes none itself; the run dir is noted for recorded(). Registered on import:
+# every entry point imports this module (through translate.cli) before Hydra composes.
 OmegaConf.register_new_resolver(
-    "translate_record_dir", _record_wanted, use_cache=True, replace=True
+    "translate_record_dir", lambda run_dir: _wanted.add(run_dir), use_cache=True, replace=True
 )
 
 
