@@ -5,11 +5,12 @@ opening one someone sent you never runs code from it."""
 from __future__ import annotations
 
 import errno
-import pickle
 import re
 import shutil
 import zipfile
 from pathlib import Path
+from pickle import UnpicklingError
+from zipfile import BadZipFile
 
 import torch
 
@@ -41,9 +42,7 @@ _FIELDS = {
 }
 _CONFIG_GROUPS = ("model", "data", "decode", "optim", "trainer", "runtime", "analysis")
 # How torch.load fails on a damaged file, or (UnpicklingError naming a GLOBAL) refuses one.
-_LOAD_ERRORS = (
-    pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError
-)
+_LOAD_ERRORS = (UnpicklingError, RuntimeError, EOFError, BadZipFile, ValueError, OSError)
 
 
 def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool = False) -> None:
@@ -94,7 +93,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     except _LOAD_ERRORS as err:
         # The safe unpickler names the global it refused; anything else is a damaged file.
         found = re.search(r"GLOBAL ([\w.]+)", str(err))
-        if found is None or not isinstance(err, pickle.UnpicklingError):
+        if found is None or not isinstance(err, UnpicklingError):
             raise UserError(
                 f"checkpoint {path} is truncated or corrupt ({type(err).__name__}); "
                 f"use another one, e.g. an earlier checkpoints/step_*.pt"
@@ -155,12 +154,12 @@ def _check_crcs(path: Path) -> None:
     load as wrong weights. A file that is no zip at all is left to torch.load."""
     try:
         archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
+    except BadZipFile:
         return
     with archive:
         bad = archive.testzip()
     if bad is not None:
-        raise zipfile.BadZipFile(f"CRC check failed for {bad}")
+        raise BadZipFile(f"CRC check failed for {bad}")
 
 
 def non_finite(weights: dict) -> str | None:

@@ -302,4 +302,3 @@ class RunDirCheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         check_run_dir("hydra.sweep.dir", Path(str(config.hydra.sweep.dir)))
-
