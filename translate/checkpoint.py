@@ -1,16 +1,16 @@
 """The checkpoint file: self-contained (weights, training state, the resolved config and the
 SentencePiece model), of tensors and plain values only, read with ``weights_only=True`` so
-opening one someone sent you never runs code from it. Formats 1 and 2 are refused: no
-checkpoint of theirs is kept."""
+opening one someone sent you never runs code from it."""
 
 from __future__ import annotations
 
 import errno
-import pickle
 import re
 import shutil
 import zipfile
 from pathlib import Path
+from pickle import UnpicklingError
+from zipfile import BadZipFile
 
 import torch
 
@@ -41,6 +41,8 @@ _FIELDS = {
     "averaged_from": (list, "a list of files"),
 }
 _CONFIG_GROUPS = ("model", "data", "decode", "optim", "trainer", "runtime", "analysis")
+# How torch.load fails on a damaged file, or (UnpicklingError naming a GLOBAL) refuses one.
+_LOAD_ERRORS = (UnpicklingError, RuntimeError, EOFError, BadZipFile, ValueError, OSError)
 
 
 def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool = False) -> None:
@@ -51,7 +53,9 @@ def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool
     except WriteFailed as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
-        need = f"a checkpoint needs {_saved_bytes(state) / 2**20:,.2f} MiB"
+        count = _ByteCount()  # the file's size: its tensors alone leave out the rest
+        torch.save(state, count)
+        need = f"a checkpoint needs {count.bytes / 2**20:,.2f} MiB"
         if err.errno == errno.EFBIG:  # a file-size limit, not the disk: free space is no cure
             why, todo = f"{need}, more than this process may write (ulimit -f)", "raise the limit"
         else:
@@ -65,9 +69,8 @@ def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool
         ) from None
 
 
-class _ByteCount:
-    def __init__(self) -> None:
-        self.bytes = 0
+class _ByteCount:  # a file that only counts the bytes written into it
+    bytes = 0
 
     def write(self, data) -> int:
         self.bytes += len(data)
@@ -75,23 +78,6 @@ class _ByteCount:
 
     def flush(self) -> None:
         pass
-
-
-def _saved_bytes(state: dict) -> int:
-    """The size ``state`` takes as a checkpoint file, serialized once more to a counter (its
-    tensors alone leave out the tokenizer, the config and the archive)."""
-    count = _ByteCount()
-    torch.save(state, count)
-    return count.bytes
-
-
-def _refusal(path: Path, err: Exception) -> UserError:
-    what = re.search(r"GLOBAL ([\w.]+)", str(err))[1]
-    return UserError(
-        f"checkpoint {path} holds Python objects ({what}) that loading would have to run code "
-        "for; refused, since translate loads tensors and plain values only. Use a checkpoint "
-        "written by translate, or re-save the weights from a source you trust"
-    )
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
@@ -104,13 +90,19 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     try:
         _check_crcs(path)
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
+    except _LOAD_ERRORS as err:
         # The safe unpickler names the global it refused; anything else is a damaged file.
-        if re.search(r"GLOBAL [\w.]+", str(err)):
-            raise _refusal(path, err) from None
-        raise _corrupt(path, err) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise _corrupt(path, err) from None
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        if found is None or not isinstance(err, UnpicklingError):
+            raise UserError(
+                f"checkpoint {path} is truncated or corrupt ({type(err).__name__}); "
+                f"use another one, e.g. an earlier checkpoints/step_*.pt"
+            ) from None
+        raise UserError(
+            f"checkpoint {path} holds Python objects ({found[1]}) that loading would have to "
+            "run code for; refused, since translate loads tensors and plain values only. Use a "
+            "checkpoint written by translate, or re-save the weights from a source you trust"
+        ) from None
     if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
         raise UserError(f"{path} is not a translate checkpoint (missing model/config/tokenizer)")
     problem = _field_problem(ckpt)
@@ -158,24 +150,16 @@ def _shown(value) -> str:
 
 
 def _check_crcs(path: Path) -> None:
-    """Raise ``zipfile.BadZipFile`` if an entry of the checkpoint's zip fails its CRC: torch.load
-    does not check them, and damaged bytes load as wrong weights. A file that is no zip at all
-    is left to torch.load."""
+    """Refuse a zip entry that fails its CRC: torch.load does not check them, and damaged bytes
+    load as wrong weights. A file that is no zip at all is left to torch.load."""
     try:
         archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
+    except BadZipFile:
         return
     with archive:
         bad = archive.testzip()
     if bad is not None:
-        raise zipfile.BadZipFile(f"CRC check failed for {bad}")
-
-
-def _corrupt(path: Path, err: Exception) -> UserError:
-    return UserError(
-        f"checkpoint {path} is truncated or corrupt ({type(err).__name__}); "
-        f"use another one, e.g. an earlier checkpoints/step_*.pt"
-    )
+        raise BadZipFile(f"CRC check failed for {bad}")
 
 
 def non_finite(weights: dict) -> str | None:

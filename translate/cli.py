@@ -25,7 +25,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
-from translate.io import file_in_the_way
 from translate.record import recorded
 from translate.settings import COMMANDS
 from translate.training.rundir import RunLock, training_run_marks
@@ -46,11 +45,11 @@ def sweep_job() -> str | None:
     return job.override_dirname or f"job {job.num}"
 
 
-def task_overrides(drop_prefix: str = "trainer.resume") -> list[str]:
-    """The command line's overrides (for the resume hint), without ``drop_prefix`` ones."""
+def task_overrides() -> list[str]:
+    """The command line's overrides but ``trainer.resume``'s, for the resume hint."""
     if not HydraConfig.initialized():
         return []
-    return [o for o in HydraConfig.get().overrides.task if not o.startswith(drop_prefix)]
+    return [o for o in HydraConfig.get().overrides.task if not o.startswith("trainer.resume")]
 
 
 def run_command(main: Callable[[], object], config_name: str) -> None:
@@ -222,21 +221,6 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
     """Hold ``out_dir`` while ``command`` writes there. A training run's dir, or one that
     already holds ``outputs``, is refused: writing would replace or mix with them; so is a dir
     inside a run or a sweep, whose report would take it for one of its jobs."""
-    _refuse_a_run_or_inside_one(out_dir, command)
-    lock = RunLock(out_dir).acquire()
-    try:
-        found = [name for name in outputs if (out_dir / name).exists()]
-        if found:
-            raise UserError(
-                f"{out_dir} already holds the outputs of an earlier {command} "
-                f"({', '.join(found)}); pass another hydra.run.dir=<folder>"
-            )
-        yield out_dir
-    finally:
-        lock.release()
-
-
-def _refuse_a_run_or_inside_one(out_dir: Path, command: str) -> None:
     marks = training_run_marks(out_dir)
     if marks:
         raise UserError(
@@ -252,9 +236,17 @@ def _refuse_a_run_or_inside_one(out_dir: Path, command: str) -> None:
                 f"{out_dir} is inside {folder}, {what}; {command} writes into a dir of its own, "
                 "outside runs and sweeps: pass another hydra.run.dir=<folder>"
             )
-
-
-_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+    lock = RunLock(out_dir).acquire()
+    try:
+        found = [name for name in outputs if (out_dir / name).exists()]
+        if found:
+            raise UserError(
+                f"{out_dir} already holds the outputs of an earlier {command} "
+                f"({', '.join(found)}); pass another hydra.run.dir=<folder>"
+            )
+        yield out_dir
+    finally:
+        lock.release()
 
 
 def check_command_line() -> None:
@@ -263,7 +255,7 @@ def check_command_line() -> None:
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
         key = arg.lstrip("+~").partition("=")[0]
-        if key not in _DIR_KEYS:
+        if key not in ("hydra.run.dir", "hydra.sweep.dir"):
             continue
         try:
             override = parser.parse_overrides([arg])[0]
@@ -278,8 +270,18 @@ def check_run_dir(key: str, path: Path) -> None:
     """Stop in one line at a run or sweep dir that cannot be a folder (a file in the way, a
     symbolic link to a missing folder) or written (it, or the nearest folder that exists, is
     read-only or not ours)."""
-    _refuse_dangling(key, path)
-    _refuse_file_in_the_way(key, path)
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():
+            target = os.path.realpath(link)  # the end of the chain: the folder to create
+            where = "is" if link == path else f"is inside {link},"
+            fail(
+                f"{key}={path} {where} a symbolic link to {target}, which does not exist; "
+                f"create {target} or pass another {key}"
+            )
+    blocker = io.file_in_the_way(path)
+    if blocker is not None:
+        what = "is a file" if blocker == path else f"is inside {blocker}, a file"
+        fail(f"{key}={path} {what}, not a folder; pass a folder with {key}=<folder>")
     folder = next(p for p in (path, *path.parents) if p.exists())
     if not os.access(folder, os.W_OK | os.X_OK):
         read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
@@ -300,21 +302,3 @@ class RunDirCheck(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         check_run_dir("hydra.sweep.dir", Path(str(config.hydra.sweep.dir)))
-
-
-def _refuse_file_in_the_way(key: str, path: Path) -> None:
-    blocker = file_in_the_way(path)
-    if blocker is not None:
-        what = "is a file" if blocker == path else f"is inside {blocker}, a file"
-        fail(f"{key}={path} {what}, not a folder; pass a folder with {key}=<folder>")
-
-
-def _refuse_dangling(key: str, path: Path) -> None:
-    for link in (path, *path.parents):
-        if link.is_symlink() and not link.exists():
-            target = os.path.realpath(link)  # the end of the chain: the folder to create
-            where = "is" if link == path else f"is inside {link},"
-            fail(
-                f"{key}={path} {where} a symbolic link to {target}, which does not exist; "
-                f"create {target} or pass another {key}"
-            )

@@ -104,12 +104,10 @@ _PLAIN = re.compile(r"[\w./-]+", re.ASCII)
 
 def _reads_as_a_scalar(value: str) -> bool:
     """Whether Hydra would read ``value`` unquoted as a number, a boolean or null."""
-    if value.lower() in ("true", "false", "null"):
-        return True
     try:
         float(value)
     except ValueError:
-        return False
+        return value.lower() in ("true", "false", "null")
     return True
 
 

@@ -75,17 +75,16 @@ def _load(command: EngineCommand, overrides: dict, data) -> tuple[Loaded, dict]:
     before = _stat(weights)
     loaded = load_engine(command, overrides, data)
     # An export's model.bin was hashed as it loaded, and found to be the one its manifest
-    # records (decoding.ct2.check_model): not read again. A checkpoint, or an export from
-    # before the manifest recorded it, is hashed here.
-    recorded = loaded.config.get("model_bin") if command.engine == "ctranslate2" else None
-    digest = recorded["sha256"] if recorded else file_sha256(weights)
+    # records (decoding.ct2.check_model): not read again. A checkpoint is hashed here.
+    exported = command.engine == "ctranslate2"
+    digest = loaded.config["model_bin"]["sha256"] if exported else file_sha256(weights)
     if _stat(weights) != before:
         raise UserError(
             f"{weights} was replaced while it was loaded (a run still writing it?); run the "
             "command again to score one version of it"
         )
     scored = {"path": str(weights.resolve()), "sha256": digest, "step": loaded.step}
-    if command.engine == "ctranslate2":
+    if exported:
         scored["exported_from"] = loaded.config.get("checkpoint")
     return loaded, scored
 

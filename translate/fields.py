@@ -9,6 +9,7 @@ absent is not looked at (the object's own field says whether it must be there).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,17 +23,13 @@ class Field:
     required: bool = False
 
 
-def whole(low: int | None = None, high: int | None = None) -> Check:
+def whole(low: float = -math.inf, high: float = math.inf) -> Check:
     """A whole number (never a boolean) in ``[low, high]``."""
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and _within(v, low, high)
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
 
 
 def of_type(kind: type) -> Check:
     return lambda v: isinstance(v, kind)
-
-
-def _within(v, low, high) -> bool:
-    return (low is None or v >= low) and (high is None or v <= high)
 
 
 def field_problem(data: dict, fields: dict[str, Field]) -> str | None:
@@ -40,7 +37,9 @@ def field_problem(data: dict, fields: dict[str, Field]) -> str | None:
     name it (``field 'step' is "abc", not a whole number >= 0``); None when all pass."""
     for name, field in fields.items():
         parent, _, key = name.rpartition(".")
-        holder = _at(data, parent)
+        holder = data
+        for part in parent.split(".") if parent else ():
+            holder = holder.get(part) if isinstance(holder, dict) else None
         if not isinstance(holder, dict):
             continue
         if key not in holder:
@@ -51,9 +50,3 @@ def field_problem(data: dict, fields: dict[str, Field]) -> str | None:
         if not field.check(value):
             return f"field {name!r} is {json.dumps(value)}, not {field.what}"
     return None
-
-
-def _at(data: dict, path: str):
-    for key in path.split(".") if path else ():
-        data = data.get(key) if isinstance(data, dict) else None
-    return data

@@ -77,27 +77,20 @@ def _os_error(exc: BaseException) -> OSError | None:
 
 
 def _write_failed(path: Path, err: OSError) -> WriteFailed:
-    why = write_error_reason(err)
+    where, todo = "", "write elsewhere or fix the permissions, then run the command again"
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        free = _free_mib(path.parent)
-        where = f" ({free:,.1f} MiB free in {path.parent})" if free is not None else ""
         todo = "free some space (or write elsewhere) and run the command again"
-    else:
-        where, todo = "", "write elsewhere or fix the permissions, then run the command again"
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(path.parent).free / 2**20
+            where = f" ({free:,.1f} MiB free in {path.parent})"
     return WriteFailed(
-        f"could not write {path}: {why}{where}; nothing was replaced; {todo}", err.errno
+        f"could not write {path}: {write_error_reason(err)}{where}; nothing was replaced; {todo}",
+        err.errno,
     )
 
 
 def write_error_reason(err: OSError) -> str:
     return _WRITE_ERRORS.get(err.errno, err.strerror or str(err))
-
-
-def _free_mib(folder: Path) -> float | None:
-    try:
-        return shutil.disk_usage(folder).free / 2**20
-    except OSError:
-        return None
 
 
 @contextlib.contextmanager
@@ -172,14 +165,6 @@ def remove(path: Path) -> None:
     """Delete ``path``, an output this package wrote, and its mark."""
     path.unlink(missing_ok=True)
     _mark_path(path).unlink(missing_ok=True)
-
-
-def adopt(path: Path, kind: str) -> None:
-    """Mark ``path`` as a ``kind`` output where it has no mark: its writer has just checked it
-    to be its own (a run trained before marks existed has none)."""
-    if not _mark_path(path).exists():
-        with _marks_locked(path.parent) as marks:
-            _mark(marks, path, kind, file_sha256(path))
 
 
 def check(path: Path, kind: str) -> None:
@@ -289,9 +274,8 @@ def _marks_locked(folder: Path) -> Iterator[Path]:
 
 
 def _mark(marks: Path, path: Path, kind: str, digest: str) -> None:
-    record = json.dumps({"kind": kind, "sha256": digest}).encode()
     with _temp_beside(marks / f"{path.name}.json") as (f, _):
-        f.write(record)
+        f.write(json.dumps({"kind": kind, "sha256": digest}).encode())
 
 
 def _read_mark(path: Path) -> dict | None:

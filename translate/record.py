@@ -45,30 +45,17 @@ _before: _Before | None = None
 _pending: _Pending | None = None
 
 
-def _record_wanted(output_dir: str) -> None:
-    """``hydra.output_subdir`` of the commands that keep a record (``conf/hydra/default.yaml``):
-    null, so that Hydra writes none itself; the run dir is noted for :func:`recorded`."""
-    _wanted.add(output_dir)
-
-
-# Registered on import: every entry point imports this module (through translate.cli) before
-# Hydra composes.
+# ``hydra.output_subdir`` of the commands that keep a record (conf/hydra/default.yaml): null, so
+# that Hydra writes none itself; the run dir is noted for recorded(). Registered on import:
+# every entry point imports this module (through translate.cli) before Hydra composes.
 OmegaConf.register_new_resolver(
-    "translate_record_dir", _record_wanted, use_cache=True, replace=True
+    "translate_record_dir", lambda run_dir: _wanted.add(run_dir), use_cache=True, replace=True
 )
 
 
 def stamp() -> str:
     """Now, to the microsecond, as the names of records set beside a run's own are made."""
     return f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
-
-
-def record_place(run_dir: Path) -> Path:
-    """Where a command's record goes: ``.hydra`` the first time, ``.hydra/runs/<time>`` once a
-    run's record is there, so a resume never overwrites the config the run was trained with."""
-    if (run_dir / ".hydra" / "config.yaml").exists():
-        return run_dir / ".hydra" / "runs" / stamp()
-    return run_dir / ".hydra"
 
 
 class RecordCallback(Callback):
@@ -124,18 +111,14 @@ def accept(write: bool = True, replacing: bool = False) -> None:
     pending, _pending, _before = _pending, None, None
     if pending is None or not write:
         return
-    if replacing:
-        _set_aside(pending.run_dir / ".hydra")
-    place = record_place(pending.run_dir)
+    record, aside = pending.run_dir / ".hydra", f"{stamp()}_replaced"
+    for name in pending.files if replacing else ():
+        if (record / name).exists():
+            io.move(record / name, record / "runs" / aside / name)
+    # .hydra/runs/<time> once a run's record is there: a resume keeps the one it trained with.
+    place = record / "runs" / stamp() if (record / "config.yaml").exists() else record
     for name, text in pending.files.items():
         io.write(place / name, text, "hydra record")
-
-
-def _set_aside(record: Path) -> None:
-    aside = record / "runs" / f"{stamp()}_replaced"
-    for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
-        if (record / name).exists():
-            io.move(record / name, aside / name)
 
 
 def _withdraw() -> None:

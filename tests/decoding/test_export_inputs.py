@@ -22,8 +22,8 @@ import torch
 from conftest import ROOT, SHORT_DECODE, assert_one_line_error, compose_config, listing, run_cli
 
 from translate.checkpoint import load_checkpoint, save_checkpoint
-from translate.data.tokenizer import train_or_load_tokenizer
-from translate.decoding.ct2 import MANIFEST, SENTENCEPIECE, load_exported
+from translate.data.tokenizer import Tokenizer, train_or_load_tokenizer
+from translate.decoding.ct2 import MANIFEST, SENTENCEPIECE, load_exported, tokenizer_identity
 from translate.decoding.ct2_export import export_checkpoint
 from translate.decoding.translator import load_translator
 from translate.errors import UserError, hydra_quoted, override_word
@@ -67,20 +67,20 @@ def foreign_tokenizer(folder: Path, vocab_size: int, model_type: str = "unigram"
     [
         (400, "unigram", True),  # more subwords than the model: before, exit 0 and wrong output
         (250, "unigram", True),  # fewer: before, a KeyError traceback on the first unknown piece
-        (400, "unigram", False),  # an export from before translate.json named its tokenizer
-        (300, "bpe", False),  # as many subwords as the model, other ones
+        (400, "unigram", False),  # a translate.json edited to name the foreign tokenizer
+        (300, "bpe", False),  # the same, with as many subwords as the model, other ones
     ],
 )
 def test_an_export_refuses_a_tokenizer_from_another_model(
     exported, tmp_path, vocab_size, model_type, manifest_identity
 ):
     model_dir = Path(shutil.copytree(exported, tmp_path / "model"))
-    if not manifest_identity:
-        manifest = json.loads((model_dir / MANIFEST).read_text())
-        manifest.pop("tokenizer", None)
-        (model_dir / MANIFEST).write_text(json.dumps(manifest))
     foreign = foreign_tokenizer(tmp_path / "cache", vocab_size, model_type)
     shutil.copyfile(foreign, model_dir / SENTENCEPIECE)
+    if not manifest_identity:  # then the model's vocabulary tells it
+        manifest = json.loads((model_dir / MANIFEST).read_text())
+        manifest["tokenizer"] = tokenizer_identity(Tokenizer(foreign.read_bytes()))
+        (model_dir / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(UserError) as err:
         load_exported(model_dir, "cpu")
     message = str(err.value)

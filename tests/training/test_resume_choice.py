@@ -17,7 +17,6 @@ from conftest import SHORT, TINY, assert_one_line_error, run_cli, snapshot
 from conftest import short_config as config
 
 from translate.errors import UserError
-from translate.io import MARKS
 from translate.train import train
 from translate.training.averaging import average_into
 from translate.training.resume import newest_resumable
@@ -173,28 +172,6 @@ def test_the_resumed_checkpoint_is_the_newest_whole_one_of_this_experiment(tmp_p
         else:
             name = twins.get(chosen.name, chosen.name)
             assert whole.get(name) == max(whole.values()), (chosen, states, twins)
-
-
-def test_a_run_from_before_marks_resumes_and_its_checkpoints_are_replaced(
-    finished_template, tmp_path, cache_dir
-):
-    """A run trained before the one door's marks existed has none: the resume loads each of its
-    checkpoints, finds them this experiment's and marks them, so the run may write over its
-    own averaged.pt and point last.pt at newer steps (without that, every old run would be
-    refused)."""
-    run = _layout(finished_template, tmp_path / "run", "step_*.pt")
-    ckpts = run / "checkpoints"
-    average_into(sorted(ckpts.glob("step_*.pt")), ckpts / "averaged.pt")
-    for marks in list(run.rglob(MARKS)):
-        shutil.rmtree(marks)
-    overrides = ["trainer.resume=true", "trainer.max_steps=6", "trainer.average_last_n=2"]
-    results = train(config(run, cache_dir, *overrides))
-    assert results["status"] == "completed" and results["steps"] == 6
-    assert os.path.samefile(ckpts / "last.pt", ckpts / "step_00000006.pt")
-    assert torch.load(ckpts / "averaged.pt", weights_only=True)["averaged_from"] == [
-        str(ckpts / "step_00000004.pt"),
-        str(ckpts / "step_00000006.pt"),
-    ]
 
 
 def test_a_step_file_cut_short_is_trained_again_and_replaced(

@@ -23,7 +23,6 @@ tokenization are ours; :class:`CT2Engine` only decodes each batch, searching as
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -154,8 +153,7 @@ SPECIAL_IDS = {name.lower(): getattr(Tokenizer, name) for name in ("PAD", "UNK",
 _IDS = ", ".join(f"{k} {v}" for k, v in SPECIAL_IDS.items())
 _OBJECT = Field(of_type(dict), "an object", required=True)
 _HASH = Field(_sha256, "a SHA-256 in hex", required=True)
-# What an export writes; tokenizer and model_bin are absent from exports made before they were
-# recorded, checkpoint and quantization are only said, never used.
+# What an export writes; checkpoint and quantization are only said, never used.
 MANIFEST_FIELDS = {
     "format_version": Field(whole(MANIFEST_FORMAT, MANIFEST_FORMAT), "1", required=True),
     "checkpoint": Field(of_type(str), "a path"),
@@ -171,10 +169,10 @@ MANIFEST_FIELDS = {
     },
     "decode": _OBJECT,
     "data": _OBJECT,
-    "tokenizer": dataclasses.replace(_OBJECT, required=False),
+    "tokenizer": _OBJECT,
     "tokenizer.sha256": _HASH,
     "tokenizer.vocab_size": Field(whole(1), "a whole number >= 1", required=True),
-    "model_bin": dataclasses.replace(_OBJECT, required=False),
+    "model_bin": _OBJECT,
     "model_bin.sha256": _HASH,
 }
 
@@ -209,16 +207,15 @@ def check_tokenizer(
     model_dir: Path, manifest: dict, tokenizer: Tokenizer, pieces: list[str]
 ) -> None:
     """Refuse a tokenizer that is not the export's own (one copied from another export would
-    give wrong hypotheses without a word). An export from before :data:`MANIFEST` recorded
-    :func:`tokenizer_identity` is checked against the model's vocabulary only."""
+    give wrong hypotheses without a word)."""
     path, redo = model_dir / SENTENCEPIECE, _redo(manifest)
-    recorded, found = manifest.get("tokenizer"), tokenizer_identity(tokenizer)
-    if recorded is not None and recorded["sha256"] != found["sha256"]:
+    recorded, found = manifest["tokenizer"], tokenizer_identity(tokenizer)
+    if recorded["sha256"] != found["sha256"]:
         raise UserError(
             f"{path} is not the tokenizer {model_dir} was exported with (its SHA-256 differs "
             f"from the one {MANIFEST} records); {redo}"
         )
-    if recorded is not None and recorded["vocab_size"] != found["vocab_size"]:
+    if recorded["vocab_size"] != found["vocab_size"]:
         raise UserError(
             f"{model_dir / MANIFEST}: field 'tokenizer.vocab_size' is {recorded['vocab_size']}, "
             f"but {path}, the tokenizer whose SHA-256 it records, has {found['vocab_size']} "
@@ -235,15 +232,11 @@ def check_tokenizer(
 
 
 def check_model(model_dir: Path, manifest: dict) -> None:
-    """Refuse a ``model.bin`` copied from another export (another model under this one's name);
-    an export from before :data:`MANIFEST` recorded its SHA-256 is not checked."""
-    recorded = manifest.get("model_bin")
-    if recorded is None:
-        return
+    """Refuse a ``model.bin`` copied from another export (another model under this one's name)."""
     path = model_dir / MODEL_BIN
     if not path.is_file():
         raise UserError(f"{path} is missing; {_redo(manifest)}")
-    if file_sha256(path) != recorded["sha256"]:
+    if file_sha256(path) != manifest["model_bin"]["sha256"]:
         raise UserError(
             f"{path} is not the model {model_dir} was exported with (its SHA-256 differs from "
             f"the one {MANIFEST} records; copied from another export?); {_redo(manifest)}"

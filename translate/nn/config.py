@@ -108,7 +108,7 @@ class TransformerConfig:
         " | ".join(IMPLS),
         default="sdpa",
     )
-    # None (in code, and in checkpoints older than the key) means num_heads: multi-head.
+    # None (a config built in code) means num_heads: multi-head.
     num_kv_heads: int | None = doc(
         "key/value heads, each shared by num_heads / num_kv_heads query heads (set it with "
         "kv_heads=N): num_heads is multi-head, 1 multi-query, between grouped-query attention",

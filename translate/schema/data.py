@@ -75,17 +75,14 @@ class HubSettings:
     )
     config: str = doc("the dataset config of the Parquet export", "name", "a folder of it")
     file: str = doc("the Parquet file of each split", "file name", "a file in each split's folder")
-    # conf/data/iwslt2017.yaml sets both; None only for the data config of a checkpoint
-    # written before these keys existed.
     archive: str | None = doc(
         "the release archive in the same repository, read when the Parquet export is missing "
         "or incomplete",
         "path in the repository",
         "null = no fallback",
-        default=None,
     )
     archive_revision: str | None = doc(
-        "revision of that archive", "git revision", "a branch, tag or commit", default=None
+        "revision of that archive", "git revision", "a branch, tag or commit"
     )
 
 

@@ -142,7 +142,6 @@ class TrainerSettings:
         "flag",
         "true | false",
         mechanics=True,
-        default=True,  # older runs lack the key
     )
     deterministic: bool = doc(
         "torch's deterministic kernels (torch.use_deterministic_algorithms); an operation "
@@ -150,7 +149,6 @@ class TrainerSettings:
         "thread count and a step budget with or without it (docs/training.md, Reproducibility)",
         "flag",
         "true | false",
-        default=False,  # older runs lack the key
     )
     average_around_best: bool = doc(
         "when best.pt is older than the newest trainer.average_last_n step checkpoints (the "
@@ -158,7 +156,6 @@ class TrainerSettings:
         "checkpoints near the best are kept for it (nothing to do when average_last_n is 0)",
         "switch",
         "true | false",
-        default=False,  # older runs lack the key
     )
 
     def validate(self) -> None:

@@ -14,8 +14,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from translate import io
-from translate.checkpoint import AVERAGE, CHECKPOINT, load_checkpoint
+from translate.checkpoint import load_checkpoint
 from translate.data.corpus import Corpus, split_fingerprints
 from translate.errors import UserError
 from translate.runtime.rng import set_rng_state
@@ -80,16 +79,12 @@ def differences(
     return [f"{k}={a[k]} {where[0]}, {b[k]} {where[1]}" for k in keys]
 
 
-def _identity(key: str) -> bool:
-    return _rank(key, IDENTITY) is not None
+def _covered(prefixes: tuple[str, ...], inside: bool = True) -> Callable[[str], bool]:
+    return lambda key: (_rank(key, prefixes) is not None) == inside
 
 
-def _location(key: str) -> bool:
-    return _rank(key, LOCATION) is not None
-
-
-def _schedule(key: str) -> bool:
-    return _rank(key, IDENTITY + LOCATION + MECHANICS) is None
+_identity, _location = _covered(IDENTITY), _covered(LOCATION)
+_schedule = _covered(IDENTITY + LOCATION + MECHANICS, inside=False)  # the rest
 
 
 def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
@@ -192,7 +187,7 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     there is none at all. A resume writes over or prunes every checkpoint there, so each one
     that loads must be this experiment's. A dir whose checkpoints are all unreadable or averages
     is refused too: starting anew would write over them."""
-    newest, unreadable, averages, kinds = None, [], [], {}
+    newest, unreadable, averages = None, [], []
     for path in _checkpoint_files(directory):
         try:
             ckpt = load_checkpoint(path)
@@ -200,12 +195,10 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
             unreadable.append(str(err))
             continue
         refuse_other_experiment(str(path), ckpt, config, fingerprints)
-        kinds[_inode(path)] = CHECKPOINT if "optimizer" in ckpt else AVERAGE
         if "optimizer" not in ckpt:
             averages.append(path.name)
         elif newest is None or ckpt["progress"]["step"] > newest[0]:
             newest = (ckpt["progress"]["step"], path)
-    _adopt(directory, kinds)
     if newest is None and unreadable + averages:
         why = unreadable + [
             f"{name}: averaged weights, without a training state" for name in averages
@@ -220,31 +213,15 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
     return None if newest is None else newest[1]
 
 
-def _inode(path: Path) -> tuple[int, int]:
-    info = path.stat()
-    return info.st_dev, info.st_ino
-
-
-def _adopt(directory: Path, kinds: dict[tuple[int, int], str]) -> None:
-    """Mark every name of each checkpoint just found this experiment's, so the resumed run may
-    replace them (a run trained before marks existed has none)."""
-    for path in directory.glob("*.pt"):
-        if path.is_file() and _inode(path) in kinds:
-            io.adopt(path, kinds[_inode(path)])
-
-
 def _checkpoint_files(directory: Path) -> list[Path]:
     """Every checkpoint file in ``directory`` once (hard links counted once): ``last.pt``, the
     step files newest first, then any other."""
     paths = sorted((p for p in directory.glob("*.pt") if p.is_file()), reverse=True)
     paths.sort(key=lambda p: (p.name != "last.pt", not p.name.startswith("step_")))
-    seen, files = set(), []
+    files: dict[tuple[int, int], Path] = {}  # by inode, the first name of each
     for path in paths:
-        inode = _inode(path)
-        if inode not in seen:
-            seen.add(inode)
-            files.append(path)
-    return files
+        files.setdefault((path.stat().st_dev, path.stat().st_ino), path)
+    return list(files.values())
 
 
 def finished_results(settings: TrainSettings) -> dict | None:
