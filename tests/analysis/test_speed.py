@@ -16,20 +16,13 @@ import yaml
 from conftest import ROOT, assert_one_line_error
 from test_ablation import make_job
 
+from translate.ablation import speed
 from translate.ablation.report import write_report
-from translate.analysis import ablation, speed
+from translate.analysis import ablation
 from translate.analysis.ablation import CT2_METRICS, SPEED_FILE, busy_warning
 from translate.checkpoint import load_checkpoint, save_checkpoint
-from translate.training.step import Trainer
 
 TINY_SPEED = ["--rounds", "2", "--sentences", "2", "--batch-sentences", "4", "--train-steps", "1"]
-
-
-def _script():
-    """``python -m translate.ablation speed`` as a module."""
-    from translate.ablation import speed
-
-    return speed
 
 
 @pytest.fixture(autouse=True)
@@ -75,13 +68,13 @@ def test_speed_json_has_every_job_and_metric_from_interleaved_rounds(
     visits = []
     measure_one = speed.measure_one
 
-    def recording(sj, metric, settings, make_trainer):
+    def recording(sj, metric, settings):
         visits.append((metric, sj.job.name))
-        return measure_one(sj, metric, settings, make_trainer)
+        return measure_one(sj, metric, settings)
 
     monkeypatch.setattr(speed, "measure_one", recording)
     argv = [str(speed_sweep), *TINY_SPEED, "--device", "cpu", "--no-ct2"]
-    assert _script().main(argv) == 0
+    assert speed.main(argv) == 0
     assert torch.get_num_threads() == 1  # the default, recorded in the file
     out, err = capsys.readouterr()
     data = json.loads((speed_sweep / SPEED_FILE).read_text())
@@ -146,7 +139,7 @@ def test_at_beam_size_1_beam_latency_is_neither_timed_nor_shown(tmp_path, traine
     for heads in (1, 8):
         _speed_job(sweep, load_checkpoint(trained_run[1]["checkpoint"]), heads, 1, beam=1)
     argv = [str(sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
-    assert _script().main(argv) == 0
+    assert speed.main(argv) == 0
     out = capsys.readouterr().out
     data = json.loads((sweep / SPEED_FILE).read_text())
     assert "latency_beam_ms" not in data["metrics"] and "latency_greedy_ms" in data["metrics"]
@@ -183,7 +176,7 @@ def test_a_copied_sweep_times_only_its_own_checkpoints_and_lists_the_others(
     (copy / "heads=1,seed=1" / "checkpoints" / "best.pt").unlink()
     (copy / "heads=4,seed=1" / ".hydra" / "overrides.yaml").write_text("- heads=4\n- seed=1\n")
     argv = [str(copy), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
-    assert _script().main(argv) == 0
+    assert speed.main(argv) == 0
     out = capsys.readouterr().out
     data = json.loads((copy / SPEED_FILE).read_text())
     timed = {j["name"]: j["checkpoint"] for j in data["jobs"]}
@@ -214,7 +207,7 @@ def test_a_speed_file_of_another_sweep_is_left_out_of_the_report_with_a_warning(
     sweep A's timings without a word."""
     other = Path(shutil.copytree(speed_sweep, tmp_path / "other"))
     argv = [str(speed_sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu", "--no-ct2"]
-    assert _script().main([*argv, "--json", str(other / SPEED_FILE)]) == 0
+    assert speed.main([*argv, "--json", str(other / SPEED_FILE)]) == 0
     report = write_report(other, bootstrap_samples=100)
     assert report.speed is None and "ms/sent" not in (other / "ablation.md").read_text()
     said = [w for w in report.warnings if "speed file of another sweep" in w]
@@ -227,7 +220,7 @@ def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):
     its medians, ratios to 8 heads and columns beside ours."""
     pytest.importorskip("ctranslate2")
     argv = [str(speed_sweep), *TINY_SPEED, "--rounds", "1", "--device", "cpu"]
-    assert _script().main(argv) == 0
+    assert speed.main(argv) == 0
     data = json.loads((speed_sweep / SPEED_FILE).read_text())
     assert data["metrics"] == list(speed.TIMED)
     assert data["metrics"][2:4] == list(CT2_METRICS)  # right after our latency
@@ -246,12 +239,12 @@ def test_ctranslate2_latency_is_timed_beside_ours(speed_sweep, capsys):
 def test_without_ctranslate2_the_speed_file_says_why(speed_sweep, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if it were not installed
     settings = speed.SpeedSettings(rounds=1, sentences=1, batch_sentences=2, device="cpu")
-    payload, _ = speed.run_speed(speed_sweep, settings, Trainer)
+    payload, _ = speed.run_speed(speed_sweep, settings)
     assert "no CTranslate2 latency" in payload["warnings"][0]
     assert 'pip install -e ".[ct2]"' in payload["warnings"][0]
     assert CT2_METRICS.keys().isdisjoint(payload["metrics"])
     assert all(row["ct2_latency_greedy_ms"] is None for row in payload["heads"])
-    assert "CT2" not in _script().print_speed_table(payload)
+    assert "CT2" not in speed.print_speed_table(payload)
 
 
 def test_training_steps_run_on_a_copy_of_the_decoding_model(speed_sweep):
@@ -260,7 +253,7 @@ def test_training_steps_run_on_a_copy_of_the_decoding_model(speed_sweep):
     speed.prepare_inputs(jobs, settings, [])
     model = jobs[0].loaded.model
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    speed.measure(jobs, settings, Trainer)
+    speed.measure(jobs, settings)
     assert not model.training
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert jobs[0].values["train_tokens_per_s"][0] > 0
@@ -379,6 +372,6 @@ def test_a_bad_sweep_dir_is_one_line(tmp_path, capsys):
     )  # fmt: skip
     assert_one_line_error(proc, "does not exist")
     make_job(tmp_path, 4, 1, None)  # a failed job only
-    assert _script().main([str(tmp_path)]) == 2
+    assert speed.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no completed job" in err

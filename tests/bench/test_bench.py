@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -28,8 +29,6 @@ TINY_TRAIN = [
     "--gemm-size", "256",
 ]  # fmt: skip
 
-
-ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"bench_attention": bench_attention, "bench_train": bench_train}
 MODULES["bench_decode"] = bench_decode
 
@@ -117,6 +116,10 @@ def test_bench_decode_tiny(tmp_path):
     assert len(cached) == 2 and all(r["same_output"] for r in cached)
     assert {r["mode"] for r in written["rows"]} == {"greedy_no_cache", "greedy_cache", "beam5"}
     check_kv_rows(written, heads=2)
+    # Batched as the translator batches: by length (translate.data.batching), EOS included.
+    sources = bench_decode.synthetic_sources(5, 100, seed=0)
+    expected = length_sorted_batches([len(s) + 1 for s in sources], None, 40)
+    assert written["batch_sizes"] == [len(b) for b in expected] and len(expected) > 1
 
 
 def check_kv_rows(written: dict, heads: int) -> None:
@@ -215,23 +218,6 @@ def test_bench_train_flops_count_every_matmul():
         with FlopCounterMode(display=False) as counter:
             trainers["manual"].step([batch])
         assert counter.get_total_flops() == bench_train.train_flops(batch, args, vocab)
-
-
-def test_bench_decode_batches_as_the_translator(tmp_path):
-    """Length-sorted batches from translate.data.batching, over the sources with their EOS."""
-    out = tmp_path / "decode.json"
-    bench_decode.main(
-        [
-            "--quick", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
-            "--vocab", "50", "--sentences", "9", "--max-tokens", "60", "--rounds", "1",
-            "--warmup", "0", "--threads", "1", "--json", str(out),
-        ]
-    )  # fmt: skip
-    written = json.loads(out.read_text())
-    sources = bench_decode.synthetic_sources(9, 50, seed=0)
-    expected = length_sorted_batches([len(s) + 1 for s in sources], None, 60)
-    assert written["batch_sizes"] == [len(b) for b in expected]
-    assert len(expected) > 1
 
 
 def ct2_argv(trained_run, out: Path) -> list[str]:

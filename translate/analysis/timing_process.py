@@ -24,14 +24,13 @@ ONE_AT_A_TIME = "1"  # the inputs decoded one sentence per call (batch-1 latency
 
 
 def time_in_process(jobs: list[dict], threads: int) -> list[dict[tuple[str, str], tuple]]:
-    """Per job, ``(inputs, mode) -> (seconds, hypotheses)`` of each of ``job["inputs"]`` (name ->
-    source ids; :data:`ONE_AT_A_TIME` one sentence per call, any other name the whole list at
-    the evaluation batch) decoded in each of ``job["modes"]`` (name -> beam size, 1: greedy),
-    once each after a short warm-up. The jobs run one after the other in one new process at
-    ``threads`` threads (torch's, and CTranslate2's ``intra_threads``), with freed memory kept
-    there as in this process. A job: ``engine`` (``"ours"``, with ``checkpoint`` and
-    ``precision``; else a CTranslate2 export's ``model_dir``), ``device``, ``decode``
-    (:class:`DecodeSettings` as a dict)."""
+    """Per job, ``(inputs, mode) -> (seconds, hypotheses)``: each of ``job["inputs"]`` (name ->
+    source ids; :data:`ONE_AT_A_TIME` one sentence per call, else all at the evaluation batch)
+    in each of ``job["modes"]`` (name -> beam size), once after a short warm-up; the jobs one
+    after the other in one new process at ``threads`` threads (torch's, and CTranslate2's
+    ``intra_threads``), freed memory kept there as here. A job: ``engine`` (``"ours"`` with
+    ``checkpoint`` and ``precision``, else a CTranslate2 export's ``model_dir``), ``device``,
+    ``decode`` (:class:`DecodeSettings` as a dict)."""
     spec = {"keep_freed_memory": keeps_freed_memory(), "threads": threads, "jobs": jobs}
     proc = subprocess.run(
         [sys.executable, "-m", __name__], input=json.dumps(spec), capture_output=True, text=True
@@ -39,42 +38,37 @@ def time_in_process(jobs: list[dict], threads: int) -> list[dict[tuple[str, str]
     if proc.returncode != 0:
         engines = ", ".join(sorted({job["engine"] for job in jobs}))
         raise UserError(f"the {engines} timing process failed: {proc.stderr.strip()[-500:]}")
-    return [
-        {tuple(k.split("|")): tuple(v) for k, v in times.items()}
-        for times in json.loads(proc.stdout)
-    ]
+    return [{(name, mode): tuple(v) for name, mode, *v in job} for job in json.loads(proc.stdout)]
 
 
-def _time(spec: dict) -> list[dict[str, tuple[float, list]]]:
-    torch.set_num_threads(spec["threads"])  # before CTranslate2 loads: its intra_threads
-    if spec["keep_freed_memory"]:
-        keep_freed_memory()
-    return [_time_one(job) for job in spec["jobs"]]
+def decode_timed(translator, ids: list, beam_size: int, one_at_a_time: bool) -> tuple[list, float]:
+    """``(hypotheses, seconds)`` of ``ids`` decoded one sentence per call (batch-1 latency) or
+    all at the evaluation batch, in a timing process or in ``ablation speed``'s own."""
+    calls = [[s] for s in ids] if one_at_a_time else [ids]
+    return timed(
+        lambda: [hyp for c in calls for hyp in translator.translate_ids(c, beam_size=beam_size)],
+        translator.device,
+    )
 
 
-def _time_one(job: dict) -> dict[str, tuple[float, list]]:
+def _time(job: dict) -> list[tuple[str, str, float, list]]:
     decode = DecodeSettings(**job["decode"])
     if job["engine"] == "ours":
         translator = load_translator(job["checkpoint"], job["device"], job["precision"]).translator
         translator.decode = decode
     else:
         translator = load_exported(job["model_dir"], job["device"], decode).translator
-    out = {}
+    out = []
     for (name, ids), (mode, size) in itertools.product(job["inputs"].items(), job["modes"].items()):
-        if name == ONE_AT_A_TIME:
-
-            def fn(ids=ids, size=size):
-                return [translator.translate_ids([s], beam_size=size)[0] for s in ids]
-        else:
-
-            def fn(ids=ids, size=size):
-                return translator.translate_ids(ids, beam_size=size)
-
         translator.translate_ids(ids[:8], beam_size=size)  # warm-up
-        hyps, seconds = timed(fn, translator.device)
-        out[f"{name}|{mode}"] = (seconds, hyps)
+        hyps, seconds = decode_timed(translator, ids, size, name == ONE_AT_A_TIME)
+        out.append((name, mode, seconds, hyps))
     return out
 
 
 if __name__ == "__main__":  # a timing process of time_in_process: the jobs in, the times out
-    print(json.dumps(_time(json.load(sys.stdin))))
+    spec = json.load(sys.stdin)
+    torch.set_num_threads(spec["threads"])  # before CTranslate2 loads: its intra_threads
+    if spec["keep_freed_memory"]:
+        keep_freed_memory()
+    print(json.dumps([_time(job) for job in spec["jobs"]]))

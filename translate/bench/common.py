@@ -9,11 +9,11 @@ import contextlib
 import json
 import math
 import shlex
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from statistics import median
+from statistics import fmean, median
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -33,8 +33,6 @@ def multi30k_lengths(n: int, rng) -> tuple:
     De-En train under its joint 5k unigram SentencePiece model: German 16.2 +- 6.3 (log-normal,
     log-mean 2.715, log-sd 0.373), English / German 0.95 +- 0.18 (measured 15.3 +- 5.3);
     clipped to 3..60 (the corpus's longest is 58)."""
-    import numpy as np
-
     src = np.clip(np.round(rng.lognormal(2.715, 0.373, n)), 3, 60).astype(np.int64)
     tgt = np.clip(np.round(src * rng.normal(0.95, 0.18, n)), 3, 60).astype(np.int64)
     return src, tgt
@@ -161,7 +159,7 @@ def decode_row(mode: str, runs: list[float], hyps: list, n_sentences: int) -> di
         "mode": mode,
         "sentences_per_s": n_sentences / seconds,
         "ms_per_sentence": 1e3 * seconds / n_sentences,
-        "mean_output_len": statistics.fmean(len(h) for h in hyps) if hyps else 0.0,
+        "mean_output_len": fmean(len(h) for h in hyps) if hyps else 0.0,
         "seconds_runs": runs,
     }
 
@@ -271,12 +269,8 @@ def print_table(rows: list[dict], columns: list[tuple[str, str, str]], title: st
     """``columns``: ``(key, header, format spec)``; returns the text printed."""
     header = [h for _, h, _ in columns]
     cells = [[fmt(row.get(k), spec) for k, _, spec in columns] for row in rows]
-    widths = [
-        max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)
-    ]
-    lines = []
-    if title:
-        lines.append(title)
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(header)]
+    lines = [title] if title else []
     lines.append("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     lines.append("  ".join("-" * w for w in widths))
     lines.extend("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)

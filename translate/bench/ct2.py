@@ -11,6 +11,7 @@ rule above length penalty 0 (:mod:`translate.decoding.ct2`): the identical ones 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -39,7 +40,7 @@ COLUMNS = [
 ]
 
 
-def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict]:
+def time_engines(spec: dict, exports: dict[str, str], args) -> tuple[dict, dict]:
     """Seconds (by round) and hypotheses of every (threads, batch, mode, engine): each engine at
     each thread count in a process of its own, so that their thread pools do not compete, the
     processes of a round in rotated order."""
@@ -47,8 +48,7 @@ def time_engines(spec: dict, exports: dict[str, Path], args) -> tuple[dict, dict
     times, outputs = {}, {}
     for r in range(args.rounds):
         for threads, engine in rotated(jobs, r):
-            job = {**spec, "engine": engine}
-            job["model_dir"] = None if engine == "ours" else str(exports[engine[4:]])
+            job = {**spec, "engine": engine, "model_dir": exports.get(engine)}
             for (batch, mode), (seconds, hyps) in time_in_process([job], threads)[0].items():
                 key = (threads, batch, mode, engine)
                 times.setdefault(key, []).append(seconds)
@@ -74,18 +74,15 @@ def summary(rows: list[dict], args, n_sentences: int) -> dict:
     """Our time over CTranslate2's per export and thread count (> 1: CTranslate2 is faster), at
     the evaluation batch and batch 1; how many of its hypotheses are ours (the fewest)."""
     row = {(r["threads"], r["batch"], r["mode"], r["engine"]): r for r in rows}
-    modes = {"beam": f"beam{args.beam_size}", "greedy": "greedy"}
-    out = {}
-    for quantization in EXPORTS:
-        engine = f"ct2 {quantization}"
-        for t in args.ct2_threads:
-            for batch, measure in (("eval", "time"), ("1", "latency")):
-                for name, mode in modes.items():
-                    key = f"{name}_{measure}_ours_vs_ct2_{quantization}_threads{t}"
-                    out[key] = row[t, batch, mode, engine]["ours_vs_this"]
-        for name, mode in modes.items():
-            same = [row[t, "eval", mode, engine]["same_as_ours"] for t in args.ct2_threads]
-            out[f"{name}_identical_ct2_{quantization}"] = min(same)
+    modes = {"beam": f"beam{args.beam_size}", "greedy": "greedy"}.items()
+    threads, batches, out = args.ct2_threads, (("eval", "time"), ("1", "latency")), {}
+    for q in EXPORTS:
+        for t, (batch, measure), (name, mode) in itertools.product(threads, batches, modes):
+            key = f"{name}_{measure}_ours_vs_ct2_{q}_threads{t}"
+            out[key] = row[t, batch, mode, f"ct2 {q}"]["ours_vs_this"]
+        for name, mode in modes:
+            same = [row[t, "eval", mode, f"ct2 {q}"]["same_as_ours"] for t in threads]
+            out[f"{name}_identical_ct2_{q}"] = min(same)
     out["ct2_compared_sentences"] = n_sentences
     return out
 
@@ -130,7 +127,8 @@ def section(args, sources: list[np.ndarray], device) -> dict:
     }
     with tempfile.TemporaryDirectory(prefix="bench_decode_ct2_") as folder:
         exports = {
-            q: export_checkpoint(args.checkpoint, Path(folder) / q, q, positions) for q in EXPORTS
+            f"ct2 {q}": str(export_checkpoint(args.checkpoint, Path(folder) / q, q, positions))
+            for q in EXPORTS
         }
         times, outputs = time_engines(spec, exports, args)
     rows = rows_from(times, outputs)

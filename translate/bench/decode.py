@@ -31,6 +31,7 @@ from translate.data.sources import read_lines, sample_dir
 from translate.data.tokenizer import Tokenizer
 from translate.decoding.generate import SPECIAL_IDS, generate
 from translate.decoding.search import greedy_search
+from translate.decoding.translator import load_translator
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime.device import autocast, resolve_precision
 from translate.schema import DecodeSettings
@@ -90,8 +91,6 @@ def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], s
 
 def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
     """The checkpoint's model, its length limit unless given, and ``--src-file``'s lines."""
-    from translate.decoding.translator import load_translator
-
     loaded = load_translator(args.checkpoint, device=str(device), precision=args.precision)
     decode = loaded.translator.decode
     args.max_len_a = decode.max_len_a if args.max_len_a is None else args.max_len_a
