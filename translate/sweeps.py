@@ -91,16 +91,7 @@ class AblationReportCallback(Callback):
         mode = getattr(hydra_cfg.mode, "name", hydra_cfg.mode)  # RunMode.MULTIRUN or its name
         return mode == "MULTIRUN" and hydra_cfg.job.config_name in self.config_names
 
-    def _write(self, config, in_job: bool) -> Report | None:
-        hydra_cfg = config.hydra
-        if in_job:
-            # The job's own dir minus its subdir: a launcher that runs jobs in other processes
-            # (submitit) may resolve ${now:...} in sweep.dir anew there.
-            output_dir = Path(str(hydra_cfg.runtime.output_dir))
-            depth = len(Path(str(hydra_cfg.sweep.subdir)).parts)
-            sweep_dir = output_dir.parents[depth - 1] if depth else output_dir
-        else:
-            sweep_dir = self._sweep_dir(config)
+    def _write(self, sweep_dir: Path) -> Report | None:
         try:
             return write_report(sweep_dir, self.baseline_heads, self.bootstrap_samples)
         except Exception:  # the report must never take a job or the sweep down with it
@@ -133,26 +124,27 @@ class AblationReportCallback(Callback):
             return
         from hydra.core.utils import JobStatus
 
+        job_dir = Path(str(config.hydra.runtime.output_dir))
         if job_return.status == JobStatus.FAILED:
             # job_return.return_value re-raises the job's exception; the stored one is enough.
             error = job_return._return_value
-            job_dir = Path(str(config.hydra.runtime.output_dir))
             self._failed[job_dir.resolve()] = f"{type(error).__name__}: {error}"
-            refused = _in_own_job_dir(job_dir, lambda d: _write_error(d, error))
-            if refused:
+            if refused := _in_own_job_dir(job_dir, lambda d: _write_error(d, error)):
                 log.warning("no error.txt written into %s: %s", job_dir, refused)
             if isinstance(error, UserError) and not debug_enabled():
                 # Recorded (error.txt, the job's log): the sweep's end names it in one line.
                 job_return.status = JobStatus.COMPLETED
-        self._write(config, in_job=True)
+        # The job's own dir minus its subdir: a launcher that runs jobs in other processes
+        # (submitit) may resolve ${now:...} in sweep.dir anew there.
+        depth = len(Path(str(config.hydra.sweep.subdir)).parts)
+        self._write(job_dir.parents[depth - 1] if depth else job_dir)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if self._applies(config):
-            report = self._write(config, in_job=False)
+            report = self._write(self._sweep_dir(config))
             if self._lock is not None:
                 self._lock.release()
-            closing = failed_jobs(report, self._failed) if report is not None else None
-            if closing is not None:
+            if report is not None and (closing := failed_jobs(report, self._failed)):
                 fail(closing)
 
 

@@ -1,6 +1,5 @@
 """``python -m translate.ablation report|speed SWEEP_DIR [options]``: the heads study's commands,
-each in its module (:mod:`translate.ablation.report`, :mod:`translate.ablation.speed`); ``--help``
-prints :data:`HELP`.
+each in its module (:mod:`translate.ablation.report`, :mod:`translate.ablation.speed`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from collections.abc import Sequence
 from translate.cli import run_plain_command
 from translate.errors import EXIT_USER_ERROR
 
-COMMANDS = {"report": "translate.ablation.report", "speed": "translate.ablation.speed"}
 USAGE = "usage: python -m translate.ablation {report,speed} SWEEP_DIR [options]"
 HELP = f"""{USAGE}
 
@@ -30,11 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(HELP)
         return 0
-    if not argv or argv[0] not in COMMANDS:
+    if not argv or argv[0] not in ("report", "speed"):
         got = f"unknown command {argv[0]!r}" if argv else "no command"
         print(f"{USAGE}\nerror: {got}: choose report or speed", file=sys.stderr)
         return EXIT_USER_ERROR
-    command = importlib.import_module(COMMANDS[argv[0]])
+    command = importlib.import_module(f"translate.ablation.{argv[0]}")
     return command.main(argv[1:], prog=f"python -m translate.ablation {argv[0]}")
 
 

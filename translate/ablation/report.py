@@ -27,16 +27,15 @@ from translate.analysis.ablation import (
     SPEED_FILE,
     Report,
     build_report,
-    check_sweep_dir,
     job_provenance,
-    p_column,
     parse_overrides,
     scored_dev_bleu,
     shown_metrics,
     speed_cell,
     spread_cell,
 )
-from translate.analysis.ablation_stats import LEVEL, detected, heads_key, smallest_permutation_p
+from translate.analysis.ablation_stats import LEVEL, detected, heads_key, p_column
+from translate.analysis.ablation_stats import smallest_permutation_p as lowest_p
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.io import WriteFailed, check, write
 
@@ -55,39 +54,34 @@ def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / "multirun.yaml").is_file():
         return [], []
-    combos = []
-    for path in sorted(sweep_dir.glob(EARLIER_SWEEPS)) + [sweep_dir / "multirun.yaml"]:
-        combos += [c for c in _combos(path) if c not in combos]
-    keys = [k for k in (combos[0] if combos else {}) if len({c.get(k) for c in combos}) > 1]
-    return keys, [{k: c.get(k) for k in keys} for c in combos]
-
-
-def _combos(path: Path) -> list[dict[str, str]]:
-    """Every job of one sweep's record, as ``{key: value}`` of all its overrides."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    hydra_cfg = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
-    if "BasicSweeper" not in str(hydra_cfg.get("sweeper", {}).get("_target_", "BasicSweeper")):
-        return []
-    params = hydra_cfg.get("sweeper", {}).get("params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()]
-    arguments += [str(o) for o in hydra_cfg.get("overrides", {}).get("task", [])]
-    parsed = OverridesParser.create().parse_overrides(arguments)
-    return [parse_overrides(c) for c in BasicSweeper.split_arguments(parsed, None)[0]]
+    combos = []
+    for path in sorted(sweep_dir.glob(EARLIER_SWEEPS)) + [sweep_dir / "multirun.yaml"]:
+        hydra_cfg = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
+        sweeper = hydra_cfg.get("sweeper", {})
+        if "BasicSweeper" not in str(sweeper.get("_target_", "BasicSweeper")):
+            continue
+        arguments = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        arguments += [str(o) for o in hydra_cfg.get("overrides", {}).get("task", [])]
+        parsed = OverridesParser.create().parse_overrides(arguments)
+        jobs = map(parse_overrides, BasicSweeper.split_arguments(parsed, None)[0])
+        combos += [c for c in jobs if c not in combos]
+    keys = [k for k in (combos[0] if combos else {}) if len({c.get(k) for c in combos}) > 1]
+    return keys, [{k: c.get(k) for k in keys} for c in combos]
 
 
 def missing_jobs(report: Report) -> list[str]:
     """The jobs the sweep defines that have no job dir, as their swept overrides."""
     keys, expected = expected_jobs(report.sweep_dir)
-    if not keys:  # a one-job "sweep" defines nothing beyond the dir it made
-        return []
 
     def label(overrides: dict[str, str]) -> str:
         return ",".join(f"{k}={overrides.get(k, '?')}" for k in keys)
 
     found = {label(j.overrides) for j in report.jobs}
-    return [lbl for lbl in map(label, expected) if lbl not in found]
+    # Without swept keys (a one-job "sweep") the sweep defines nothing beyond the dir it made.
+    return [lbl for lbl in map(label, expected) if lbl not in found] if keys else []
 
 
 def write_report(
@@ -108,23 +102,18 @@ def write_report(
     return report
 
 
-# ------------------------------------------------------------------------ ablation.csv
-
-
-def _csv_value(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
 def to_csv(report: Report) -> str:
+    def cell(v) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return ""
+        return f"{v:.6g}" if isinstance(v, float) else str(v)
+
     columns = list(dict.fromkeys(k for row in report.rows for k in row))
     columns = [c for c in columns if report.kv_axis or c != "kv_heads"]
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for row in report.rows:
-        writer.writerow([_csv_value(row.get(c)) for c in columns])
+    csv.writer(out, lineterminator="\n").writerows(
+        [columns, *([cell(row.get(c)) for c in columns] for row in report.rows)]
+    )
     return out.getvalue()
 
 
@@ -132,10 +121,8 @@ def to_csv(report: Report) -> str:
 
 
 def _fmt(v, digits: int = 2, std=None) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return v
+    if v is None or isinstance(v, str):
+        return v or "-"
     text = f"{v:,.{digits}f}"
     return f"{text} ± {std:.{digits}f}" if std is not None else text
 
@@ -154,37 +141,29 @@ def _baseline(report: Report, heads: int | None = None) -> str:
 
 
 def _summary_lines(report: Report) -> list[str]:
-    """Title, warnings, what ran where, the parameter check, the baseline and the verdicts."""
+    """Title, warnings, what ran where, the parameter check, and why this baseline."""
     done = [j for j in report.jobs if j.completed]
     first = done[0].results if done else {}
     lines = [f"# Heads ablation: `{report.sweep_dir.name}`", ""]
-    for w in report.warnings:
-        lines += [f"> **WARNING: {w}**", ""]
-    total = len(report.jobs) + len(report.missing)
+    lines += [line for w in report.warnings for line in (f"> **WARNING: {w}**", "")]
     ran = {job_provenance(j.results) for j in done}  # mixed ones: a warning above says so
     code, where = next(iter(ran)) if len(ran) == 1 else (None, None)
-    ran_on = f" Code {code}, on {where}." if code else ""
-    return lines + [
-        f"{len(done)} of {total} jobs finished; seeds {', '.join(map(str, report.seeds)) or '-'}; "
-        f"{first.get('device', '?')}, precision {first.get('precision', '?')}, "
-        f"test set {first.get('test_split', '?')}, beam {first.get('beam_size', '?')}.{ran_on}",
+    lines += [
+        f"{len(done)} of {len(report.jobs) + len(report.missing)} jobs finished; seeds "
+        f"{', '.join(map(str, report.seeds)) or '-'}; {first.get('device', '?')}, precision "
+        f"{first.get('precision', '?')}, test set {first.get('test_split', '?')}, beam "
+        f"{first.get('beam_size', '?')}." + (f" Code {code}, on {where}." if code else ""),
         "",
         f"**Parameters:** {report.params_message}.",
         "",
-        *_baseline_lines(report),
-        *_verdict_lines(report),
     ]
-
-
-def _baseline_lines(report: Report) -> list[str]:
-    """Why the baseline is another head count than the one asked for (8 by default)."""
     asked, chosen = report.asked_baseline, report.baseline_heads
     if chosen == asked or not report.rows:
-        return []
+        return lines
     said = f"**Baseline:** no finished {_baseline(report, asked)} run"
     if chosen is None:
-        return [said + " and no other multi-head row (kv_heads = heads): no p-values.", ""]
-    return [
+        return lines + [said + " and no other multi-head row (kv_heads = heads): no p-values.", ""]
+    return lines + [
         f"{said}: the {_baseline(report)} row, the largest head count the sweep has, is the "
         f"baseline, and the p-value columns are named for it (`{p_column(chosen, 'welch')}`); "
         "`python -m translate.ablation report --baseline-heads N` chooses another.",
@@ -195,8 +174,8 @@ def _baseline_lines(report: Report) -> list[str]:
 def _verdict_lines(report: Report) -> list[str]:
     """Each row against the baseline row as the seed-level tests find it at :data:`LEVEL`,
     and no further (the paired bootstrap measures test-set sampling only)."""
-    key = (report.baseline_heads, report.baseline_heads)
-    base = next((r for r in report.rows if (r["heads"], r["kv_heads"]) == key), None)
+    b = report.baseline_heads
+    base = next((r for r in report.rows if (r["heads"], r["kv_heads"]) == (b, b)), None)
     others = [r for r in report.rows if r is not base and r["bleu_mean"] is not None]
     if base is None or base["bleu_mean"] is None or not others:
         return []
@@ -204,7 +183,7 @@ def _verdict_lines(report: Report) -> list[str]:
     for r in others:
         label = f"{r['heads']} head" + "s" * (r["heads"] != 1)
         label += f", {r['kv_heads']} kv heads" * report.kv_axis
-        lines.append(f"- {label}: {_verdict(r, base, report.baseline_heads)}")
+        lines.append(f"- {label}: {_verdict(r, base, b)}")
     return lines + [""]
 
 
@@ -214,56 +193,55 @@ def _verdict(r: dict, base: dict, baseline: int) -> str:
     text = f"{diff:+.2f} BLEU ({r['n']} against {base['n']} seeds)"
     found = detected(welch, perm)
     if found is None:
-        return text + ": no seed-level test (it needs two seeds or more in both rows)"
+        return text + ": no seed-level test"
     ps = f"Welch p = {_p(welch, False)}, permutation p = {_p(perm, False)}"
     if found:
         return text + f", {'higher' if diff > 0 else 'lower'} across seeds ({ps})"
-    floor = smallest_permutation_p(r["n"], base["n"])
-    if floor >= LEVEL:
+    if (floor := lowest_p(r["n"], base["n"])) >= LEVEL:
         ps += f"; with these seeds the permutation test cannot go below p = {floor:.3f}"
     return text + f": no detectable difference across seeds ({ps})"
 
 
-def _row_cells(r: dict, report: Report) -> list[str]:
-    """One row of the main table, in the order of :func:`_table_lines`' header."""
-    from translate.nn.model import HEAD_MASK_KEYS  # torch: here, where the rows exist
-
-    params = f"{r['params']:,}" if isinstance(r["params"], int) else str(r["params"])
-    low, high = r["bleu_ci95_low"], r["bleu_ci95_high"]
-    degenerate = "-"
-    if r["degenerate_heads"] is not None:
-        degenerate = f"{round(r['degenerate_heads'], 1):g} of {r['total_heads']:.0f}"  # 0, 1.5
-    cells = [str(r["heads"]), *([str(r["kv_heads"])] if report.kv_axis else []), str(r["d_k"])]
-    cells += [params, _fmt(r["bleu_mean"], std=r["bleu_std"])]
-    cells += ["-" if low is None else f"{low:.2f} – {high:.2f}"]
-    cells += [_fmt(r[f"{m}_mean"], std=r[f"{m}_std"]) for m in ("bleu_greedy", "chrf", "dev_bleu")]
-    if report.speed:
-        base = report.speed["baseline_heads"]
-        cells += [speed_cell(r, m, d, base) for m, (_, d) in shown_metrics(report.speed).items()]
-        cells += [spread_cell(r)]
-    cells += [_fmt(r["steps_mean"], 0)]
-    cells += [" / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS), degenerate]
-    b = report.baseline_heads
-    if b is None:
-        return cells
-    bootstrap = _p(r[p_column(b)], star=False)
-    if r[p_column(b, "welch")] == "baseline":
-        return [*cells, "baseline", bootstrap]
-    seeds = " / ".join(_p(r[p_column(b, test)]) for test in ("welch", "permutation"))
-    return [*cells, seeds, bootstrap]
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in rows]
 
 
 def _table_lines(report: Report) -> list[str]:
-    speed = [label for label, _ in shown_metrics(report.speed).values()] if report.speed else []
-    speed += ["speed round spread"] if report.speed else []
-    kv = ["kv heads"] if report.kv_axis else []
-    b = report.baseline_heads
+    """The main table: its header, then one line of cells per row."""
+    b, speed = report.baseline_heads, shown_metrics(report.speed) if report.speed else {}
+    header = ["heads", *["kv heads"] * report.kv_axis, "d_k", "params", "BLEU", "BLEU 95% CI"]
+    header += ["greedy BLEU", "chrF", "dev BLEU", *(label for label, _ in speed.values())]
+    header += ["speed round spread"] * bool(speed)
+    header += ["updates", "entropy enc / dec-self / cross", "degenerate heads"]
     p = [f"p vs {b} heads, seeds (Welch / permutation)", f"p vs {b} heads, bootstrap"]
-    header = ["heads", *kv, "d_k", "params", "BLEU", "BLEU 95% CI", "greedy BLEU", "chrF"]
-    header += ["dev BLEU", *speed, "updates", "entropy enc / dec-self / cross", "degenerate heads"]
     header += p if b is not None else []
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(_row_cells(r, report)) + " |" for r in report.rows]
+    return _table(header, [_row_cells(r, report, speed) for r in report.rows])
+
+
+def _row_cells(r: dict, report: Report, speed: dict) -> list[str]:
+    """One row of the main table, in the order of :func:`_table_lines`' header."""
+    from translate.nn.model import HEAD_MASK_KEYS  # torch: here, where the rows exist
+
+    low, high, degenerate = r["bleu_ci95_low"], r["bleu_ci95_high"], r["degenerate_heads"]
+    cells = [str(r["heads"]), *[str(r["kv_heads"])] * report.kv_axis, str(r["d_k"])]
+    cells += [f"{r['params']:,}" if isinstance(r["params"], int) else str(r["params"])]
+    cells += [_fmt(r["bleu_mean"], std=r["bleu_std"])]
+    cells += ["-" if low is None else f"{low:.2f} – {high:.2f}"]
+    cells += [_fmt(r[f"{m}_mean"], std=r[f"{m}_std"]) for m in ("bleu_greedy", "chrf", "dev_bleu")]
+    base = report.speed["baseline_heads"] if speed else None
+    cells += [speed_cell(r, m, digits, base) for m, (_, digits) in speed.items()]
+    cells += [spread_cell(r)] * bool(speed)
+    cells += [_fmt(r["steps_mean"], 0)]
+    cells += [" / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS)]
+    if degenerate is not None:  # a mean over seeds of whole counts: 0, 1.5
+        degenerate = f"{round(degenerate, 1):g} of {r['total_heads']:.0f}"
+    cells += [_fmt(degenerate)]
+    if (b := report.baseline_heads) is None:
+        return cells
+    seeds = " / ".join(_p(r[p_column(b, test)]) for test in ("welch", "permutation"))
+    seeds = "baseline" if r[p_column(b, "welch")] == "baseline" else seeds
+    return [*cells, seeds, _p(r[p_column(b)], star=False)]
 
 
 def _speed_note(report: Report) -> str:
@@ -281,8 +259,7 @@ def _speed_note(report: Report) -> str:
     text = (
         f"Speed: from `{SPEED_FILE}`, {m.get('device_name', '?')} "
         f"({counted(m.get('threads'), 'thread')}, {m.get('date', '?')}, precision "
-        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}; "
-        "speed round spread: the widest max / min - 1 of a row's rounds (`-`: not recorded). "
+        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}. "
         f"Peak memory: {speed.get('peak_mem_mb')}."
     )
     if set(CT2_METRICS) & set(shown_metrics(speed)):
@@ -301,9 +278,9 @@ def _note_lines(report: Report) -> list[str]:
 
 def _job_lines(report: Report) -> list[str]:
     """Every job with its status, then the failed and missing ones spelt out."""
-    kv = ["kv heads"] if report.kv_axis else []
+    kv = ["kv heads"] * report.kv_axis
     header = ["job", "heads", *kv, "seed", "status", "test BLEU", "dev BLEU", "commit", "machine"]
-    lines = ["", "## Jobs", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for j in report.jobs:
         r, o = j.results or {}, j.overrides
         status = "completed" if j.completed else f"failed: {j.error}".replace("|", "\\|")
@@ -312,8 +289,8 @@ def _job_lines(report: Report) -> list[str]:
         kv_cell = [str(r.get("kv_heads") or o.get("kv_heads") or heads)] if kv else []
         cells = [f"`{j.name}`", str(heads), *kv_cell, str(r.get("seed", o.get("seed", "-")))]
         cells += [status, _fmt(r.get("bleu")), _fmt(scored_dev_bleu(r))]
-        cells += [_fmt(value) for value in job_provenance(r)]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells + [_fmt(value) for value in job_provenance(r)])
+    lines = ["", "## Jobs", "", *_table(header, rows)]
     if report.failed or report.missing:
         lines += ["", "## Failed or missing jobs", ""]
         lines += [f"- `{j.name}`: failed: {j.error}" for j in report.failed]
@@ -322,8 +299,8 @@ def _job_lines(report: Report) -> list[str]:
 
 
 def to_markdown(report: Report) -> str:
-    lines = _summary_lines(report) + _table_lines(report) + _note_lines(report) + _job_lines(report)
-    return "\n".join(lines) + "\n"
+    lines = _summary_lines(report) + _verdict_lines(report) + _table_lines(report)
+    return "\n".join(lines + _note_lines(report) + _job_lines(report)) + "\n"
 
 
 def _figure_png(report: Report) -> bytes | None:
@@ -345,20 +322,14 @@ def _figure_png(report: Report) -> bytes | None:
     return None
 
 
-# ------------------------------------------------------------------------ writing
-
-
 def write_files(report: Report) -> None:
     """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png`` into
     the sweep dir, each atomically (a sweep's parallel jobs may report at once), into
     :attr:`Report.written`. All are checked before any is replaced."""
     out = report.sweep_dir
     png = _figure_png(report)  # first: its warning belongs in the .md
-    files = {
-        out / "ablation.csv": to_csv(report),
-        out / "ablation.md": to_markdown(report),
-        **({out / FIGURE: png} if png is not None else {}),
-    }
+    files = {out / "ablation.csv": to_csv(report), out / "ablation.md": to_markdown(report)}
+    files |= {out / FIGURE: png} if png is not None else {}
     for path in files:
         check(path, REPORT)
     report.written = []
@@ -393,7 +364,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        check_sweep_dir(args.sweep_dir)
         report = write_report(args.sweep_dir, args.baseline_heads, args.bootstrap_samples)
     except UserError as err:
         if debug_enabled():

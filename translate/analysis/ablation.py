@@ -1,7 +1,6 @@
 """The heads-ablation report's rows: one per ``(heads, kv_heads)`` of a sweep's finished jobs,
 from every job dir's ``results.json`` and ``.hydra/overrides.yaml``, with the speed columns of
-its ``ablation_speed.json``; failed jobs and the jobs the sweep defines but never started are
-listed, never dropped. What the columns mean is docs/ablation.md.
+its ``ablation_speed.json``; failed jobs are listed, never dropped (docs/ablation.md).
 
 Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at module level.
 """
@@ -24,9 +23,8 @@ from translate.analysis.ablation_stats import (
     ci_of_mean,
     heads_key,
     key_label,
-    permutation_p,
-    significance,
-    welch_p,
+    p_value_cells,
+    seed_bleus,
 )
 from translate.errors import UserError, counted
 
@@ -40,9 +38,8 @@ RUN_ONLY_KEYS = (
     *("data.cache_dir", "run_dir"),
     *("trainer.device", "trainer.num_threads", "trainer.keep_freed_memory"),
 )
-# results.json keys averaged over seeds -> whether the row also gets their standard deviation
-# (dev_bleu: of the scored checkpoint; bleu_greedy: None in greedy runs). Not the jobs' own
-# speed fields, each measured alone beside other work.
+# results.json keys averaged over seeds -> whether the row also gets their standard deviation.
+# Not the jobs' own speed fields, each measured alone beside other work.
 METRICS = {"bleu": True, "chrf": True, "dev_bleu": True, "bleu_greedy": True, "steps": False}
 SWEEP_DIR_HINT = "give the dir a multirun made, e.g. outputs/multirun/<date_time>"
 
@@ -134,12 +131,8 @@ class Report:
 
 def parse_overrides(lines) -> dict[str, str]:
     """``["heads=4", "+x=1"]`` -> ``{"heads": "4", "x": "1"}`` (Hydra override strings)."""
-    out = {}
-    for line in lines or []:
-        key, sep, value = str(line).partition("=")
-        if sep:
-            out[key.lstrip("+~")] = value
-    return out
+    pairs = (str(line).partition("=") for line in lines or [])
+    return {key.lstrip("+~"): value for key, sep, value in pairs if sep}
 
 
 def _failure_reason(job_dir: Path) -> str:
@@ -152,13 +145,6 @@ def _failure_reason(job_dir: Path) -> str:
         if lines:
             return lines[-1].strip()
     return "no results.json: the job failed or was stopped before it finished (see its log)"
-
-
-def _natural_key(path: Path) -> list:
-    """``heads=4,seed=2`` before ``heads=16,seed=1``: the numbers in a job dir's name compare as
-    numbers (``re.split`` with a group alternates text and digits, so the types line up)."""
-    parts = re.split(r"(\d+)", path.as_posix())
-    return [int(p) if i % 2 else p for i, p in enumerate(parts)]
 
 
 def _read_job(sweep_dir: Path, job_dir: Path) -> Job:
@@ -176,11 +162,16 @@ def _read_job(sweep_dir: Path, job_dir: Path) -> Job:
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job dir under ``sweep_dir``: those with ``.hydra/overrides.yaml`` or results."""
+    """Every job dir under ``sweep_dir`` (one with ``.hydra/overrides.yaml`` or results), in
+    natural order: ``heads=4,seed=2`` before ``heads=16,seed=1``."""
     dirs = {p.parent.parent for p in sweep_dir.rglob("overrides.yaml") if p.parent.name == ".hydra"}
     dirs |= {p.parent for p in sweep_dir.rglob("results.json")}
     dirs.discard(sweep_dir)
-    return [_read_job(sweep_dir, job_dir) for job_dir in sorted(dirs, key=_natural_key)]
+
+    def natural(path: Path) -> list:  # re.split with a group alternates text and digits
+        return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", path.as_posix()))]
+
+    return [_read_job(sweep_dir, job_dir) for job_dir in sorted(dirs, key=natural)]
 
 
 def existing_sweep_dir(sweep_dir: str | Path) -> Path:
@@ -191,20 +182,6 @@ def existing_sweep_dir(sweep_dir: str | Path) -> Path:
     if not sweep_dir.is_dir():
         raise UserError(f"{sweep_dir} is a file, not a sweep dir: {SWEEP_DIR_HINT}")
     return sweep_dir
-
-
-def check_sweep_dir(sweep_dir: str | Path) -> None:
-    """Refuse in one line a folder that is none or holds no sweep job (a single run's dir, an
-    empty or mistyped folder): its report would be an empty one, written into it."""
-    sweep_dir = existing_sweep_dir(sweep_dir)
-    if find_jobs(sweep_dir):
-        return
-    single = (sweep_dir / "results.json").is_file()
-    raise UserError(
-        f"{sweep_dir} holds no sweep jobs (no job dir with .hydra/overrides.yaml or "
-        f"results.json below it{'; it is a single run' if single else ''}): {SWEEP_DIR_HINT}; "
-        "nothing written"
-    )
 
 
 def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
@@ -240,12 +217,16 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
 
 
 def build_report(
-    sweep_dir: str | Path,
-    baseline_heads: int = BASELINE_HEADS,
-    bootstrap_samples: int = 1000,
+    sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
 ) -> Report:
     sweep_dir = existing_sweep_dir(sweep_dir)
     jobs = find_jobs(sweep_dir)
+    if not jobs:  # a single run's dir, an empty or mistyped folder: no report into it
+        single = "; it is a single run" if (sweep_dir / "results.json").is_file() else ""
+        raise UserError(
+            f"{sweep_dir} holds no sweep jobs (no job dir with .hydra/overrides.yaml or "
+            f"results.json below it{single}): {SWEEP_DIR_HINT}; nothing written"
+        )
     done = [j for j in jobs if j.completed]
     warnings: list[str] = []
     groups = _group_rows(done, warnings)
@@ -256,13 +237,9 @@ def build_report(
     warnings += [mixed] if mixed else []
     # The baseline is plain multi-head attention, also in a kv_heads sweep: kv_heads = heads.
     baseline = choose_baseline(groups, baseline_heads)
-    base = (baseline, baseline)
-    p_values, signature = significance(groups, base, bootstrap_samples, warnings)
     seeds = sorted({j.results.get("seed") for j in done}, key=str)
-    rows = [
-        _row(key, groups[key], seeds, _p_cells(key, groups, base, p_values, seeds))
-        for key in sorted(groups)
-    ]
+    p_cells, signature = p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
+    rows = [_row(key, groups[key], seeds, p_cells[key]) for key in sorted(groups)]
     speed = read_speed(sweep_dir, [j.name for j in done], warnings)
     for row in rows if speed else []:
         row.update(speed_cells(speed, (row["heads"], row["kv_heads"])))
@@ -276,17 +253,10 @@ def _mean(values: list) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _std(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.stdev(values) if len(values) >= 2 else None
-
-
-def _bleus(jobs: list[Job]) -> list[float]:
-    """The jobs' test BLEU, one value per seed: the seed-level statistics' observations."""
-    return [j.results["bleu"] for j in jobs if j.results.get("bleu") is not None]
-
-
 def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
+    # Imported here: translate.nn.model imports torch, which Hydra's start must not.
+    from translate.nn.model import HEAD_MASK_KEYS
+
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
     row = {
@@ -301,48 +271,21 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
         values = [scored_dev_bleu(r) if metric == "dev_bleu" else r.get(metric) for r in res]
         row[f"{metric}_mean"] = _mean(values)
         if with_std:
-            row[f"{metric}_std"] = _std(values)
+            values = [v for v in values if v is not None]
+            row[f"{metric}_std"] = statistics.stdev(values) if len(values) >= 2 else None
     by_seed = {r.get("seed"): r for r in res}
-    for seed in seeds:
-        row[f"bleu_seed{seed}"] = by_seed.get(seed, {}).get("bleu")
-    row["bleu_ci95_low"], row["bleu_ci95_high"] = ci_of_mean(_bleus(jobs))
-    # Imported here: translate.nn.model imports torch, which Hydra's start must not.
-    from translate.nn.model import HEAD_MASK_KEYS
-
+    row |= {f"bleu_seed{seed}": by_seed.get(seed, {}).get("bleu") for seed in seeds}
+    row["bleu_ci95_low"], row["bleu_ci95_high"] = ci_of_mean(seed_bleus(jobs))
     summaries = [r.get("head_summary") or {} for r in res]
     for kind in HEAD_MASK_KEYS:
         row[f"entropy_{kind}"] = _mean([s.get("entropy", {}).get(kind) for s in summaries])
-    row["degenerate_heads"] = _mean([s.get("degenerate_heads") for s in summaries])
-    row["total_heads"] = _mean([s.get("total_heads") for s in summaries])
+    for count in ("degenerate_heads", "total_heads"):
+        row[count] = _mean([s.get(count) for s in summaries])
     row.update(p_cells)
     for seed in seeds:
         code, where = job_provenance(by_seed.get(seed, {}))
         row[f"commit_seed{seed}"], row[f"machine_seed{seed}"] = code, where
     return row
-
-
-def p_column(baseline: int, test: str = "") -> str:
-    """A p-value column named for the baseline's head count: ``p_vs_8`` (the paired
-    bootstrap), ``p_vs_8_welch``, ``p_vs_8_seed1``; ``p_vs_4_welch`` against 4 heads."""
-    return f"p_vs_{baseline}" + (f"_{test}" if test else "")
-
-
-def _p_cells(key: Key, groups: dict, base: Key, p_values: dict, seeds: list) -> dict:
-    """A row's p-values against the ``base`` row: the seed-level tests, then the paired
-    bootstrap's, pooled and per seed. Empty without a baseline row."""
-    if base not in groups:
-        return {}
-    if key == base:
-        names = ["welch", "permutation", "", *(f"seed{seed}" for seed in seeds)]
-        return {p_column(base[0], name): "baseline" for name in names}
-    bleus, base_bleus = _bleus(groups[key]), _bleus(groups[base])
-    cells = {p_column(base[0], "welch"): welch_p(bleus, base_bleus)}
-    cells[p_column(base[0], "permutation")] = permutation_p(bleus, base_bleus)
-    bootstrap = p_values.get(key, {})
-    cells[p_column(base[0])] = bootstrap.get("pooled")
-    for seed in seeds:
-        cells[p_column(base[0], f"seed{seed}")] = bootstrap.get(seed)
-    return cells
 
 
 # ------------------------------------------------------------------------ ablation_speed.json
@@ -364,6 +307,9 @@ CT2_METRICS = {
     "ct2_latency_beam_ms": ("CT2 beam ms/sent (batch 1)", 1),
 }
 ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
+# A job whose timing rounds spread by more than this (max / min - 1) was timed on a machine
+# busy enough to spoil them: quiet rounds differ by a few percent.
+BUSY_SPREAD = 0.5
 
 
 def ratio_key(metric: str, baseline_heads: int) -> str:
@@ -371,9 +317,10 @@ def ratio_key(metric: str, baseline_heads: int) -> str:
     return f"{metric}_vs_{baseline_heads}"
 
 
-# A job whose timing rounds spread by more than this (max / min - 1) was timed on a machine
-# busy enough to spoil them: quiet rounds differ by a few percent.
-BUSY_SPREAD = 0.5
+def spread_keys(metric: str) -> tuple[str, str]:
+    """``(latency_greedy_ms_min, latency_greedy_ms_max)``: the lowest and highest of the metric's
+    timing rounds (of a job, or of all the jobs of a row)."""
+    return f"{metric}_min", f"{metric}_max"
 
 
 def shown_metrics(data: dict) -> dict:
@@ -390,17 +337,11 @@ def shown_metrics(data: dict) -> dict:
     return shown
 
 
-def spread_keys(metric: str) -> tuple[str, str]:
-    """``(latency_greedy_ms_min, latency_greedy_ms_max)``: the lowest and highest of the metric's
-    timing rounds (of a job, or of all the jobs of a row)."""
-    return f"{metric}_min", f"{metric}_max"
-
-
 def round_spread(entry: dict) -> tuple[float, str] | None:
     """The widest spread of a job's or row's timing rounds, ``max / min - 1``, and its metric
     (peak memory is no timing); None without round ranges (files from before they were)."""
     spreads = []
-    for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):  # the timed ones
+    for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):
         low, high = (entry.get(k) for k in spread_keys(metric))
         if low and high:
             spreads.append((high / low - 1, metric))
@@ -462,10 +403,11 @@ def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dic
     measured = {job["name"] for job in data["jobs"]}
     not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
     unmeasured = [name for name in finished if name not in measured]
-    for name in (n for n in unmeasured if n in not_timed):
-        warnings.append(
-            f"{SPEED_FILE} has no figures for {name}; it was not timed: {not_timed[name]}"
-        )
+    warnings += [
+        f"{SPEED_FILE} has no figures for {name}; it was not timed: {not_timed[name]}"
+        for name in unmeasured
+        if name in not_timed
+    ]
     if unmeasured := [name for name in unmeasured if name not in not_timed]:
         warnings.append(
             f"{SPEED_FILE} has no figures for {', '.join(unmeasured)} (finished after it was "

@@ -1,6 +1,7 @@
 """The heads-ablation report's statistics: the parameter check, the seed-level tests (which
-decide the summary) and the paired bootstrap against the baseline row. Imported when Hydra
-starts: scipy and sacreBLEU are imported inside the functions that use them.
+decide the summary) and the paired bootstrap against the baseline row; what each means is
+docs/ablation.md, "The report". Imported when Hydra starts: scipy and sacreBLEU are imported
+inside the functions that use them.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def key_label(key: Key, kv_axis: bool) -> str:
     return f"heads={key[0]},kv_heads={key[1]}" if kv_axis else f"heads={key[0]}"
 
 
-# ------------------------------------------------------------------------ parameters
+def p_column(baseline: int, test: str = "") -> str:
+    """A p-value column named for the baseline's head count: ``p_vs_8`` (the paired
+    bootstrap), ``p_vs_8_welch``, ``p_vs_8_seed1``; ``p_vs_4_welch`` against 4 heads."""
+    return f"p_vs_{baseline}" + (f"_{test}" if test else "")
 
 
 def _counts(params: set) -> str:
@@ -49,7 +53,7 @@ def _counts(params: set) -> str:
 
 def check_equal_params(jobs: list) -> tuple[bool, str]:
     """Whether the finished jobs' parameter counts are what the sweep intends (False raises
-    the report's alarm: docs/ablation.md), and a sentence saying so."""
+    the report's alarm), and a sentence saying so."""
     by_key: dict[Key, set] = {}
     for job in (j for j in jobs if j.completed):
         by_key.setdefault(heads_key(job.results), set()).add(job.results.get("params"))
@@ -78,6 +82,11 @@ def check_equal_params(jobs: list) -> tuple[bool, str]:
 
 
 # ------------------------------------------------------------------------ across seeds
+
+
+def seed_bleus(jobs: list) -> list[float]:
+    """The jobs' test BLEU, one value per seed: the seed-level statistics' observations."""
+    return [j.results["bleu"] for j in jobs if j.results.get("bleu") is not None]
 
 
 def ci_of_mean(values: list[float]) -> tuple[float | None, float | None]:
@@ -141,7 +150,51 @@ def detected(*p_values: float | None) -> bool | None:
     return all(p < LEVEL for p in known) if known else None
 
 
-# ------------------------------------------------------------------------ paired bootstrap
+# ------------------------------------------------------------------------ all p-values
+
+
+def p_value_cells(
+    groups: dict, baseline: int | None, seeds: list, n_samples: int, warnings: list[str]
+) -> tuple[dict, str | None]:
+    """``({(heads, kv_heads): {column: p}}, bootstrap signature)``: each row's p-values against
+    the ``baseline`` row, the seed-level tests', then the paired bootstrap's, pooled and per
+    seed; no columns where there is no baseline row."""
+    base = (baseline, baseline)
+    if base not in groups:
+        return {key: {} for key in groups}, None
+    column = functools.partial(p_column, baseline)
+    cells, signature = {}, None
+    for key, jobs in groups.items():
+        if key == base:
+            names = ["welch", "permutation", "", *(f"seed{seed}" for seed in seeds)]
+            cells[key] = {column(name): "baseline" for name in names}
+            continue
+        bleus, base_bleus = seed_bleus(jobs), seed_bleus(groups[base])
+        cells[key] = {column("welch"): welch_p(bleus, base_bleus)}
+        cells[key][column("permutation")] = permutation_p(bleus, base_bleus)
+        bootstrap, tested = _bootstrap(jobs, groups[base], n_samples, warnings)
+        signature = tested or signature
+        cells[key][column()] = bootstrap.get("pooled")
+        cells[key] |= {column(f"seed{seed}"): bootstrap.get(seed) for seed in seeds}
+    return cells, signature
+
+
+def _bootstrap(jobs, base_jobs, n_samples: int, warnings: list[str]) -> tuple[dict, str | None]:
+    """``({seed: p, ..., "pooled": p}, signature)``: sacreBLEU's paired bootstrap of each job's
+    test hypotheses against the baseline row's job of the same seed, and of the seeds pooled."""
+    base = {}
+    for job in base_jobs:
+        base.setdefault(job.results.get("seed"), job)
+    per_seed, pooled, signature = {}, ([], [], []), None
+    for job in jobs:
+        seed = job.results.get("seed")
+        if seed in base and seed not in per_seed and (texts := _pair(job, base[seed], warnings)):
+            per_seed[seed], signature = _paired_p(*map(tuple, texts), n_samples)
+            for part, lines in zip(pooled, texts):
+                part.extend(lines)
+    if per_seed:  # one seed: the same pair as its own test, remembered by _paired_p
+        per_seed["pooled"], _ = _paired_p(*map(tuple, pooled), n_samples)
+    return per_seed, signature
 
 
 def _read_lines(path: Path) -> list[str] | None:
@@ -175,30 +228,3 @@ def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
         )
         return None
     return base_hyp, hyp, ref
-
-
-def significance(groups: dict, baseline: Key, n_samples, warnings) -> tuple[dict, str | None]:
-    """``{(heads, kv_heads): {"pooled": p, seed: p, ...}}``: paired bootstrap of each run's
-    test hypotheses against the baseline row's run of the same seed, per seed and pooled."""
-    base = {}
-    for job in groups.get(baseline, []):
-        base.setdefault(job.results.get("seed"), job)
-    out, signature = {}, None
-    for key, jobs in groups.items():
-        if key == baseline or not base:
-            continue
-        per_seed, pooled = {}, ([], [], [])
-        for job in jobs:
-            seed = job.results.get("seed")
-            if seed not in base or seed in per_seed:
-                continue
-            texts = _pair(job, base[seed], warnings)
-            if texts is None:
-                continue
-            per_seed[seed], signature = _paired_p(*map(tuple, texts), n_samples)
-            for part, lines in zip(pooled, texts):
-                part.extend(lines)
-        if per_seed:  # one seed: the same pair as its own test, remembered by _paired_p
-            per_seed["pooled"], _ = _paired_p(*map(tuple, pooled), n_samples)
-        out[key] = per_seed
-    return out, signature
