@@ -5,6 +5,7 @@ dangling symbolic link as run dir is one line before anything is created."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -264,6 +265,20 @@ def test_a_job_whose_dir_another_process_holds_gets_no_error_txt(tmp_path, cache
     assert proc.returncode != 0
     assert f"in use by another run (pid {holder.pid} on" in proc.stdout + proc.stderr
     assert not (sweep / "job" / "error.txt").exists()
+
+
+def test_a_full_disk_while_recording_a_failed_job_is_one_warning(tmp_path, monkeypatch, caplog):
+    """The sweep still reaches its closing line: the refused write is logged, never raised."""
+    from translate import io, sweeps
+
+    def full(path, *args, **kwargs):
+        raise io.WriteFailed(f"no space left on the device for {path}", errno.ENOSPC)
+
+    monkeypatch.setattr(io, "write", full)
+    sweeps._write_error(tmp_path, ValueError("heads=3 is bad"))
+    assert not (tmp_path / "error.txt").exists()
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "no space left" in caplog.records[0].getMessage()
 
 
 # -- a dangling symbolic link as run dir ------------------------------------------------------

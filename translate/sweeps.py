@@ -60,8 +60,9 @@ def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None
 def _write_error(job_dir: Path, error: BaseException) -> None:
     try:  # read by translate.analysis.ablation as the job's failure reason
         io.write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n", "sweep job error")
-    except OSError:
-        log.exception("could not write %s", job_dir / "error.txt")
+    except (OSError, UserError) as err:  # io.write's own refusals (a full disk) are UserErrors
+        # One line: the job's failure itself is in its log and in the sweep's closing line.
+        log.warning("could not write %s: %s", job_dir / "error.txt", err)
 
 
 class AblationReportCallback(Callback):

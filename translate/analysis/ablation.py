@@ -290,7 +290,7 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
 
 # ------------------------------------------------------------------------ ablation_speed.json
 
-SPEED_FILE = "ablation_speed.json"  # written by translate.analysis.speed
+SPEED_FILE = "ablation_speed.json"  # written by translate.ablation.speed
 SPEED_COMMAND = "python -m translate.ablation speed SWEEP_DIR"
 # Per-job and per-row metrics -> (column header in ablation.md, decimals shown).
 SPEED_METRICS = {
