@@ -22,7 +22,10 @@ from translate.io import write
 def _number(text: str):
     if text == "":
         return None
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:  # a commit or a machine's name
+        return text
     return int(value) if value.is_integer() and "." not in text else value
 
 
