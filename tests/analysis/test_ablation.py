@@ -295,12 +295,11 @@ def _speed_then_report_again(sweep: Path) -> None:
     and ablation.md/.csv not rewritten). The 4-head row is the baseline, and says so."""
     import torch
     from test_speed import TINY_SPEED
-    from test_speed import _script as speed_script
 
-    from translate.ablation import report
+    from translate.ablation import report, speed
 
     threads = torch.get_num_threads()  # the speed command sets 1 (its default)
-    assert speed_script().main([str(sweep), *TINY_SPEED, "--device", "cpu", "--no-ct2"]) == 0
+    assert speed.main([str(sweep), *TINY_SPEED, "--device", "cpu", "--no-ct2"]) == 0
     torch.set_num_threads(threads)
     speed = json.loads((sweep / "ablation_speed.json").read_text())
     assert speed["baseline_heads"] == 4
