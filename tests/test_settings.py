@@ -52,6 +52,7 @@ def test_how_a_job_runs_is_one_flag_for_the_resume_check_and_the_sweep_dir_names
         "trainer.progress_bar",
         "runtime.keep_freed_memory",
         "trainer.attention_heatmaps",
+        "trainer.heatmap_every_n_validations",
     }
     assert set(mechanics_keys()) == how
     assert set(MECHANICS) == how | {"task_name"}

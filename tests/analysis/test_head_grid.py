@@ -1,12 +1,13 @@
-"""The per-head heatmap figure (TensorBoard's Images tab and analyze's PNGs): a near-square grid
-at every head count, so that TensorBoard, which scales an image to its card's width, keeps the
-tokens large enough to read."""
+"""The per-head heatmap figures: analyze's PNGs a near-square grid at every head count, seen at
+their own size; training's TensorBoard images one head a row, sized so that the Images tab,
+which scales every image to its card's width, keeps each token at 12 px or more."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pytest
 import torch
+from matplotlib.text import Text
 
 from translate.analysis.figures import attention_figure
 
@@ -27,36 +28,54 @@ def test_heads_fill_a_near_square_grid(heads):
     assert 1 / 1.5 <= width / height <= (2.0 if heads == 2 else 1.5)
 
 
-def test_token_labels_of_four_heads_stay_legible_in_a_tensorboard_card():
-    card_px = 350  # the Images tab's default card width at 1600 px: the image is scaled to it
-    tokens = [f"▁Wort{i}" for i in range(18)]  # a dev sentence of the sample corpus's length
-    fig = attention_figure(torch.full((4, 18, 18), 1 / 18), tokens, tokens, "attention")
+@pytest.mark.parametrize("heads", [4, 16])
+def test_tensorboard_cards_keep_every_heads_tokens_legible(heads):
+    """Training's TensorBoard image, scaled by the Images tab to its 350 px card (measured at
+    1600x1300), shows every head's tokens at 12 px or more, none overlapping its neighbour:
+    the 2x2 grids this replaced came out 5-6 px."""
+    card_px = 350
+    # 16 tokens a side, the longest pair training draws, with long pieces.
+    src = [*(f"▁Großvater{i}" for i in range(15)), "</s>"]
+    tgt = ["<s>", *(f"▁grandfather{i}" for i in range(15))]
+    weights = torch.softmax(
+        torch.randn(heads, 16, 16, generator=torch.Generator().manual_seed(0)), -1
+    )
+    fig = attention_figure(weights, src, tgt, "attention/decoder_cross/layer0", card=True)
     fig.canvas.draw()
     scale = card_px / fig.canvas.get_width_height()[0]
-    label = fig.axes[0].get_yticklabels()[0].get_window_extent()
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == heads
+    for ax in panels:
+        for axis, lo, hi in (("x", "x0", "x1"), ("y", "y0", "y1")):
+            labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+            assert [t.get_text() for t in labels] == (src if axis == "x" else tgt)
+            assert all(t.get_fontsize() * fig.dpi / 72 * scale >= 12 for t in labels)
+            boxes = [t.get_window_extent() for t in labels]
+            spans = sorted((getattr(b, lo), getattr(b, hi)) for b in boxes)
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (axis, spans)
+    title = next(t for t in fig.findobj(Text) if t.get_text() == "attention/decoder_cross/layer0")
+    top = max(ax.title.get_window_extent().y1 for ax in panels)
+    assert title.get_window_extent().y0 >= top  # above head 0's, not over the first panel
     plt.close(fig)
-    assert label.height * scale >= 5  # pixels on screen; the 6 pt labels came out 3.7
 
 
-def test_tensorboard_gets_sixteen_heads_as_four_legible_images():
-    """A 4x4 grid cannot keep its tokens readable in a 350 px card; training's TensorBoard
-    images split the heads into 2x2 groups, titled by their real head numbers."""
-    from translate.analysis.figures import CARD_HEADS, attention_figures
+def test_tensorboard_gets_each_layers_heads_as_one_image():
+    """One image per layer and attention kind, whatever the head count: a 16-head layer is
+    one card, not four."""
+    from translate.analysis.figures import attention_figures
     from translate.nn.model import AttentionMaps
 
     weights = torch.softmax(
         torch.randn(1, 16, 5, 5, generator=torch.Generator().manual_seed(1)), -1
     )
-    maps = AttentionMaps(encoder=[weights], decoder_self=[], decoder_cross=[])
+    maps = AttentionMaps(encoder=[weights, weights], decoder_self=[weights], decoder_cross=[])
     tokens = [f"t{i}" for i in range(5)]
-    split = dict(attention_figures(maps, tokens, tokens, per_image=CARD_HEADS))
-    whole = dict(attention_figures(maps, tokens, tokens))
-    titles = {tag: [ax.get_title() for ax in fig.axes if ax.axison] for tag, fig in split.items()}
+    figures = dict(attention_figures(maps, tokens, tokens, card=True))
+    titles = {tag: [ax.get_title() for ax in fig.axes if ax.axison] for tag, fig in figures.items()}
     plt.close("all")
-    assert list(whole) == ["attention/encoder_self/layer0"]  # analyze's PNG: one 4x4 grid
     assert list(titles) == [
-        f"attention/encoder_self/layer0/heads_{a}-{a + 3}" for a in range(0, 16, 4)
+        "attention/encoder_self/layer0",
+        "attention/encoder_self/layer1",
+        "attention/decoder_self/layer0",
     ]
-    assert titles["attention/encoder_self/layer0/heads_12-15"] == [
-        f"head {h}" for h in range(12, 16)
-    ]
+    assert all(heads == [f"head {h}" for h in range(16)] for heads in titles.values())

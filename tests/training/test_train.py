@@ -75,9 +75,14 @@ def test_train_writes_results_checkpoints_and_tensorboard(trained_run):
                    "dev/ppl", "dev/bleu", "dev/chrf"):  # fmt: skip
         assert scalar in tags["scalars"], scalar
     assert [e.step for e in events.Scalars("dev/bleu")] == [4, 8]
-    heatmaps = {f"attention/{kind}/layer{i}" for kind in ("encoder_self", "decoder_self",
+    heatmaps = {f"viz/attention/{kind}/layer{i}" for kind in ("encoder_self", "decoder_self",
                 "decoder_cross") for i in (0, 1)}  # fmt: skip
-    assert heatmaps <= set(tags["images"])
+    assert set(tags["images"]) == heatmaps  # one image per layer and kind
+    # Drawn at the last validation only (the default draws every 10th), and listed after every
+    # scalar group: TensorBoard's Time Series tab sorts groups by name and opens the first two.
+    assert {e.step for tag in heatmaps for e in events.Images(tag)} == {8}
+    groups = {kind: {tag.split("/")[0] for tag in tags[kind]} for kind in ("scalars", "images")}
+    assert max(groups["scalars"]) < min(groups["images"])
     assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
 
 

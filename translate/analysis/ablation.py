@@ -34,6 +34,7 @@ BASELINE_HEADS = 8
 # runtime ones' older trainer.* names; tests/analysis/test_ablation.py checks the two agree.
 RUN_ONLY_KEYS = (
     *("trainer.resume", "trainer.overwrite", "trainer.progress_bar", "trainer.attention_heatmaps"),
+    "trainer.heatmap_every_n_validations",
     *("runtime.device", "runtime.num_threads", "runtime.keep_freed_memory"),
     *("data.cache_dir", "run_dir"),
     *("trainer.device", "trainer.num_threads", "trainer.keep_freed_memory"),

@@ -44,43 +44,57 @@ def head_grid(heads: int) -> tuple[int, int]:
     return math.ceil(heads / cols), cols
 
 
-def attention_figure(
-    weights: Tensor, keys: list[str], queries: list[str], title: str, first_head: int = 0
-):
-    """A grid with one heatmap per head of ``weights (H, T, S)``, numbered from ``first_head``."""
+# TensorBoard's Images tab scales every image to a 350 px wide card (measured at 1600x1300:
+# docs/measurements.md, TensorBoard). Training's heatmaps are drawn at that width, one head a
+# row, so their token labels reach the screen at FONT_PX, each in a CELL_PX row or column.
+CARD_PX, DPI, FONT_PX, CELL_PX = 350, 100, 12, 15
+# The longest sentence (tokens with EOS/BOS) whose heatmap keeps CELL_PX columns in the card,
+# beside a column of target tokens.
+CARD_TOKENS = 16
+
+
+def _card_size(heads: int, keys: list[str], queries: list[str]) -> tuple[float, float]:
+    """``(width, height)`` inches of one head a row in a TensorBoard card: each row a title,
+    ``CELL_PX`` per query and the rotated key labels below (a character is under 0.7 em)."""
+    labels = 0.7 * FONT_PX * max(map(len, keys)) + 2 * FONT_PX
+    return CARD_PX / DPI, heads * (2 * FONT_PX + CELL_PX * len(queries) + labels) / DPI
+
+
+def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title: str, card=False):
+    """One heatmap per head of ``weights (H, T, S)``: a near-square grid (``analyze``'s PNGs,
+    seen at their own size), or with ``card`` one head a row sized for TensorBoard's card."""
     heads = weights.size(0)
-    rows, cols = head_grid(heads)
-    size = max(2.5, 0.22 * max(len(keys), len(queries)))
-    # Labels fill most of the 0.22 in a token gets: TensorBoard's card scales a 2x2 grid to
-    # about 350 px, where the 6 pt this once was came out 3 px high.
-    font = 11
-    fig, axes = pyplot().subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    if card:
+        (rows, cols), font = (heads, 1), FONT_PX * 72 / DPI  # points
+        figsize = _card_size(heads, keys, queries)
+    else:
+        (rows, cols), font = head_grid(heads), 11
+        size = max(2.5, 0.22 * max(len(keys), len(queries)))
+        figsize = (size * cols, size * rows)
+    # Constrained: tight_layout leaves a tall card's title over its first head.
+    layout = "constrained" if card else "tight"
+    fig, axes = pyplot().subplots(
+        rows, cols, figsize=figsize, dpi=DPI, squeeze=False, layout=layout
+    )
     data = weights.float().cpu().numpy()
     for h, ax in enumerate(axes.flat):
         if h >= heads:
             ax.axis("off")
             continue
         ax.imshow(data[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_title(f"head {first_head + h}", fontsize=font)
+        ax.set_title(f"head {h}", fontsize=font)
         ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=font)
         ax.set_yticks(range(len(queries)), queries, fontsize=font)
     fig.suptitle(title, fontsize=font + 2)
-    fig.tight_layout()
     return fig
 
 
-# Heads in one TensorBoard image: its Images card is about 350 px wide, where a 2x2 grid's
-# tokens can be read and a 4x4 grid's cannot; more heads are split over several images.
-CARD_HEADS = 4
-
-
 def attention_figures(
-    maps: AttentionMaps, src: list[str], tgt: list[str], per_image: int | None = None
+    maps: AttentionMaps, src: list[str], tgt: list[str], card=False
 ) -> Iterator[tuple[str, Figure]]:
-    """``(tag, figure)`` for every layer of every attention type, for batch row 0: one grid of
-    every head, or with ``per_image`` groups of that many heads tagged ``.../heads_0-3``. One
-    figure at a time: a caller that closes each before the next holds one open, where 16 heads
-    make 24 (and matplotlib warns past 20)."""
+    """``(tag, figure)`` of every head for every layer of every attention type, batch row 0.
+    One figure at a time: a caller that closes each before the next holds one open, where
+    all of them at once would be 6 or more (and matplotlib warns past 20)."""
     kinds = (
         ("encoder_self", maps.encoder, src, src),
         ("decoder_self", maps.decoder_self, tgt, tgt),
@@ -90,17 +104,12 @@ def attention_figures(
         for layer, weights in enumerate(layers):
             w = weights[0, :, : len(queries), : len(keys)]  # (H, T, S), padding cut off
             tag = f"attention/{kind}/layer{layer}"
-            heads = w.size(0)
-            step = per_image if per_image and heads > per_image else heads
-            for first in range(0, heads, step):
-                name = tag if step == heads else f"{tag}/heads_{first}-{first + step - 1}"
-                part = w[first : first + step]  # (step, T, S)
-                yield name, attention_figure(part, keys, queries, name, first)
+            yield tag, attention_figure(w, keys, queries, tag, card)
 
 
 @torch.no_grad()
 def sentence_figures(
-    model: Seq2SeqTransformer, src_ids, tgt_ids, tok: Tokenizer, device, per_image=None
+    model: Seq2SeqTransformer, src_ids, tgt_ids, tok: Tokenizer, device, card=False
 ) -> Iterator[tuple[str, Figure]]:
     """:func:`attention_figures` of one sentence pair (ids without specials): the model sees
     ``src + EOS`` and ``BOS + tgt``, labelled with their pieces."""
@@ -110,13 +119,19 @@ def sentence_figures(
         maps = model.attention_maps(src, tgt_in)
     src_labels = [*tok.pieces(src_ids), "</s>"]
     tgt_labels = ["<s>", *tok.pieces(tgt_ids)]
-    return attention_figures(maps, src_labels, tgt_labels, per_image)
+    return attention_figures(maps, src_labels, tgt_labels, card)
+
+
+# Training's heatmaps in TensorBoard: a group that sorts after the scalar groups (dev, heads,
+# hparam, train), so that the Time Series tab, which lists groups by name and opens the first
+# two, opens with the curves.
+TENSORBOARD_GROUP = "viz"
 
 
 def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int) -> None:
-    """:func:`sentence_figures` to TensorBoard, :data:`CARD_HEADS` heads an image."""
-    for tag, figure in sentence_figures(model, src_ids, tgt_ids, tokenizer, device, CARD_HEADS):
-        writer.add_figure(tag, figure, step)  # closes the figure
+    """:func:`sentence_figures` to TensorBoard, one card-sized image per layer and kind."""
+    for tag, figure in sentence_figures(model, src_ids, tgt_ids, tokenizer, device, card=True):
+        writer.add_figure(f"{TENSORBOARD_GROUP}/{tag}", figure, step)  # closes the figure
 
 
 def log_hparams(writer, hparams: dict, metrics: dict, leading=(), trial: str = "") -> None:

@@ -136,11 +136,18 @@ class TrainerSettings:
     )
     progress_bar: bool = doc("show a progress bar", "flag", "true | false", mechanics=True)
     attention_heatmaps: bool = doc(
-        "at each validation, every head's attention on one dev pair to TensorBoard's Images "
-        "(drawing them takes a fixed time per figure: 6 figures a validation at 4 heads or "
-        "fewer, 24 at 16)",
+        "every head's attention on one dev pair to TensorBoard (group viz, one image per layer "
+        "and attention kind, drawn for its Images tab), at the validations "
+        "heatmap_every_n_validations picks",
         "flag",
         "true | false",
+        mechanics=True,
+    )
+    heatmap_every_n_validations: int = doc(
+        "draw the heatmaps at every Nth validation and at the last (each drawing takes a "
+        "second or so per layer and attention kind)",
+        "validations",
+        check=positive,
         mechanics=True,
     )
     deterministic: bool = doc(

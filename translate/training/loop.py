@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from translate.analysis.figures import log_attention
+from translate.analysis.figures import CARD_TOKENS, log_attention
 from translate.checkpoint import non_finite
 from translate.data.batching import Batch, TokenBatchSampler, collate
 from translate.data.corpus import EncodedSplit
@@ -219,6 +219,7 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
     if validate_now and run.dist.is_main:  # the other ranks wait for its verdict
         improved = _validate(run)
         stop_reason = stop_reason or early_stopped(p, t)
+        _log_heatmaps(run, last=stop_reason is not None)
     if validate_now and run.dist.enabled:
         stop_reason = distributed.broadcast(stop_reason)  # early stopping
     if validate_now or stop_reason or p.step % t.checkpoint_every_n_steps == 0:
@@ -253,8 +254,6 @@ def _validate(run: Run) -> bool:
         ("chrf", scores["chrf"]),
     ):
         run.writer.add_scalar(f"dev/{name}", value, p.step)
-    if run.settings.trainer.attention_heatmaps:
-        _log_heatmaps(run)
     p.last_val_step, p.last_dev_loss = p.step, loss
     broken = _never_best(run, loss)
     improved = broken is None and scores["bleu"] > p.best_dev_bleu
@@ -283,20 +282,23 @@ def _never_best(run: Run, dev_loss: float) -> str | None:
     return None if math.isfinite(dev_loss) else "the dev loss is not finite"
 
 
-def _log_heatmaps(run: Run) -> None:
-    """Every head's attention on the first dev pair within ``data.eval_max_len`` (a longer
-    one's heatmap would be unreadable, and its cost quadratic)."""
-    valid, cap = run.corpus.splits["valid"], run.corpus.eval_max_len
-    longest = np.maximum(valid.src_lens, valid.tgt_lens)  # (N,) tokens with EOS/BOS
-    fits = np.flatnonzero(longest <= (cap or longest.max(initial=0)))
-    if not len(fits):
+def _log_heatmaps(run: Run, last: bool) -> None:
+    """Every head's attention on the first dev pair that fits a TensorBoard card (else the
+    shortest), at every ``trainer.heatmap_every_n_validations``-th validation and the last:
+    each drawing costs a second or so, and the last shows the model the run ends with."""
+    t, valid = run.settings.trainer, run.corpus.splits["valid"]
+    every = t.val_every_n_steps * t.heatmap_every_n_validations
+    due = last or run.progress.step % every == 0
+    if not (t.attention_heatmaps and due and len(valid.src_lens)):
         return
-    first = int(fits[0])
+    longest = np.maximum(valid.src_lens, valid.tgt_lens)  # (N,) tokens with EOS/BOS
+    fits = np.flatnonzero(longest <= CARD_TOKENS)
+    pair = int(fits[0]) if len(fits) else int(np.argmin(longest))
     log_attention(
         run.writer,
         run.model,
-        list(valid.src_ids[first]),
-        list(valid.tgt_ids[first]),
+        list(valid.src_ids[pair]),
+        list(valid.tgt_ids[pair]),
         run.corpus.tokenizer,
         run.trainer.device,
         run.progress.step,
