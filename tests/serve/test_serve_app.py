@@ -65,6 +65,32 @@ def test_alignments_are_the_best_heads_pharaoh_lines(client):
         assert all(0 <= i < len(sentence.split()) for i, _ in links)
 
 
+@pytest.fixture(scope="module")
+def beam_client(ckpt) -> TestClient:
+    service = load_service(serve_command(f"checkpoint={ckpt}", "decode.beam_size=3"))
+    return TestClient(create_app(service, LIMITS))
+
+
+def test_nbest_lists_are_best_first_and_start_with_the_translation(beam_client):
+    plain = beam_client.post("/translate", json={"text": SENTENCES}).json()["translations"]
+    answer = beam_client.post("/translate", json={"text": SENTENCES, "nbest": 3})
+    assert answer.status_code == 200, answer.text
+    for alone, got in zip(plain, answer.json()["translations"]):
+        scores = [h["score"] for h in got["nbest"]]
+        assert 1 <= len(scores) <= 3 and scores == sorted(scores, reverse=True)
+        assert all(s <= 0 for s in scores)  # normalised sums of log-probabilities
+        assert got["translation"] == got["nbest"][0]["translation"] == alone["translation"]
+
+
+def test_nbest_beyond_the_beam_is_refused_in_one_line(client, beam_client):
+    check_refused(client.post("/translate", json={"text": ["a"], "nbest": 2}), 400, "beam_size=1")
+    one = client.post("/translate", json={"text": ["Hund"], "nbest": 1}).json()["translations"]
+    assert one[0]["nbest"][0]["translation"] == one[0]["translation"]
+    for bad in (0, "2", True, 1.5):
+        check_refused(beam_client.post("/translate", json={"text": ["a"], "nbest": bad}), 400, "")
+    assert_still_serving(beam_client)
+
+
 def entropy(rows: list[list[float]]) -> float:
     """Mean entropy (nats) of the rows of one head."""
     return sum(-sum(p * math.log(p) for p in row if p > 0) for row in rows) / len(rows)
@@ -202,11 +228,13 @@ def test_an_export_translates_and_takes_its_heads_from_the_checkpoint(exported, 
         exported_client = TestClient(create_app(service, LIMITS))
         answer = exported_client.post("/translate", json={"text": SENTENCES})
         assert answer.json()["translations"] == ours["translations"]  # the same greedy argmax
+    alone_client = TestClient(create_app(alone, LIMITS))
     check_refused(
-        TestClient(create_app(alone, LIMITS)).post("/attention", json={"text": "Hund"}),
+        alone_client.post("/attention", json={"text": "Hund"}),
         501,
         "CTranslate2 gives no per-head attention weights",
     )
+    check_refused(alone_client.post("/translate", json={"text": ["a"], "nbest": 1}), 501, "torch")
     seen = TestClient(create_app(beside, LIMITS)).post("/attention", json={"text": SENTENCES[0]})
     assert seen.status_code == 200
     assert seen.json() == client.post("/attention", json={"text": SENTENCES[0]}).json()

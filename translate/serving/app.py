@@ -18,7 +18,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
-from translate.serving.service import NoHeads, Service
+from translate.serving.service import Refused, Service
 
 PAGE = Path(str(importlib.resources.files("translate"))) / "resources" / "serve"
 
@@ -29,24 +29,14 @@ class Limits:
     max_body_bytes: int
 
 
-class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def create_app(service: Service, limits: Limits) -> FastAPI:
     # No /docs: Swagger's page loads its scripts from a CDN.
     app = FastAPI(title="translate", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=PAGE), name="static")
 
-    @app.exception_handler(BadRequest)
-    async def bad_request(request: Request, err: BadRequest) -> JSONResponse:
+    @app.exception_handler(Refused)
+    async def refused(request: Request, err: Refused) -> JSONResponse:
         return JSONResponse({"error": str(err)}, status_code=err.status)
-
-    @app.exception_handler(NoHeads)
-    async def no_heads(request: Request, err: NoHeads) -> JSONResponse:
-        return JSONResponse({"error": str(err)}, status_code=501)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -54,12 +44,15 @@ def create_app(service: Service, limits: Limits) -> FastAPI:
 
     @app.post("/translate")
     async def translate(request: Request) -> dict:
-        body = await json_body(request, limits.max_body_bytes, {"text", "alignments"})
+        keys = {"text", "alignments", "nbest"}
+        body = await json_body(request, limits.max_body_bytes, keys)
         texts = sentences(body.get("text"), limits.max_sentences)
-        alignments = body.get("alignments", False)
+        alignments, nbest = body.get("alignments", False), body.get("nbest")
         if not isinstance(alignments, bool):
-            raise BadRequest(f'"alignments" must be true or false, not {alignments!r}')
-        answers = await run_in_threadpool(service.translate, texts, alignments)
+            raise Refused(f'"alignments" must be true or false, not {alignments!r}')
+        if nbest is not None and (type(nbest) is not int or nbest < 1):
+            raise Refused(f'"nbest" must be a whole number >= 1, not {nbest!r}')
+        answers = await run_in_threadpool(service.translate, texts, alignments, nbest)
         return {"translations": answers, "warnings": service.truncated(texts)}
 
     @app.post("/attention")
@@ -67,9 +60,9 @@ def create_app(service: Service, limits: Limits) -> FastAPI:
         body = await json_body(request, limits.max_body_bytes, {"text"})
         text = body.get("text")
         if not isinstance(text, str):
-            raise BadRequest(f'"text" must be one sentence, a string; got {_kind(text)}')
+            raise Refused(f'"text" must be one sentence, a string; got {_kind(text)}')
         if not text.strip():
-            raise BadRequest('"text" is empty; send a sentence to translate')
+            raise Refused('"text" is empty; send a sentence to translate')
         answer = await run_in_threadpool(service.attention, text)
         return {**answer, "warnings": service.truncated([text])}
 
@@ -79,7 +72,7 @@ def create_app(service: Service, limits: Limits) -> FastAPI:
 async def json_body(request: Request, max_bytes: int, keys: set[str]) -> dict:
     """The request's JSON object, refused when over ``max_bytes`` (counted as it arrives),
     not UTF-8, not JSON, or with keys other than ``keys``."""
-    too_big = BadRequest(f"the body is over {max_bytes} bytes (max_body_bytes)", 413)
+    too_big = Refused(f"the body is over {max_bytes} bytes (max_body_bytes)", 413)
     if int(request.headers.get("content-length") or 0) > max_bytes:
         raise too_big
     raw = bytearray()
@@ -90,34 +83,34 @@ async def json_body(request: Request, max_bytes: int, keys: set[str]) -> dict:
     try:
         body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise BadRequest("the body is not UTF-8 text; send JSON in UTF-8") from None
+        raise Refused("the body is not UTF-8 text; send JSON in UTF-8") from None
     except json.JSONDecodeError as err:
-        raise BadRequest(f"the body is not valid JSON ({err})") from None
+        raise Refused(f"the body is not valid JSON ({err})") from None
     if not isinstance(body, dict):
-        raise BadRequest(f'send a JSON object such as {{"text": ...}}, not {_kind(body)}')
+        raise Refused(f'send a JSON object such as {{"text": ...}}, not {_kind(body)}')
     unknown = sorted(set(body) - keys)
     if unknown:
-        raise BadRequest(f"unknown key {unknown[0]!r}; this endpoint takes {sorted(keys)}")
+        raise Refused(f"unknown key {unknown[0]!r}; this endpoint takes {sorted(keys)}")
     return body
 
 
 def sentences(text, max_sentences: int) -> list[str]:
     """``text`` checked: a list of 1 to ``max_sentences`` strings, none blank."""
     if not isinstance(text, list):
-        raise BadRequest(f'"text" must be a list of sentences (strings); got {_kind(text)}')
+        raise Refused(f'"text" must be a list of sentences (strings); got {_kind(text)}')
     if not text:
-        raise BadRequest('"text" is an empty list; send at least one sentence')
+        raise Refused('"text" is an empty list; send at least one sentence')
     if len(text) > max_sentences:
-        raise BadRequest(
+        raise Refused(
             f"{len(text)} sentences in one request; this server takes at most {max_sentences} "
             "(max_sentences): split them",
             413,
         )
     for n, item in enumerate(text):
         if not isinstance(item, str):
-            raise BadRequest(f'"text"[{n}] must be a string; got {_kind(item)}')
+            raise Refused(f'"text"[{n}] must be a string; got {_kind(item)}')
         if not item.strip():
-            raise BadRequest(f'"text"[{n}] is empty; send a sentence to translate')
+            raise Refused(f'"text"[{n}] is empty; send a sentence to translate')
     return text
 
 
