@@ -101,10 +101,10 @@ def test_attention_has_every_head_as_rows_of_weights(client, service):
     assert answer.status_code == 200, answer.text
     seen = answer.json()
     model = service.translator.model
-    src, tgt = seen["source_tokens"], seen["target_tokens"]
-    assert src[-1] == "</s>" and tgt[0] == "<s>"
+    src, tgt, out = seen["source_tokens"], seen["target_tokens"], seen["output_tokens"]
+    assert src[-1] == "</s>" and tgt[0] == "<s>" and out == [*tgt[1:], "</s>"]
     assert "".join(tgt[1:]).replace("\u2581", " ").strip() == seen["translation"]
-    shapes = {"encoder": (src, src), "decoder_self": (tgt, tgt), "decoder_cross": (tgt, src)}
+    shapes = {"encoder": (src, src), "decoder_self": (tgt, tgt), "decoder_cross": (out, src)}
     for kind, (queries, keys) in shapes.items():
         layers = seen["attention"][kind]
         assert len(layers) == model.num_layers[kind]

@@ -64,7 +64,8 @@ def sentence_attention(
     best = min(cross, key=lambda s: s.entropy)
     return {
         "source_tokens": [*src_pieces, "</s>"],  # the encoder's keys and queries
-        "target_tokens": ["<s>", *tgt_pieces],  # the decoder's queries: BOS, then the output
+        "target_tokens": ["<s>", *tgt_pieces],  # the decoder's inputs: BOS, then the output
+        "output_tokens": [*tgt_pieces, "</s>"],  # what each decoder query predicts
         "attention": weights,
         "entropy": entropy,
         "degenerate": degenerate,

@@ -2,10 +2,15 @@
 // layer. No library: every file the page needs is served by translate.serve itself.
 "use strict";
 
+// Cross-attention rows are labelled with the token each query predicts, so that a row reads
+// as the alignment does ("soup" looks at "Suppe"); self-attention rows with the query's own.
 const KINDS = {
-  encoder: { name: "encoder self-attention", rows: "source_tokens", cols: "source_tokens" },
-  decoder_self: { name: "decoder self-attention", rows: "target_tokens", cols: "target_tokens" },
-  decoder_cross: { name: "cross-attention", rows: "target_tokens", cols: "source_tokens" },
+  encoder: { name: "encoder self-attention", rows: "source_tokens", cols: "source_tokens",
+    axes: "rows are source tokens, columns the source tokens each looks at" },
+  decoder_self: { name: "decoder self-attention", rows: "target_tokens", cols: "target_tokens",
+    axes: "rows are the decoder's input tokens, columns the earlier ones each looks at" },
+  decoder_cross: { name: "cross-attention", rows: "output_tokens", cols: "source_tokens",
+    axes: "rows are the output tokens, as each is predicted; columns the source tokens it looks at" },
 };
 const CELL = 22; // px per weight: room for a 13 px label beside each row and column
 const FONT = "13px system-ui, sans-serif";
@@ -63,8 +68,8 @@ function show() {
     return button;
   }));
   const k = KINDS[view.kind];
-  $("axes").textContent = `${k.name}, layer ${view.layer}: rows are queries (${k.rows.replace("_tokens", "")}), ` +
-    "columns the keys they look at; darker is more weight (each row sums to 1). Hover a cell to read it.";
+  $("axes").textContent = `${k.name}, layer ${view.layer}: ${k.axes}; darker is more weight ` +
+    "(each row sums to 1). Hover a cell to read it.";
   drawGrid();
 }
 
