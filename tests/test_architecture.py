@@ -47,7 +47,7 @@ ALLOWED = {
     | {"scoring"},
     # Benchmarks: commands that measure every layer below them.
     "bench": {"nn", "data", "decoding", "analysis", "training", "schema", "settings", "checkpoint"}
-    | {"cli", "scoring"},
+    | {"cli", "scoring", "serving"},
     # The web server: a loaded model's translations and heads.
     "serving": {"nn", "data", "decoding", "analysis", "schema", "settings"},
     # The heads study's commands: the sweep report (translate.sweeps) and the speed benchmark.

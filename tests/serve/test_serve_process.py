@@ -3,24 +3,15 @@ never mixing up concurrent requests, stopped by Ctrl-C without a traceback."""
 
 from __future__ import annotations
 
-import json
-import os
-import queue
-import re
 import signal
-import subprocess
-import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import pytest
 from conftest import ROOT, assert_one_line_error, run_cli
 
 pytest.importorskip("uvicorn", reason='no serve extra: pip install -e ".[serve]"')
+
+from translate.serving.process import server_process  # noqa: E402
 
 SAMPLE = (ROOT / "translate" / "resources" / "sample" / "test.de").read_text("utf-8").splitlines()
 # Outputs as long as their sources: the tiny model's translations then differ by sentence, so a
@@ -34,72 +25,8 @@ def ckpt(trained_run) -> str:
     return trained_run[1]["checkpoint"]
 
 
-class Server:
-    def __init__(self, proc: subprocess.Popen, url: str, stderr: list[str]) -> None:
-        self.proc, self.url, self.stderr = proc, url, stderr
-
-    def post(self, path: str, body: dict) -> tuple[int, dict]:
-        request = urllib.request.Request(
-            self.url + path.lstrip("/"),
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as answer:
-                return answer.status, json.load(answer)
-        except urllib.error.HTTPError as err:
-            return err.code, json.load(err)
-
-
-@contextmanager
-def started(ckpt: str, *args: str):
-    """The server on a free port, once its start line names the URL and it answers ``/``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "translate.serve", f"checkpoint={ckpt}", "port=0", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    lines: queue.Queue[str | None] = queue.Queue()
-    stderr: list[str] = []
-
-    def read() -> None:
-        for line in proc.stderr:
-            stderr.append(line)
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        url = wait_for_url(lines, time.monotonic() + START_S, stderr)
-        server = Server(proc, url, stderr)
-        wait_until_answering(server.url, time.monotonic() + START_S)
-        yield server
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-
-
-def wait_for_url(lines: queue.Queue, deadline: float, stderr: list[str]) -> str:
-    while True:
-        line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
-        if line is None:
-            pytest.fail(f"the server stopped before serving: {''.join(stderr)}")
-        found = re.search(r"serving on (http://\S+/)", line)
-        if found:
-            return found[1]
-
-
-def wait_until_answering(url: str, deadline: float) -> None:
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=10) as answer:
-                assert answer.status == 200
-                return
-        except (urllib.error.URLError, ConnectionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # a poll's pause, not a wait for readiness
+def started(ckpt: str, *overrides: str):
+    return server_process([f"checkpoint={ckpt}", *overrides], START_S)
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +74,6 @@ def test_ctrl_c_stops_it_in_one_line(ckpt):
     with started(ckpt) as running:
         assert running.post("/translate", {"text": ["Der Hund."]})[0] == 200
         running.proc.send_signal(signal.SIGINT)
-        assert running.proc.wait(timeout=60) == 0
+        assert running.stopped() == 0
     stderr = "".join(running.stderr)
     assert "Traceback" not in stderr and stderr.rstrip().endswith("server stopped")
