@@ -19,6 +19,7 @@ from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
 from translate.schema.commands import ServeCommand
+from translate.serving.service import Service
 from translate.settings import analysis_settings, command_settings, decode_overrides
 
 INSTALL = 'pip install -e ".[serve]"'
@@ -36,10 +37,8 @@ def import_web():
     return uvicorn, app
 
 
-def load_service(command: ServeCommand):
+def load_service(command: ServeCommand) -> Service:
     """The :class:`~translate.serving.service.Service` of the command's model(s)."""
-    from translate.serving.service import Service
-
     overrides = decode_overrides(command.decode)
     loaded = load_engine(command, overrides)
     print(describe_decode(loaded.translator.decode, overrides), file=sys.stderr)
@@ -47,8 +46,8 @@ def load_service(command: ServeCommand):
     if command.engine != "torch" and command.checkpoint is not None:
         r = command.runtime
         heads = load_translator(command.checkpoint, r.device, r.precision, overrides)
-    config = (heads or loaded).config
-    thresholds = analysis_settings(config["analysis"]).degenerate if heads else None
+    # Degenerate heads as the checkpoint's run labels them (its analysis settings).
+    thresholds = analysis_settings(heads.config["analysis"]).degenerate if heads else None
     return Service(loaded, heads, thresholds)
 
 
