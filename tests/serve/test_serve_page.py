@@ -4,6 +4,7 @@ head heatmaps (checked in its DOM and on a screenshot). Skips only where no Chro
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from matplotlib.image import imread  # noqa: E402
 from translate.schema.commands import ServeCommand  # noqa: E402
 from translate.serve import bound_socket, load_service  # noqa: E402
 from translate.serving.app import Limits, create_app  # noqa: E402
+from translate.serving.service import Service  # noqa: E402
 from translate.settings import command_settings  # noqa: E402
 
 TEXT = "Zwei Männer spielen Fußball im Park."
@@ -45,9 +47,9 @@ def service(trained_run):
     return load_service(command)
 
 
-@pytest.fixture(scope="module")
-def url(service):
-    """The app served by uvicorn in a thread of this process, on a free port."""
+@contextlib.contextmanager
+def served(service):
+    """``service``'s app served by uvicorn in a thread of this process, on a free port."""
     sock = bound_socket("127.0.0.1", 0)
     app = create_app(service, Limits(max_sentences=8, max_body_bytes=65536))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
@@ -56,6 +58,12 @@ def url(service):
     yield f"http://127.0.0.1:{sock.getsockname()[1]}/?text={urllib.parse.quote(TEXT)}"
     server.should_exit = True
     thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def url(service):
+    with served(service) as address:
+        yield address
 
 
 def browse(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -87,6 +95,17 @@ def test_the_page_shows_the_translation_and_a_grid_of_heads(url, service, tmp_pa
     assert [int(n) for _, n in cards] == list(range(heads))
     assert [best for best, _ in cards].count(" best") == 1  # the page opens at the best's layer
     assert "lowest mean entropy" in dom  # says how it chose the best head
+
+
+def test_without_heads_the_page_translates_and_says_why(service, tmp_path):
+    """A CTranslate2 export served alone: the translation, the 501's line, no grid."""
+    with served(Service(service.loaded, None, None)) as address:
+        dom = browse(address, tmp_path, "--dump-dom").stdout
+    expected = service.translator.translate([TEXT])[0]
+    translation = re.search(r'<p id="translation">(.*?)</p>', dom)[1]
+    assert translation == expected.replace("&", "&amp;").replace("<", "&lt;")
+    assert 'data-state="no-heads"' in dom and "no per-head attention weights" in dom
+    assert '<div id="grid" hidden=""></div>' in dom
 
 
 def test_the_screenshot_shows_heatmaps(url, tmp_path):

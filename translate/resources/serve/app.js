@@ -22,19 +22,25 @@ function setStatus(text, state) {
   $("status").dataset.state = state;
 }
 
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const answer = await response.json();
+  if (!response.ok) throw Object.assign(new Error(answer.error || response.statusText), { status: response.status });
+  return answer;
+}
+
 async function translate(text) {
   setStatus("translating…", "loading");
   history.replaceState(null, "", "?text=" + encodeURIComponent(text));
   let answer;
   try {
-    const response = await fetch("/attention", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ text }),
-    });
-    answer = await response.json();
-    if (!response.ok) throw new Error(answer.error || response.statusText);
+    answer = await post("/attention", { text });
   } catch (err) {
+    if (err.status === 501) return translationOnly(text, err.message); // an export alone
     setStatus(err.message, "error");
     return;
   }
@@ -45,9 +51,24 @@ async function translate(text) {
   setStatus("", "ready");
 }
 
+// A server without our model (a CTranslate2 export alone) translates but shows no heads.
+async function translationOnly(text, why) {
+  try {
+    const answer = await post("/translate", { text: [text] });
+    $("result").hidden = false;
+    $("translation").textContent = answer.translations[0].translation;
+    $("warnings").replaceChildren(...answer.warnings.map((w) => Object.assign(document.createElement("li"), { textContent: w })));
+    for (const id of ["best", "controls", "axes", "grid"]) $(id).hidden = true;
+    setStatus(why, "no-heads");
+  } catch (err) {
+    setStatus(err.message, "error");
+  }
+}
+
 function show() {
   const d = view.data;
   $("result").hidden = false;
+  for (const id of ["best", "controls", "axes", "grid"]) $(id).hidden = false;
   $("translation").textContent = d.translation || "(empty translation)";
   $("warnings").replaceChildren(...d.warnings.map((w) => Object.assign(document.createElement("li"), { textContent: w })));
   const b = d.best_head;
