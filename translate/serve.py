@@ -19,7 +19,7 @@ from translate.decoding.engine_switch import describe_decode, load_engine
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
 from translate.schema.commands import ServeCommand
-from translate.serving.service import Service
+from translate.serving.service import NO_HEADS, Service
 from translate.settings import analysis_settings, command_settings, decode_overrides
 
 INSTALL = 'pip install -e ".[serve]"'
@@ -46,6 +46,9 @@ def load_service(command: ServeCommand) -> Service:
     if command.engine != "torch" and command.checkpoint is not None:
         r = command.runtime
         heads = load_translator(command.checkpoint, r.device, r.precision, overrides)
+        print(f"attention: the heads of {command.checkpoint}", file=sys.stderr)
+    elif heads is None:
+        print(f"attention: none; {NO_HEADS}", file=sys.stderr)
     # Degenerate heads as the checkpoint's run labels them (its analysis settings).
     thresholds = analysis_settings(heads.config["analysis"]).degenerate if heads else None
     return Service(loaded, heads, thresholds)

@@ -218,11 +218,15 @@ def exported(ckpt, tmp_path_factory) -> str:
     return str(folder)
 
 
-def test_an_export_translates_and_takes_its_heads_from_the_checkpoint(exported, ckpt, client):
+def test_an_export_translates_and_takes_its_heads_from_the_checkpoint(
+    exported, ckpt, client, capsys
+):
     alone = load_service(serve_command("engine=ctranslate2", f"model_dir={exported}"))
+    assert "attention: none; CTranslate2 gives no per-head" in capsys.readouterr().err
     beside = load_service(
         serve_command("engine=ctranslate2", f"model_dir={exported}", f"checkpoint={ckpt}")
     )
+    assert f"attention: the heads of {ckpt}" in capsys.readouterr().err
     ours = client.post("/translate", json={"text": SENTENCES}).json()
     for service in (alone, beside):
         exported_client = TestClient(create_app(service, LIMITS))
