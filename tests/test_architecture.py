@@ -30,6 +30,7 @@ ENTRY_LAYER = {
     "translate.analyze",
     "translate.average",
     "translate.export",
+    "translate.serve",
     "translate.data.__main__",
     # The benchmark that reads conf/ as the commands do (a preset, the optimizer's YAML).
     "translate.bench.train",
@@ -46,7 +47,9 @@ ALLOWED = {
     | {"scoring"},
     # Benchmarks: commands that measure every layer below them.
     "bench": {"nn", "data", "decoding", "analysis", "training", "schema", "settings", "checkpoint"}
-    | {"cli", "scoring"},
+    | {"cli", "scoring", "serving"},
+    # The web server: a loaded model's translations and heads.
+    "serving": {"nn", "data", "decoding", "analysis", "schema", "settings"},
     # The heads study's commands: the sweep report (translate.sweeps) and the speed benchmark.
     "ablation": {"nn", "data", "decoding", "analysis", "training", "schema", "settings"}
     | {"checkpoint", "cli", "sweeps", "bench"},

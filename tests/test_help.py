@@ -23,6 +23,7 @@ COMMANDS = {
     "translate.export": "export",
     "translate.average": "average",
     "translate.data": "inspect_data",
+    "translate.serve": "serve",
 }
 # A config group's name -> its settings dataclass, as training reads the group.
 GROUPS = typing.get_type_hints(TrainSettings)
@@ -90,6 +91,7 @@ PLAIN_HELP = [
     "translate.ablation.report",
     "translate.ablation.speed",
     *(f"translate.bench.{name}" for name in ("attention", "decode", "gpu", "ladder", "train")),
+    "translate.bench.serve",
 ]
 
 

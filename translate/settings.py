@@ -45,6 +45,7 @@ from translate.schema.commands import (
     EvaluateCommand,
     ExportCommand,
     InspectDataCommand,
+    ServeCommand,
     TranslateCommand,
 )
 from translate.schema.decoding import DecodeOverrides
@@ -297,6 +298,7 @@ COMMANDS = {
     "export": ExportCommand,
     "average": AverageCommand,
     "inspect_data": InspectDataCommand,
+    "serve": ServeCommand,
 }
 
 

@@ -5,6 +5,9 @@ Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation p
 to stdout (or ``output=<file>``, never the input or a file of a run): lines end at ``\n`` (or
 ``\r\n``) alone, and empty lines give empty lines. Lines longer than the run's
 ``data.eval_max_len`` are truncated, with a warning on stderr.
+
+On a terminal (stdin a TTY, neither ``input=`` nor ``output=``) it is a prompt instead: the
+model loaded once, each line translated as it is entered, until Ctrl-D (or Ctrl-C).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, run_command
 from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.engine_switch import describe_decode, load_engine
+from translate.decoding.translator import Translator
 from translate.io import STDOUT, check_output_file
 from translate.schema.commands import TranslateCommand
 from translate.settings import command_settings, decode_overrides
@@ -25,18 +29,42 @@ from translate.settings import command_settings, decode_overrides
 STDIN = "/dev/stdin"  # the file standard input reads, where it is one
 
 
-def translate_lines(command: TranslateCommand, lines: list[str]) -> list[str]:
+def load(command: TranslateCommand) -> Translator:
     overrides = decode_overrides(command.decode)
     loaded = load_engine(command, overrides)
     # stdout carries translations only: what they were decoded with goes to stderr.
     print(describe_decode(loaded.translator.decode, overrides), file=sys.stderr)
-    return loaded.translator.translate(lines)
+    return loaded.translator
+
+
+def translate_lines(command: TranslateCommand, lines: list[str]) -> list[str]:
+    return load(command).translate(lines)
+
+
+def prompt(command: TranslateCommand) -> None:
+    """Translate each line typed until Ctrl-D or Ctrl-C; the prompt goes to stderr, so that
+    stdout still carries translations only."""
+    translator = load(command)
+    print("type German, Enter translates; Ctrl-D ends", file=sys.stderr)
+    try:
+        while True:
+            print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line:  # Ctrl-D
+                break
+            print(translator.translate([line.rstrip("\r\n")])[0], flush=True)
+    except KeyboardInterrupt:
+        pass
+    print(file=sys.stderr)  # the shell's prompt starts a line of its own
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="translate")
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
     command = command_settings(TranslateCommand, cfg)
+    if command.input is None and command.output is None and sys.stdin and sys.stdin.isatty():
+        prompt(command)
+        return
     source = command.input
     # A bad output fails now, not after all the decoding; it never replaces what is read.
     # Standard input too: `< out.en` with output=out.en would replace what is being read.

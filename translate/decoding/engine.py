@@ -10,7 +10,8 @@ from typing import Protocol
 import torch
 
 from translate.data.batching import collate
-from translate.decoding.generate import STRATEGIES, generate
+from translate.decoding.generate import SPECIAL_IDS, STRATEGIES, generate, taken_by
+from translate.decoding.search import beam_search
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime.device import autocast, eval_mode
 from translate.schema import DecodeSettings
@@ -40,3 +41,16 @@ class TorchEngine:
         rows = collate([(i, ids, []) for i, ids in enumerate(src_ids)]).to(self.device)
         with eval_mode(self.model), autocast(self.device, self.precision):
             return generate(self.model, rows, decode)
+
+    @torch.inference_mode()
+    def nbest(
+        self, src_ids: list[list[int]], decode: DecodeSettings, n: int
+    ) -> list[list[tuple[float, list[int]]]]:
+        """Each source's ``n`` best hypotheses (``n <= decode.beam_size``) with their scores,
+        best first, by beam search (a beam of 1 is greedy search's output, scored)."""
+        rows = collate([(i, ids, []) for i, ids in enumerate(src_ids)]).to(self.device)
+        with eval_mode(self.model), autocast(self.device, self.precision):
+            taken = taken_by(beam_search, decode)
+            return beam_search(
+                self.model, rows.src, rows.src_padding_mask, **taken, **SPECIAL_IDS, nbest=n
+            )

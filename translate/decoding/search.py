@@ -276,9 +276,12 @@ def beam_search(
     max_len_a: float = 1.5,
     max_len_b: float = 10,
     with_scores: bool = False,
-) -> list[list[int]] | list[tuple[float, list[int]]]:
+    nbest: int | None = None,
+) -> list[list[int]] | list[tuple[float, list[int]]] | list[list[tuple[float, list[int]]]]:
     """Batched beam search, ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows; each
-    sentence's best finished hypothesis (``with_scores``: with its normalised score).
+    sentence's best finished hypothesis (``with_scores``: with its normalised score), or with
+    ``nbest`` its ``nbest`` best as ``(score, ids)``, best first (at most ``K``: the search keeps
+    ``K`` finished).
 
     Each step takes the top ``2K`` extensions of a sentence's beams (fairseq): EOS among the
     first ``K`` finishes a hypothesis, the first ``K`` non-EOS stay live. A sentence stops when
@@ -312,6 +315,8 @@ def beam_search(
         _advance(beams, top_scores, top_beams, top_tokens, is_eos)
         t += 1
         _mark_stopped(beams, t, length_penalty, finished)
+    if nbest is not None:  # sorted() is stable: equal scores keep their finishing order
+        return [sorted(hyps, key=lambda h: -h[0])[:nbest] for hyps in finished]
     # max() keeps the first of equal scores, i.e. the one finished earliest.
     best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
     return best if with_scores else [hyp for _, hyp in best]

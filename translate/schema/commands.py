@@ -5,10 +5,11 @@ holds the rules across a command's keys."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from translate.errors import UserError, choice
-from translate.nn.config import doc
+from translate.nn.config import Check, doc, positive
 from translate.schema.analysis import AnalysisSettings
 from translate.schema.data import DataSettings
 from translate.schema.decoding import DecodeOverrides
@@ -114,6 +115,29 @@ class TranslateCommand(EngineCommand):
         "never the input nor a file of a run; null = stdout",
     )
     decode: DecodeOverrides = _decode_doc()
+
+
+@dataclass(frozen=True)
+class ServeCommand(EngineCommand):
+    """``translate`` as a web server (translate.serving): the model loaded once."""
+
+    host: str = doc("the address the server listens on", "address", "127.0.0.1 = this machine only")
+    port: int = doc(
+        "the TCP port it listens on",
+        "port",
+        "; 0 = any free one (the start's line names it)",
+        check=Check("0 to 65535", lambda value: 0 <= value <= 65535, "in [0, 65535]"),
+    )
+    max_sentences: int = doc(
+        "most sentences one /translate request may send", "sentences", check=positive
+    )
+    max_body_bytes: int = doc("largest request body accepted", "bytes", check=positive)
+    decode: DecodeOverrides = _decode_doc()
+
+    def validate(self) -> None:
+        # engine=ctranslate2 may name checkpoint= too: /attention reads the heads of our model.
+        cleared = self.engine == "ctranslate2"
+        EngineCommand.validate(dataclasses.replace(self, checkpoint=None) if cleared else self)
 
 
 @dataclass(frozen=True)

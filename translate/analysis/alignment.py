@@ -1,0 +1,141 @@
+"""Word alignments read off cross-attention heads, and their alignment error rate (AER).
+
+A head's hard alignment links each target word to the source word it attends to most (Garg et
+al. 2019; fairseq's ``--print-alignment``). Words are SentencePiece pieces merged at ``▁``
+(the piece that starts a word), so they are the whitespace-separated words of the text, the
+tokens word-aligned gold sets count (docs/alignment.md):
+
+- a **source** word's weight is the **sum** of its pieces' weights: attention is a probability
+  over pieces, so the sum is the probability the head gives the word, whatever the number of
+  pieces it was cut into (a max would favour nothing, a mean would punish long words);
+- a **target** word's row is the **mean** of its pieces' rows: each piece is one query, each
+  row a distribution, and their mean is again one (the argmax is the sum's), every piece an
+  equal vote.
+
+Links are ``(source word, target word)``, 0-based, as the Pharaoh format ``i-j`` writes them.
+AER is Och & Ney's (2003): ``1 - (|A∩S| + |A∩P|) / (|A| + |S|)`` with sure links ``S ⊆ P``,
+summed over the corpus before the ratio (one long sentence weighs more than a short one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from translate.errors import UserError
+
+Link = tuple[int, int]  # (source word, target word), 0-based
+WORD_START = "\u2581"  # SentencePiece's "▁": this piece begins a new word
+
+
+def word_index(pieces: Sequence[str]) -> list[int]:
+    """The 0-based word of each piece: a piece starting with ``▁`` opens a word, any other
+    continues the last one (the first piece opens word 0 either way)."""
+    words, index = [], -1
+    for n, piece in enumerate(pieces):
+        if n == 0 or piece.startswith(WORD_START):
+            index += 1
+        words.append(index)
+    return words
+
+
+def _membership(pieces: Sequence[str], like: torch.Tensor) -> torch.Tensor:
+    """``(pieces, words)`` one-hot: entry ``[p, w]`` is 1 when piece ``p`` is in word ``w``."""
+    index = torch.tensor(word_index(pieces), device=like.device)
+    n_words = int(index[-1]) + 1 if len(pieces) else 0
+    return torch.nn.functional.one_hot(index, n_words).to(like.dtype)  # (P, W)
+
+
+def word_attention(
+    cross: torch.Tensor, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
+) -> torch.Tensor:
+    """Piece attention ``(H, T, S)`` merged into word attention ``(H, target words, source
+    words)``: summed over a source word's pieces, averaged over a target word's."""
+    if cross.shape[1:] != (len(tgt_pieces), len(src_pieces)):
+        raise ValueError(
+            f"attention of shape {tuple(cross.shape)} for {len(tgt_pieces)} target and "
+            f"{len(src_pieces)} source pieces; expected (H, {len(tgt_pieces)}, {len(src_pieces)})"
+        )
+    weights = cross.float()
+    to_src_words = _membership(src_pieces, weights)  # (S, Ws)
+    to_tgt_words = _membership(tgt_pieces, weights)  # (T, Wt)
+    mean_rows = (to_tgt_words / to_tgt_words.sum(dim=0)).T  # (Wt, T), each row sums to 1
+    return mean_rows @ (weights @ to_src_words)  # (Wt, T) @ (H, T, Ws) -> (H, Wt, Ws)
+
+
+def align_heads(
+    cross: torch.Tensor, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
+) -> list[list[Link]]:
+    """Each head's hard word alignment of one sentence pair: for every target word the source
+    word of highest :func:`word_attention`, as sorted ``(source word, target word)`` links.
+
+    ``cross`` is one layer's cross-attention ``(H, len(tgt_pieces), len(src_pieces))`` over the
+    real pieces (BOS/EOS rows and columns dropped by the caller); row ``t`` is the query that
+    predicts target piece ``t``."""
+    best = word_attention(cross, src_pieces, tgt_pieces).argmax(dim=-1)  # (H, Wt)
+    return [sorted((int(i), j) for j, i in enumerate(head.tolist())) for head in best]
+
+
+def pharaoh(links: Iterable[Link]) -> str:
+    """``"0-0 1-2"``: the Pharaoh line of one sentence's links, sorted."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
+
+def parse_pharaoh(line: str) -> tuple[set[Link], set[Link]]:
+    """``(sure, possible)`` links of one line: ``i-j`` is sure, ``i?j`` possible only (the
+    convention of the German-English gold set's scripts, lilt/alignment-scripts). ``possible``
+    includes ``sure``, as AER wants. Raises ValueError on anything else."""
+    sure: set[Link] = set()
+    possible: set[Link] = set()
+    for token in line.split():
+        sep = "-" if "-" in token else "?"
+        i, _, j = token.partition(sep)
+        if not (i.isdigit() and j.isdigit()):
+            raise ValueError(f"{token!r} is not a link i-j or i?j of word numbers")
+        link = (int(i), int(j))
+        possible.add(link)
+        if sep == "-":
+            sure.add(link)
+    return sure, possible
+
+
+def read_pharaoh(path: str | Path) -> tuple[list[set[Link]], list[set[Link]]]:
+    """``(sure, possible)`` per line of a Pharaoh file (0-based ``i-j`` / ``i?j``); a bad line
+    is one :class:`UserError` naming the file and line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"alignments file {path} cannot be read ({err}); check the path") from None
+    sure, possible = [], []
+    for n, line in enumerate(lines, 1):
+        try:
+            s, p = parse_pharaoh(line)
+        except ValueError as err:
+            raise UserError(f"{path}:{n}: {err}; write 0-based links as 0-0 1-2 2?3") from None
+        sure.append(s)
+        possible.append(p)
+    return sure, possible
+
+
+def aer(
+    predicted: Sequence[Iterable[Link]],
+    sure: Sequence[Iterable[Link]],
+    possible: Sequence[Iterable[Link]] | None = None,
+) -> float:
+    """Corpus AER of ``predicted`` links against ``sure`` (and ``possible``) references, one
+    collection of links per sentence: ``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, each count summed
+    over the sentences. Without ``possible``, ``P = S`` and AER is ``1 - F1``; links in ``S``
+    count as possible too (``S ⊆ P``)."""
+    if len(predicted) != len(sure) or (possible is not None and len(possible) != len(sure)):
+        raise ValueError("predicted, sure and possible links must cover the same sentences")
+    hits_s = hits_p = n_a = n_s = 0
+    for k, (a_links, s_links) in enumerate(zip(predicted, sure)):
+        a, s = set(a_links), set(s_links)
+        p = s if possible is None else s | set(possible[k])
+        hits_s, hits_p = hits_s + len(a & s), hits_p + len(a & p)
+        n_a, n_s = n_a + len(a), n_s + len(s)
+    if n_a + n_s == 0:
+        raise ValueError("no links to compare: predicted and sure alignments are all empty")
+    return 1.0 - (hits_s + hits_p) / (n_a + n_s)

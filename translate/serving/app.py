@@ -1,0 +1,120 @@
+"""The web layer: ``POST /translate``, ``POST /attention`` and the page at ``/``.
+
+Bodies are read and checked here, not by FastAPI's models, so that every bad request is one
+``{"error": "..."}`` line with a 4xx status: too big (413, before it is all read), not UTF-8,
+not JSON, not the expected keys. Decoding runs in a worker thread
+(:class:`~translate.serving.service.Service` queues it), so the event loop keeps answering.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+
+from translate.serving.service import Refused, Service
+
+PAGE = Path(str(importlib.resources.files("translate"))) / "resources" / "serve"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_sentences: int
+    max_body_bytes: int
+
+
+def create_app(service: Service, limits: Limits) -> FastAPI:
+    # No /docs: Swagger's page loads its scripts from a CDN.
+    app = FastAPI(title="translate", docs_url=None, redoc_url=None, openapi_url=None)
+    app.mount("/static", StaticFiles(directory=PAGE), name="static")
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, err: Refused) -> JSONResponse:
+        return JSONResponse({"error": str(err)}, status_code=err.status)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html")
+
+    @app.post("/translate")
+    async def translate(request: Request) -> dict:
+        keys = {"text", "alignments", "nbest"}
+        body = await json_body(request, limits.max_body_bytes, keys)
+        texts = sentences(body.get("text"), limits.max_sentences)
+        alignments, nbest = body.get("alignments", False), body.get("nbest")
+        if not isinstance(alignments, bool):
+            raise Refused(f'"alignments" must be true or false, not {alignments!r}')
+        if nbest is not None and (type(nbest) is not int or nbest < 1):
+            raise Refused(f'"nbest" must be a whole number >= 1, not {nbest!r}')
+        answers = await run_in_threadpool(service.translate, texts, alignments, nbest)
+        return {"translations": answers, "warnings": service.truncated(texts)}
+
+    @app.post("/attention")
+    async def attention(request: Request) -> dict:
+        body = await json_body(request, limits.max_body_bytes, {"text"})
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise Refused(f'"text" must be one sentence, a string; got {_kind(text)}')
+        if not text.strip():
+            raise Refused('"text" is empty; send a sentence to translate')
+        answer = await run_in_threadpool(service.attention, text)
+        return {**answer, "warnings": service.truncated([text])}
+
+    return app
+
+
+async def json_body(request: Request, max_bytes: int, keys: set[str]) -> dict:
+    """The request's JSON object, refused when over ``max_bytes`` (counted as it arrives),
+    not UTF-8, not JSON, or with keys other than ``keys``."""
+    too_big = Refused(f"the body is over {max_bytes} bytes (max_body_bytes)", 413)
+    if int(request.headers.get("content-length") or 0) > max_bytes:
+        raise too_big
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > max_bytes:
+            raise too_big
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Refused("the body is not UTF-8 text; send JSON in UTF-8") from None
+    except json.JSONDecodeError as err:
+        raise Refused(f"the body is not valid JSON ({err})") from None
+    if not isinstance(body, dict):
+        raise Refused(f'send a JSON object such as {{"text": ...}}, not {_kind(body)}')
+    unknown = sorted(set(body) - keys)
+    if unknown:
+        raise Refused(f"unknown key {unknown[0]!r}; this endpoint takes {sorted(keys)}")
+    return body
+
+
+def sentences(text, max_sentences: int) -> list[str]:
+    """``text`` checked: a list of 1 to ``max_sentences`` strings, none blank."""
+    if not isinstance(text, list):
+        raise Refused(f'"text" must be a list of sentences (strings); got {_kind(text)}')
+    if not text:
+        raise Refused('"text" is an empty list; send at least one sentence')
+    if len(text) > max_sentences:
+        raise Refused(
+            f"{len(text)} sentences in one request; this server takes at most {max_sentences} "
+            "(max_sentences): split them",
+            413,
+        )
+    for n, item in enumerate(text):
+        if not isinstance(item, str):
+            raise Refused(f'"text"[{n}] must be a string; got {_kind(item)}')
+        if not item.strip():
+            raise Refused(f'"text"[{n}] is empty; send a sentence to translate')
+    return text
+
+
+def _kind(value) -> str:
+    names = {type(None): "null", bool: "a boolean", int: "a number", float: "a number"}
+    names |= {str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)

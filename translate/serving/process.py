@@ -1,0 +1,96 @@
+"""``python -m translate.serve`` in a process of its own, as the benchmark and the tests run
+it: on a free port, ready once its start line names the URL (its socket already listens, so
+a request sent then waits in the backlog), and a JSON client for it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from translate.errors import UserError
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    url: str  # http://127.0.0.1:<port>/
+    stderr: list[str] = field(default_factory=list)  # its lines so far
+    reader: threading.Thread | None = None
+
+    def stopped(self, timeout: float = 60) -> int:
+        """Its exit status once it has ended and :attr:`stderr` holds every line."""
+        code = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=timeout)
+        return code
+
+    def post(self, path: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
+        """``(status, answer)`` of a JSON request, a 4xx or 5xx included."""
+        request = urllib.request.Request(
+            self.url + path.lstrip("/"),
+            data=json.dumps(body).encode("utf-8"),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as err:
+            return err.code, json.load(err)
+
+
+@contextlib.contextmanager
+def server_process(overrides: list[str], start_s: float = 180) -> Iterator[ServerProcess]:
+    """The server with ``overrides`` (``checkpoint=...``) on a free port; stopped by Ctrl-C
+    (SIGINT) when the block ends, if it still runs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
+    command = [sys.executable, "-m", "translate.serve", "port=0", *overrides]
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    server = ServerProcess(proc, "")
+    lines: queue.Queue[str | None] = queue.Queue()
+    server.reader = threading.Thread(target=_read, args=(proc, server.stderr, lines), daemon=True)
+    server.reader.start()
+    try:
+        server.url = _wait_for_url(lines, time.monotonic() + start_s, server.stderr)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _read(proc: subprocess.Popen, stderr: list[str], lines: queue.Queue) -> None:
+    for line in proc.stderr:
+        stderr.append(line)
+        lines.put(line)
+    lines.put(None)
+
+
+def _wait_for_url(lines: queue.Queue, deadline: float, stderr: list[str]) -> str:
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            raise UserError("the server did not start in time; is the machine busy?") from None
+        if line is None:
+            said = "".join(stderr).strip().splitlines()
+            raise UserError(f"the server stopped before serving: {said[-1] if said else ''}")
+        found = re.search(r"serving on (http://\S+/)", line)
+        if found:
+            return found[1]

@@ -1,0 +1,142 @@
+"""The loaded model(s) behind the server, and the lock that queues every request's decoding.
+
+Our decoder caches and the model's modules are not safe to use from two threads at once, so
+each request decodes alone, in arrival order; a request's sentences are batched together.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from translate.decoding.engine import TorchEngine
+from translate.decoding.translator import Loaded, Translator
+from translate.schema import DegenerateThresholds
+from translate.serving.attention import sentence_attention
+
+NO_HEADS = (
+    "CTranslate2 gives no per-head attention weights; start the server with checkpoint=<the "
+    "exported .pt> as well to read them from our model"
+)
+NO_NBEST = "n-best lists come from our engine; start the server with engine=torch checkpoint="
+SCORE_DIGITS = 4
+
+
+class Refused(Exception):
+    """A request this server will not answer: one line for the client, and its HTTP status."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Service:
+    """``loaded`` translates; ``heads`` (our model: the same one with engine=torch, the
+    checkpoint= beside an export, or None) gives attention and alignments."""
+
+    loaded: Loaded
+    heads: Loaded | None
+    thresholds: DegenerateThresholds | None  # None without heads
+
+    def __post_init__(self) -> None:
+        self.lock = threading.Lock()
+
+    @property
+    def translator(self) -> Translator:
+        return self.loaded.translator
+
+    def truncated(self, texts: list[str]) -> list[str]:
+        """A warning for each text over the model's source cap, as ``translate`` prints them."""
+        cap = self.translator.max_src_len
+        if cap is None:
+            return []
+        ids = self.translator.tokenizer.encode([t.strip() for t in texts])
+        return [
+            f"sentence {n} has {len(i)} subword tokens; truncated to the first {cap - 1} "
+            f"({self.translator.cap_note})"
+            for n, i in enumerate(ids, 1)
+            if len(i) > cap - 1
+        ]
+
+    def translate(
+        self, texts: list[str], alignments: bool = False, nbest: int | None = None
+    ) -> list[dict]:
+        """Each text's translation; with ``nbest`` its ``nbest`` best with their scores, with
+        ``alignments`` the word alignment of its best-aligning head."""
+        self._check(alignments, nbest)
+        with self.lock:
+            if not alignments and nbest is None:
+                return [{"translation": t} for t in self.translator.translate(texts)]
+            src = [self._source(text) for text in texts]
+            if nbest is None:
+                hyps = [[(None, ids)] for ids in self.translator.translate_ids(src)]
+            else:
+                hyps = self.translator.engine.nbest(src, self.translator.decode, nbest)
+            return [self._answer(s, h, alignments, nbest) for s, h in zip(src, hyps)]
+
+    def attention(self, text: str) -> dict:
+        """One sentence's translation and every head's attention over it."""
+        self._check(alignments=True, nbest=None)
+        with self.lock:
+            src_ids = self._source(text)
+            hyp_ids = self.translator.translate_ids([src_ids])[0]
+            translation = self.translator.tokenizer.decode([hyp_ids])[0]
+            return {"translation": translation, **self._heads(translation, src_ids, hyp_ids)}
+
+    def _check(self, alignments: bool, nbest: int | None) -> None:
+        if alignments and self.heads is None:
+            raise Refused(NO_HEADS, 501)
+        if nbest is None:
+            return
+        if not isinstance(self.translator.engine, TorchEngine):
+            raise Refused(NO_NBEST, 501)
+        beam = self.translator.decode.beam_size
+        if nbest > beam:
+            raise Refused(
+                f"nbest={nbest} is more than the server's beam keeps (decode.beam_size={beam}); "
+                f"ask for at most {beam}, or start the server with decode.beam_size={nbest}"
+            )
+
+    def _source(self, text: str) -> list[int]:
+        """``text``'s ids as the translator decodes them: cut to the cap, room for the EOS."""
+        return _capped(self.translator.tokenizer.encode([text.strip()])[0], self.translator)
+
+    def _answer(self, src_ids: list[int], hyps: list, alignments: bool, nbest: int | None) -> dict:
+        """One sentence's answer from its hypotheses ``[(score, ids), ...]``, best first."""
+        texts = self.translator.tokenizer.decode([ids for _, ids in hyps])
+        answer: dict = {"translation": texts[0]}
+        if nbest is not None:
+            answer["nbest"] = [
+                {"translation": text, "score": round(score, SCORE_DIGITS)}
+                for (score, _), text in zip(hyps, texts)
+            ]
+        if alignments:
+            seen = self._heads(texts[0], src_ids, hyps[0][1])
+            best = seen["best_head"]
+            answer["alignment"] = seen["alignments"][best["layer"]][best["head"]]
+            answer["alignment_head"] = best
+        return answer
+
+    def _heads(self, translation: str, src_ids: list[int], hyp_ids: list[int]) -> dict:
+        """Our model's heads on the pair, teacher-forced; beside an export of another
+        tokenizer, on the pair as our model's tokenizer cuts the text."""
+        heads = self.heads.translator
+        if heads.tokenizer.model_proto != self.translator.tokenizer.model_proto:
+            source = self.translator.tokenizer.decode([src_ids])[0]
+            src_ids, hyp_ids = heads.tokenizer.encode([source, translation])
+            src_ids = _capped(src_ids, heads)
+        return sentence_attention(
+            heads.model,
+            heads.tokenizer,
+            src_ids,
+            hyp_ids,
+            heads.device,
+            heads.precision,
+            self.thresholds,
+        )
+
+
+def _capped(ids: list[int], translator: Translator) -> list[int]:
+    cap = translator.max_src_len
+    return ids if cap is None else ids[: cap - 1]  # room for the EOS
