@@ -189,6 +189,32 @@ def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
     return fig
 
 
+def alignment_figure(alignment: dict):
+    """AER of every cross-attention head (``analysis.json``'s ``alignment``), one row per
+    decoder layer: lower aligns better, the best head of each layer boxed."""
+    heads = alignment["heads"]
+    n_layers, n_heads = 1 + max(h["layer"] for h in heads), 1 + max(h["head"] for h in heads)
+    grid = np.full((n_layers, n_heads), np.nan)
+    for h in heads:
+        grid[h["layer"], h["head"]] = h["aer"]
+    fig, ax = pyplot().subplots(figsize=(max(4.0, 0.8 * n_heads + 2.0), 0.7 * n_layers + 1.8))
+    im = ax.imshow(grid, cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
+    fig.colorbar(im, ax=ax, fraction=0.04, label="AER (lower aligns better)")
+    for (layer, head), value in np.ndenumerate(grid):
+        ink = "black" if value < 0.6 else "white"  # viridis_r is light at low AER
+        ax.text(head, layer, f"{value:.2f}", ha="center", va="center", color=ink, fontsize=9)
+    for b in alignment["best_per_layer"]:
+        box = dict(fill=False, edgecolor="red", linewidth=2)
+        ax.add_patch(pyplot().Rectangle((b["head"] - 0.5, b["layer"] - 0.5), 1, 1, **box))
+    ax.set_yticks(range(n_layers), [f"layer {n}" for n in range(n_layers)], fontsize=8)
+    ax.set_xticks(range(n_heads), [str(h) for h in range(n_heads)], fontsize=8)
+    ax.set_xlabel("cross-attention head")
+    what = f"against {alignment['reference']} alignments, {alignment['sentences']} sentences"
+    ax.set_title(f"AER per head {what}\n(best of each layer boxed)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def pruning_figure(curve: list[dict], num_heads: int):
     """BLEU (left axis) and dev loss (right axis) against the fraction of heads kept."""
     x = [100 * p["fraction_kept"] for p in curve]
