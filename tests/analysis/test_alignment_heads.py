@@ -20,11 +20,6 @@ from translate.analyze import analyze
 from translate.data.tokenizer import Tokenizer
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
-from translate.settings import analysis_settings
-
-
-def _analysis(*overrides: str):
-    return analysis_settings(compose_config("analyze", ["output_dir=unused", *overrides]).analysis)
 
 
 def test_batched_links_equal_each_pair_aligned_alone(trained_run):
@@ -103,7 +98,7 @@ def test_silver_alignments_of_a_tiny_corpus_link_translated_words():
 def test_without_eflomal_one_line_says_how_to_give_gold(monkeypatch, caplog):
     monkeypatch.setattr(alignment_heads, "eflomal_available", lambda: False)
     with caplog.at_level(logging.WARNING):
-        assert alignment_heads.reference_alignments(_analysis(), None, ["a"], ["b"]) is None
+        assert alignment_heads.reference_alignments(None, 10, None, ["a"], ["b"]) is None
     assert caplog.messages == [silver.MISSING]
     assert "analysis.alignments=" in silver.MISSING and ".[align]" in silver.MISSING
 
@@ -111,10 +106,9 @@ def test_without_eflomal_one_line_says_how_to_give_gold(monkeypatch, caplog):
 def test_a_gold_file_shorter_than_the_analysed_pairs_is_refused(tmp_path):
     gold = tmp_path / "gold.align"
     gold.write_text("0-0\n", encoding="utf-8")
-    a = _analysis(f"analysis.alignments={gold}")
     with pytest.raises(UserError, match="has 1 lines for 2 analysed pairs"):
-        alignment_heads.reference_alignments(a, None, ["a b", "c"], ["d", "e"])
-    ref = alignment_heads.reference_alignments(a, None, ["a b"], ["d"])
+        alignment_heads.reference_alignments(str(gold), 0, None, ["a b", "c"], ["d", "e"])
+    ref = alignment_heads.reference_alignments(str(gold), 0, None, ["a b"], ["d"])
     assert (ref.kind, ref.sure, ref.origin) == ("gold", [{(0, 0)}], str(gold))
 
 

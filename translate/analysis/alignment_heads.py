@@ -23,7 +23,6 @@ from translate.data.tokenizer import Tokenizer
 from translate.errors import UserError
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime.device import autocast, eval_mode
-from translate.schema import AnalysisSettings
 
 log = logging.getLogger(__name__)
 
@@ -39,28 +38,28 @@ class Reference:
 
 
 def reference_alignments(
-    a: AnalysisSettings, data, sources: Sequence[str], targets: Sequence[str]
+    gold: str | None, silver_train_pairs: int, data, sources: Sequence[str], targets: Sequence[str]
 ) -> Reference | None:
-    """Gold alignments from ``a.alignments``, else silver ones from eflomal on the pairs and
-    ``a.silver_train_pairs`` training pairs of ``data``; None (one line said why) when neither
-    can be had."""
-    if a.alignments:
-        sure, possible = read_pharaoh(a.alignments)
+    """Gold alignments from the Pharaoh file ``gold``, else silver ones from eflomal on the
+    pairs and ``silver_train_pairs`` training pairs of ``data``; None (one line said why) when
+    neither can be had."""
+    if gold:
+        sure, possible = read_pharaoh(gold)
         if len(sure) < len(sources):
             raise UserError(
-                f"analysis.alignments={a.alignments} has {len(sure)} lines for {len(sources)} "
-                "analysed pairs; give one line per pair, or lower analysis.max_sentences"
+                f"the alignments file {gold} has {len(sure)} lines for {len(sources)} analysed "
+                "pairs; give one line per pair, or analyse fewer sentences"
             )
         n = len(sources)
-        return Reference(sure[:n], possible[:n], "gold", a.alignments)
-    if not a.silver_train_pairs:
-        log.info("no AER: analysis.alignments is null and analysis.silver_train_pairs is 0")
+        return Reference(sure[:n], possible[:n], "gold", gold)
+    if not silver_train_pairs:
+        log.info("no AER: no gold alignments, and no training pairs for silver ones")
         return None
     if not eflomal_available():
         log.warning(MISSING)
         return None
     _, train_src, train_tgt = load_raw_split(data, "train")
-    n_train = min(a.silver_train_pairs, len(train_src))
+    n_train = min(silver_train_pairs, len(train_src))
     log.info("silver alignments: eflomal on %d analysed + %d training pairs", len(sources), n_train)
     links = silver_alignments(sources, targets, train_src[:n_train], train_tgt[:n_train])
     origin = f"eflomal, {n_train} training pairs + the analysed, grow-diag-final-and"

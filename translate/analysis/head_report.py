@@ -150,7 +150,7 @@ def _alignment(loaded: Loaded, a: AnalysisSettings, batches, sources, refs, out_
     """Each cross head's AER against gold or silver alignments of the analysed pairs, or None
     when neither can be had; silver ones are kept in ``silver.align`` to look at."""
     log.info("2/5 alignment heads: each cross-attention head's AER, teacher-forced")
-    ref = reference_alignments(a, loaded.data, sources, refs)
+    ref = reference_alignments(a.alignments, a.silver_train_pairs, loaded.data, sources, refs)
     if ref is None:
         return None
     if ref.kind == "silver":
