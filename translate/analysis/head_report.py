@@ -159,11 +159,17 @@ def _alignment(loaded: Loaded, a: AnalysisSettings, batches, sources, refs, out_
     tr = loaded.translator
     links = cross_links(loaded.model, batches, loaded.tokenizer, tr.device, tr.precision)
     result = head_aer(links, ref)
-    best = ", ".join(
-        f"layer {b['layer']} head {b['head']} {b['aer']:.3f}" for b in result["best_per_layer"]
-    )
-    log.info("AER against %s alignments (%s), best head per layer: %s", ref.kind, ref.origin, best)
+    _log_alignment(result)
     return result
+
+
+def _log_alignment(alignment: dict) -> None:
+    """The best head of each layer and its AER, said to be against gold or silver links."""
+    best = ", ".join(
+        f"layer {b['layer']} head {b['head']} {b['aer']:.3f}" for b in alignment["best_per_layer"]
+    )
+    what = (alignment["reference"], alignment["origin"], alignment["sentences"])
+    log.info("alignment heads, AER against %s alignments (%s) of %d pairs: %s", *what, best)
 
 
 def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
@@ -220,6 +226,7 @@ def _log_written(out_dir: Path, result: dict) -> None:
     alignment = result["alignment"]
     aligned = ""
     if alignment:
+        _log_alignment(alignment)  # again, among the closing lines
         silver = ", silver.align" if alignment["reference"] == "silver" else ""
         aligned = f"alignment.png (AER, {alignment['reference']}){silver}, "
     log.info(
