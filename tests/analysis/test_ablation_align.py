@@ -13,6 +13,7 @@ from test_speed import _speed_job
 from translate.ablation import align
 from translate.ablation.report import write_report
 from translate.analysis.ablation_align import ALIGN_FILE
+from translate.analysis.figures import ablation_figure
 from translate.checkpoint import load_checkpoint
 
 TINY_ALIGN = ["--sentences", "4", "--silver-train-pairs", "200", "--device", "cpu"]
@@ -40,6 +41,7 @@ def _csv_header(sweep: Path) -> list[str]:
 def test_align_measures_every_head_of_every_finished_job_on_one_reference(align_sweep, capsys):
     write_report(align_sweep, bootstrap_samples=10)
     before = _csv_header(align_sweep)
+    assert not (align_sweep / "ablation.png").exists()  # these jobs have no BLEU to plot
     assert align.main([str(align_sweep), *TINY_ALIGN]) == 0
     out = capsys.readouterr().out
     data = json.loads((align_sweep / ALIGN_FILE).read_text())
@@ -70,6 +72,10 @@ def test_align_measures_every_head_of_every_finished_job_on_one_reference(align_
     md = (align_sweep / "ablation.md").read_text()
     assert "best head AER (silver)" in md and "against **silver** alignments" in md
     assert f"{two['best_aer_mean']:.3f} ± 0.000" in md
+    # The figure gains the AER panel, its only one here, labelled silver.
+    assert (align_sweep / "ablation.png").stat().st_size > 0
+    (panel,) = ablation_figure(report).axes
+    assert "silver" in panel.get_title() and "silver" in panel.get_ylabel()
 
 
 def test_a_report_without_the_file_says_how_to_get_it_and_one_of_another_sweep_is_left_out(

@@ -339,6 +339,25 @@ def _params_panel(ax, report: Report) -> None:
     _heads_axis(ax, report, xs, "parameters (millions)", title)
 
 
+def _aer_panel(ax, report: Report) -> None:
+    """The best cross head's AER per row (mean ± std over seeds), every job's a grey dot."""
+    rows = [r for r in report.rows if r.get("best_aer_mean") is not None]
+    xs = [_x(report, r) for r in rows]
+    ax.plot(xs, [r["best_aer_mean"] for r in rows], "o-", color="C2")
+    spread = [(x, r) for x, r in zip(xs, rows) if r["best_aer_std"] is not None]
+    if spread:
+        means, stds = (
+            [r["best_aer_mean"] for _, r in spread],
+            [r["best_aer_std"] for _, r in spread],
+        )
+        ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color="C2")
+    for job in report.align["jobs"]:
+        ax.plot(_x(report, job), job["best_aer"], ".", color="gray", alpha=0.6)
+    kind = report.align["reference"]["kind"]
+    title = f"Best alignment head: AER against {kind} links (lower aligns better)"
+    _heads_axis(ax, report, xs, f"best head AER ({kind})", title)
+
+
 def ablation_figure(report: Report):
     """The panels with something to show, side by side; None when none has. Equal parameter
     counts are said in the figure's title instead of a flat panel."""
@@ -347,6 +366,7 @@ def ablation_figure(report: Report):
         _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),
         _latency_panel: any(_latency_points(report, m)[0] for m in LATENCY),
         _params_panel: len(counts) > 1,
+        _aer_panel: any(r.get("best_aer_mean") is not None for r in report.rows),
     }
     panels = [panel for panel, has_data in shown.items() if has_data]
     if not panels:
