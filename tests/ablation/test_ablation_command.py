@@ -1,4 +1,4 @@
-"""``python -m translate.ablation report|speed``: the two study commands behind one module, each
+"""``python -m translate.ablation report|speed|align``: the study commands behind one module, each
 with its own options (their behaviour: tests/analysis/test_ablation*.py and test_speed.py)."""
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-def test_help_names_both_commands(capsys):
+def test_help_names_every_command(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m translate.ablation {report,speed} SWEEP_DIR")
+    assert out.startswith("usage: python -m translate.ablation {report,speed,align} SWEEP_DIR")
     assert "\n  report " in out and "\n  speed " in out and "`" not in out  # plain text
+    assert "\n  align " in out
 
 
 @pytest.mark.parametrize("argv,says", [([], "no command"), (["plot"], "unknown command 'plot'")])
@@ -31,7 +32,7 @@ def test_a_missing_or_unknown_command_is_one_usage_error(capsys, argv, says):
     assert err.startswith("usage: python -m translate.ablation") and says in err
 
 
-@pytest.mark.parametrize("command", ["report", "speed"])
+@pytest.mark.parametrize("command", ["report", "speed", "align"])
 def test_each_command_has_its_own_help_and_refuses_a_missing_sweep_dir(command, tmp_path):
     shown = run(command, "--help")
     assert shown.returncode == 0, shown.stderr
@@ -42,7 +43,7 @@ def test_each_command_has_its_own_help_and_refuses_a_missing_sweep_dir(command, 
     assert missing.stderr.startswith("error: ") and len(missing.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", ["report", "speed"])
+@pytest.mark.parametrize("command", ["report", "speed", "align"])
 def test_a_file_as_sweep_dir_is_called_a_file(command, tmp_path):
     """Before: 'sweep dir <file> does not exist'."""
     given = tmp_path / "ablation.md"

@@ -216,6 +216,7 @@ def test_analyze_writes_json_heatmaps_pruning_curve_and_tensorboard(trained_run,
             "analysis.pruning.bleu_sentences=4",
             "analysis.pruning.fractions=[1.0,0.5,0.0]",
             "analysis.heatmap_sentences=1",
+            "analysis.silver_train_pairs=200",  # silver alignments in a second
         ],
     )
     with caplog.at_level(logging.INFO, logger="translate.analysis.head_report"):

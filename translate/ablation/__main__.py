@@ -1,5 +1,6 @@
-"""``python -m translate.ablation report|speed SWEEP_DIR [options]``: the heads study's commands,
-each in its module (:mod:`translate.ablation.report`, :mod:`translate.ablation.speed`).
+"""``python -m translate.ablation report|speed|align SWEEP_DIR [options]``: the heads study's
+commands, each in its module (:mod:`translate.ablation.report`, :mod:`translate.ablation.speed`,
+:mod:`translate.ablation.align`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from collections.abc import Sequence
 from translate.cli import run_plain_command
 from translate.errors import EXIT_USER_ERROR
 
-USAGE = "usage: python -m translate.ablation {report,speed} SWEEP_DIR [options]"
+USAGE = "usage: python -m translate.ablation {report,speed,align} SWEEP_DIR [options]"
 HELP = f"""{USAGE}
 
 The heads study's commands, on a sweep's folder (python -m translate.train -m heads=1,4,8,16):
   report   write the sweep's report (ablation.md, .csv, .png: quality and size per heads)
   speed    time the sweep's models side by side
+  align    every model's alignment heads: each cross head's AER (docs/alignment.md)
 
 python -m translate.ablation COMMAND --help lists a command's options.
 Example: python -m translate.ablation report outputs/multirun/<time>"""
@@ -28,9 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(HELP)
         return 0
-    if not argv or argv[0] not in ("report", "speed"):
+    if not argv or argv[0] not in ("report", "speed", "align"):
         got = f"unknown command {argv[0]!r}" if argv else "no command"
-        print(f"{USAGE}\nerror: {got}: choose report or speed", file=sys.stderr)
+        print(f"{USAGE}\nerror: {got}: choose report, speed or align", file=sys.stderr)
         return EXIT_USER_ERROR
     command = importlib.import_module(f"translate.ablation.{argv[0]}")
     return command.main(argv[1:], prog=f"python -m translate.ablation {argv[0]}")

@@ -34,6 +34,7 @@ from translate.analysis.ablation import (
     speed_cell,
     spread_cell,
 )
+from translate.analysis.ablation_align import align_note
 from translate.analysis.ablation_stats import LEVEL, detected, heads_key, p_column
 from translate.analysis.ablation_stats import smallest_permutation_p as lowest_p
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
@@ -214,6 +215,8 @@ def _table_lines(report: Report) -> list[str]:
     header += ["greedy BLEU", "chrF", "dev BLEU", *(label for label, _ in speed.values())]
     header += ["speed round spread"] * bool(speed)
     header += ["updates", "entropy enc / dec-self / cross", "degenerate heads"]
+    if report.align:
+        header += [f"best head AER ({report.align['reference']['kind']})"]
     p = [f"p vs {b} heads, seeds (Welch / permutation)", f"p vs {b} heads, bootstrap"]
     header += p if b is not None else []
     return _table(header, [_row_cells(r, report, speed) for r in report.rows])
@@ -237,6 +240,8 @@ def _row_cells(r: dict, report: Report, speed: dict) -> list[str]:
     if degenerate is not None:  # a mean over seeds of whole counts: 0, 1.5
         degenerate = f"{round(degenerate, 1):g} of {r['total_heads']:.0f}"
     cells += [_fmt(degenerate)]
+    if report.align:
+        cells += [_fmt(r["best_aer_mean"], 3, r["best_aer_std"])]
     if (b := report.baseline_heads) is None:
         return cells
     seeds = " / ".join(_p(r[p_column(b, test)]) for test in ("welch", "permutation"))
@@ -271,6 +276,7 @@ def _speed_note(report: Report) -> str:
 def _note_lines(report: Report) -> list[str]:
     """The numbers the table rests on; what its columns and tests mean is :data:`DOC`."""
     notes = [f"What the columns mean, and the tests: {DOC}.", _speed_note(report)]
+    notes.append(align_note(report.align, report.sweep_dir))
     if report.bootstrap_signature:
         notes.append(f"BLEU signature: `{report.bootstrap_signature}`")
     return [line for note in notes for line in ("", note)]

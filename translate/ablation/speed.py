@@ -101,7 +101,7 @@ class SpeedJob:
         return self.loaded.translator.device
 
 
-def _checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str]:
+def job_checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str]:
     """The job's scored checkpoint inside ``sweep_dir``, or None and why not. One that
     results.json names outside it (the sweep dir was copied or moved) is looked for in the
     job's own ``checkpoints/``: never a checkpoint of another sweep."""
@@ -127,7 +127,7 @@ def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -
     for job in ablation.find_jobs(sweep_dir):
         path, why = (None, f"it did not complete ({job.error})")
         if job.completed:
-            path, why = _checkpoint(job, sweep_dir)
+            path, why = job_checkpoint(job, sweep_dir)
         if path is None:
             not_timed.append({"name": job.name, "reason": why})
             continue

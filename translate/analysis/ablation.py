@@ -1,6 +1,7 @@
 """The heads-ablation report's rows: one per ``(heads, kv_heads)`` of a sweep's finished jobs,
 from every job dir's ``results.json`` and ``.hydra/overrides.yaml``, with the speed columns of
-its ``ablation_speed.json``; failed jobs are listed, never dropped (docs/ablation.md).
+its ``ablation_speed.json`` and the best-head AER of its ``ablation_align.json``; failed jobs
+are listed, never dropped (docs/ablation.md).
 
 Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at module level.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from translate.analysis.ablation_align import align_cells, read_align
 from translate.analysis.ablation_stats import (
     Key,
     check_equal_params,
@@ -112,6 +114,7 @@ class Report:
     missing: list[str] = field(default_factory=list)  # set by translate.ablation.report
     bootstrap_signature: str | None = None
     speed: dict | None = None  # ablation_speed.json, None when the sweep dir has none
+    align: dict | None = None  # ablation_align.json, None when the sweep dir has none
     # The row the p-values compare with (None: no multi-head row), and the one asked for.
     baseline_heads: int | None = BASELINE_HEADS
     asked_baseline: int = BASELINE_HEADS
@@ -244,8 +247,12 @@ def build_report(
     speed = read_speed(sweep_dir, [j.name for j in done], warnings)
     for row in rows if speed else []:
         row.update(speed_cells(speed, (row["heads"], row["kv_heads"])))
+    align = read_align(sweep_dir, [j.name for j in done], warnings)
+    for row in rows if align else []:
+        row.update(align_cells(align, (row["heads"], row["kv_heads"])))
     report = Report(sweep_dir, rows, jobs, seeds, *params, warnings, bootstrap_signature=signature)
     report.speed, report.baseline_heads, report.asked_baseline = speed, baseline, baseline_heads
+    report.align = align
     return report
 
 

@@ -204,6 +204,32 @@ def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
     return fig
 
 
+def alignment_figure(alignment: dict):
+    """AER of every cross-attention head (``analysis.json``'s ``alignment``), one row per
+    decoder layer: lower aligns better, the best head of each layer boxed."""
+    heads = alignment["heads"]
+    n_layers, n_heads = 1 + max(h["layer"] for h in heads), 1 + max(h["head"] for h in heads)
+    grid = np.full((n_layers, n_heads), np.nan)
+    for h in heads:
+        grid[h["layer"], h["head"]] = h["aer"]
+    fig, ax = pyplot().subplots(figsize=(max(4.0, 0.8 * n_heads + 2.0), 0.7 * n_layers + 1.8))
+    im = ax.imshow(grid, cmap="viridis_r", vmin=0.0, vmax=1.0, aspect="auto")
+    fig.colorbar(im, ax=ax, fraction=0.04, label="AER (lower aligns better)")
+    for (layer, head), value in np.ndenumerate(grid):
+        ink = "black" if value < 0.6 else "white"  # viridis_r is light at low AER
+        ax.text(head, layer, f"{value:.2f}", ha="center", va="center", color=ink, fontsize=9)
+    for b in alignment["best_per_layer"]:
+        box = dict(fill=False, edgecolor="red", linewidth=2)
+        ax.add_patch(pyplot().Rectangle((b["head"] - 0.5, b["layer"] - 0.5), 1, 1, **box))
+    ax.set_yticks(range(n_layers), [f"layer {n}" for n in range(n_layers)], fontsize=8)
+    ax.set_xticks(range(n_heads), [str(h) for h in range(n_heads)], fontsize=8)
+    ax.set_xlabel("cross-attention head")
+    what = f"against {alignment['reference']} alignments, {alignment['sentences']} sentences"
+    ax.set_title(f"AER per head {what}\n(best of each layer boxed)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def pruning_figure(curve: list[dict], num_heads: int):
     """BLEU (left axis) and dev loss (right axis) against the fraction of heads kept."""
     x = [100 * p["fraction_kept"] for p in curve]
@@ -328,6 +354,25 @@ def _params_panel(ax, report: Report) -> None:
     _heads_axis(ax, report, xs, "parameters (millions)", title)
 
 
+def _aer_panel(ax, report: Report) -> None:
+    """The best cross head's AER per row (mean ± std over seeds), every job's a grey dot."""
+    rows = [r for r in report.rows if r.get("best_aer_mean") is not None]
+    xs = [_x(report, r) for r in rows]
+    ax.plot(xs, [r["best_aer_mean"] for r in rows], "o-", color="C2")
+    spread = [(x, r) for x, r in zip(xs, rows) if r["best_aer_std"] is not None]
+    if spread:
+        means, stds = (
+            [r["best_aer_mean"] for _, r in spread],
+            [r["best_aer_std"] for _, r in spread],
+        )
+        ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color="C2")
+    for job in report.align["jobs"]:
+        ax.plot(_x(report, job), job["best_aer"], ".", color="gray", alpha=0.6)
+    kind = report.align["reference"]["kind"]
+    title = f"Best alignment head: AER against {kind} links (lower aligns better)"
+    _heads_axis(ax, report, xs, f"best head AER ({kind})", title)
+
+
 def ablation_figure(report: Report):
     """The panels with something to show, side by side; None when none has. Equal parameter
     counts are said in the figure's title instead of a flat panel."""
@@ -336,6 +381,7 @@ def ablation_figure(report: Report):
         _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),
         _latency_panel: any(_latency_points(report, m)[0] for m in LATENCY),
         _params_panel: len(counts) > 1,
+        _aer_panel: any(r.get("best_aer_mean") is not None for r in report.rows),
     }
     panels = [panel for panel, has_data in shown.items() if has_data]
     if not panels:

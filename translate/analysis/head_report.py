@@ -1,7 +1,9 @@
 """What the heads of one checkpoint learned, the work of ``python -m translate.analyze``: on a
-fixed prefix of a split, each head's entropy and degenerate flag (:mod:`.heads`), its
-importance and the pruning curve (:mod:`.importance`), into ``analysis.json``, ``heads.png``,
-``pruning.png``, ``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same in ``tensorboard/``.
+fixed prefix of a split, each head's entropy and degenerate flag (:mod:`.heads`), each cross
+head's alignment error rate (:mod:`.alignment_heads`), its importance and the pruning curve
+(:mod:`.importance`), into ``analysis.json``, ``heads.png``, ``alignment.png``, ``pruning.png``,
+``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same in ``tensorboard/``; silver reference
+alignments into ``silver.align``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tqdm.auto import tqdm
 
 from translate import io
 from translate.analysis import figures
+from translate.analysis.alignment import pharaoh
+from translate.analysis.alignment_heads import cross_links, head_aer, reference_alignments
 from translate.analysis.heads import head_ids, head_statistics, make_batches, summarize
 from translate.analysis.importance import MaskedBleu, importance, pruning_curve
 from translate.data.corpus import load_raw_split
@@ -32,11 +36,19 @@ from translate.scoring import mean_nll
 log = logging.getLogger(__name__)
 
 # What an analysis writes into its dir: a second one there would replace or mix with them.
-OUTPUTS = ("analysis.json", "heads.png", "pruning.png", "heatmaps", "tensorboard")
+OUTPUTS = (
+    "analysis.json",
+    "heads.png",
+    "alignment.png",
+    "silver.align",
+    "pruning.png",
+    "heatmaps",
+    "tensorboard",
+)
 
 
-def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, list, list[str]]:
-    """``(split name, src ids, tgt ids, references)`` of the non-empty pairs analysed."""
+def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, list, list, list]:
+    """``(split name, src ids, tgt ids, sources, references)`` of the non-empty pairs analysed."""
     if role not in ("valid", "test"):
         raise UserError(f"split={role} is unknown; pass split=valid or split=test")
     name, sources, references = load_raw_split(loaded.data, role)
@@ -45,8 +57,8 @@ def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, lis
     if not pairs:
         raise UserError(f"split {name} has no non-empty sentence pairs to analyse")
     tok = loaded.tokenizer
-    refs = [r for _, r in pairs]
-    return name, tok.encode([s for s, _ in pairs]), tok.encode(refs), refs
+    sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
+    return name, tok.encode(sources), tok.encode(refs), sources, refs
 
 
 def analyze_heads(
@@ -60,16 +72,17 @@ def analyze_heads(
     loaded = load_translator(
         command.checkpoint, r.device, r.precision, data_overrides=data_overrides
     )
-    name, src_ids, tgt_ids, refs = _pairs(loaded, split, a.max_sentences)
+    name, src_ids, tgt_ids, sources, refs = _pairs(loaded, split, a.max_sentences)
     model, tr = loaded.model, loaded.translator
     what = f"{len(head_ids(model))} heads of {command.checkpoint} on {len(refs)} sentences"
     log.info("analysing %s of %s; outputs in %s", what, name, out_dir)
     start = time.perf_counter()
     limits = (loaded.data.eval_cap, loaded.data.eval_cap)  # as validation feeds the model
     batches = make_batches(src_ids, tgt_ids, a.max_tokens, *limits)
-    log.info("1/4 attention statistics: %d teacher-forced batches", len(batches))
+    log.info("1/5 attention statistics: %d teacher-forced batches", len(batches))
     stats = head_statistics(model, batches, tr.device, tr.precision, a.degenerate)
     _log_heads(summarize(stats))
+    alignment = _alignment(loaded, a, batches, sources, refs, out_dir)
     base, curve = _importance(loaded, a, stats, batches, src_ids, refs)
     result = {
         "checkpoint": command.checkpoint,
@@ -88,13 +101,14 @@ def analyze_heads(
         "summary": summarize(stats),
         "head_stats": [s.as_dict() for s in stats],
         "pruning": curve,
+        "alignment": alignment,
     }
     examples = list(zip(src_ids, tgt_ids))[: a.heatmap_sentences]
-    log.info("4/4 figures: heads.png, pruning.png, heatmaps of %d sentences", len(examples))
+    log.info("5/5 figures: heads.png, pruning.png, heatmaps of %d sentences", len(examples))
     _write_figures(out_dir, loaded, stats, result, examples)
     result["seconds"] = time.perf_counter() - start
     io.write(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n", "head analysis")
-    _log_written(out_dir, result["seconds"])
+    _log_written(out_dir, result)
     return result
 
 
@@ -115,13 +129,13 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     # of analysis.beam_size, whatever its own decode settings.
     imp_bleu = MaskedBleu(tr, src_ids[:n_imp], refs[:n_imp], a.beam_size) if n_imp else None
     bleu = f" and BLEU on {n_imp} sentences" if n_imp else ""
-    log.info("2/4 importance: dev loss%s with each of %d heads masked", bleu, len(stats))
+    log.info("3/5 importance: dev loss%s with each of %d heads masked", bleu, len(stats))
     base, scores = importance(model, loss_fn, imp_bleu, tr.device, _bar("importance", "head"))
     key = "loss_increase" if a.importance.metric == "loss" else "bleu_drop"
     # Least important first; ties keep the model's order (kind, layer, head).
     order = sorted(scores, key=lambda hid: scores[hid][key])
     prune_bleu = MaskedBleu(tr, src_ids[:n_prune], refs[:n_prune], a.beam_size)
-    log.info("3/4 pruning curve: BLEU on %d sentences per point, least important first", n_prune)
+    log.info("4/5 pruning curve: BLEU on %d sentences per point, least important first", n_prune)
     prune = _bar("pruning", "point")
     curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device, prune)
     _log_curve(curve)
@@ -130,6 +144,32 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     for s in stats:
         s.extra.update(scores[s.kind, s.layer, s.head])
     return base, curve
+
+
+def _alignment(loaded: Loaded, a: AnalysisSettings, batches, sources, refs, out_dir: Path):
+    """Each cross head's AER against gold or silver alignments of the analysed pairs, or None
+    when neither can be had; silver ones are kept in ``silver.align`` to look at."""
+    log.info("2/5 alignment heads: each cross-attention head's AER, teacher-forced")
+    ref = reference_alignments(a.alignments, a.silver_train_pairs, loaded.data, sources, refs)
+    if ref is None:
+        return None
+    if ref.kind == "silver":
+        text = "".join(pharaoh(links) + "\n" for links in ref.sure)
+        io.write(out_dir / "silver.align", text, "silver alignments")
+    tr = loaded.translator
+    links = cross_links(loaded.model, batches, loaded.tokenizer, tr.device, tr.precision)
+    result = head_aer(links, ref)
+    _log_alignment(result)
+    return result
+
+
+def _log_alignment(alignment: dict) -> None:
+    """The best head of each layer and its AER, said to be against gold or silver links."""
+    best = ", ".join(
+        f"layer {b['layer']} head {b['head']} {b['aer']:.3f}" for b in alignment["best_per_layer"]
+    )
+    what = (alignment["reference"], alignment["origin"], alignment["sentences"])
+    log.info("alignment heads, AER against %s alignments (%s) of %d pairs: %s", *what, best)
 
 
 def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
@@ -149,6 +189,9 @@ def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples)
             save(fig, out_dir / f"heatmaps/sentence{i}/{kind}_{layer}.png", f"{tag}/sentence{i}")
     heads = figures.heads_figure(stats, model.num_layers, model.num_heads)
     save(heads, out_dir / "heads.png", "analysis/heads")
+    if result["alignment"]:
+        aligned = figures.alignment_figure(result["alignment"])
+        save(aligned, out_dir / "alignment.png", "analysis/alignment")
     pruning = figures.pruning_figure(result["pruning"], result["heads"])
     save(pruning, out_dir / "pruning.png", "analysis/pruning")
     for point in result["pruning"]:
@@ -177,14 +220,21 @@ def _log_curve(curve: list[dict]) -> None:
         )
 
 
-def _log_written(out_dir: Path, seconds: float) -> None:
+def _log_written(out_dir: Path, result: dict) -> None:
     """Every file the analysis wrote, as the user will look for them."""
     heatmaps = len(list((out_dir / "heatmaps").rglob("*.png")))
+    alignment = result["alignment"]
+    aligned = ""
+    if alignment:
+        _log_alignment(alignment)  # again, among the closing lines
+        silver = ", silver.align" if alignment["reference"] == "silver" else ""
+        aligned = f"alignment.png (AER, {alignment['reference']}){silver}, "
     log.info(
-        "wrote in %s (%.0f s): analysis.json, heads.png, pruning.png, heatmaps/ (%d PNGs), "
+        "wrote in %s (%.0f s): analysis.json, heads.png, %spruning.png, heatmaps/ (%d PNGs), "
         "tensorboard/ (tensorboard --logdir %s)",
         out_dir,
-        seconds,
+        result["seconds"],
+        aligned,
         heatmaps,
         out_dir / "tensorboard",
     )

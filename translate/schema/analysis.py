@@ -96,3 +96,16 @@ class AnalysisSettings:
     heatmap_sentences: int = doc(
         "dev sentences drawn per layer as attention heatmaps", "sentences", check=non_negative
     )
+    alignments: str | None = doc(
+        "gold word alignments of the analysed pairs: one Pharaoh line per pair, 0-based i-j "
+        "(sure) and i?j (possible) over the whitespace words of source and reference",
+        "file",
+        "; null = silver alignments from eflomal (docs/alignment.md)",
+    )
+    silver_train_pairs: int = doc(
+        "training pairs the eflomal aligner learns silver alignments from, beside the analysed "
+        "pairs",
+        "pairs",
+        "; 0 = no silver alignments: AER only with a gold file",
+        check=non_negative,
+    )
