@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from translate import io
-from translate.ablation.speed import job_checkpoint
+from translate.ablation.speed import completed_jobs
 from translate.analysis import ablation
 from translate.analysis.ablation_align import ALIGN_FILE
 from translate.analysis.ablation_stats import heads_key
@@ -37,15 +37,7 @@ MAX_TOKENS = 4096  # padded tokens per teacher-forced batch, as translate.analyz
 
 def _finished(sweep_dir: Path, not_measured: list[dict]) -> list[tuple[ablation.Job, Path]]:
     """``(job, checkpoint)`` of every completed job; the others into ``not_measured``."""
-    found = []
-    for job in ablation.find_jobs(sweep_dir):
-        path, why = (None, f"it did not complete ({job.error})")
-        if job.completed:
-            path, why = job_checkpoint(job, sweep_dir)
-        if path is None:
-            not_measured.append({"name": job.name, "reason": why})
-        else:
-            found.append((job, path))
+    found = completed_jobs(sweep_dir, not_measured)
     if not found:
         raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
     return found

@@ -120,17 +120,26 @@ def job_checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str
     return None, why
 
 
-def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -> list[SpeedJob]:
-    """Every completed job with a checkpoint in ``sweep_dir``, loaded on ``settings.device``;
-    every other job is added to ``not_timed`` with the reason."""
-    jobs = []
+def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[ablation.Job, Path]]:
+    """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir``; every
+    other job is added to ``left_out`` with the reason (speed and align measure the same jobs)."""
+    found = []
     for job in ablation.find_jobs(sweep_dir):
         path, why = (None, f"it did not complete ({job.error})")
         if job.completed:
             path, why = job_checkpoint(job, sweep_dir)
         if path is None:
-            not_timed.append({"name": job.name, "reason": why})
-            continue
+            left_out.append({"name": job.name, "reason": why})
+        else:
+            found.append((job, path))
+    return found
+
+
+def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -> list[SpeedJob]:
+    """Every completed job with a checkpoint in ``sweep_dir``, loaded on ``settings.device``;
+    every other job is added to ``not_timed`` with the reason."""
+    jobs = []
+    for job, path in completed_jobs(sweep_dir, not_timed):
         loaded = load_translator(path, settings.device, settings.precision)
         jobs.append(SpeedJob(job, path, loaded))
     if not jobs:
