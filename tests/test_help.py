@@ -46,11 +46,11 @@ def test_help_lists_the_commands_keys_and_nothing_else(module):
     proc = run_cli(module, "--help")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    listed = {m.group(1) for line in lines if (m := re.match(r"([a-z_.]+)=", line))}
+    listed = {m.group(1) for line in lines if (m := re.match(r"([a-z0-9_.]+)=", line))}
     expected = config_keys(COMMANDS[module])
     assert expected and listed == expected, (sorted(expected - listed), sorted(listed - expected))
     for i, line in enumerate(lines):
-        if re.match(r"[a-z_.]+=", line):  # each key: its meaning, then its unit and range
+        if re.match(r"[a-z0-9_.]+=", line):  # each key: its meaning, then its unit and range
             assert lines[i + 1].startswith("    ") and lines[i + 1].strip(), line
             assert any(
                 s.startswith("    unit: ") and "; range: " in s for s in lines[i + 2 : i + 9]

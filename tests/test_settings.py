@@ -51,6 +51,7 @@ def test_how_a_job_runs_is_one_flag_for_the_resume_check_and_the_sweep_dir_names
         "trainer.overwrite",
         "trainer.progress_bar",
         "runtime.keep_freed_memory",
+        "runtime.cpu_bf16_padding",
         "trainer.attention_heatmaps",
         "trainer.heatmap_every_n_validations",
     }

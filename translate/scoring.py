@@ -23,16 +23,23 @@ def batch_loss(
     precision: str,
     pad_id: int,
     label_smoothing: float = 0.0,
+    row_multiple: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL of ``batch``, with logits for its real target
-    positions only. ``forward``: the model, or what wraps it (``torch.compile``, DDP)."""
-    index = to_device(batch.target_index(pad_id), device)  # (N,), found on the host
+    positions only. ``forward``: the model, or what wraps it (``torch.compile``, DDP).
+    ``row_multiple``: logits for a multiple of that many rows, the extra ones (copies of the
+    first position) given the pad target, so that they count in neither sum."""
+    index = batch.target_index(pad_id)  # (N,), found on the host
+    extra = -index.numel() % row_multiple
+    index = to_device(torch.cat([index, index.new_zeros(extra)]) if extra else index, device)
     batch = batch.to(device)
     with autocast(device, precision):
         logits = forward(
             batch.src, batch.tgt_in, batch.src_padding_mask, target_index=index
-        )  # (N, V)
-    target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N,)
+        )  # (N + extra, V)
+    target = batch.tgt_out.reshape(-1).index_select(0, index)  # (B*T,) -> (N + extra,)
+    if extra:
+        target[-extra:] = pad_id
     return sequence_loss(logits, target, pad_id, label_smoothing)
 
 

@@ -38,6 +38,9 @@ def test_cpu_quick_check_passes_or_says_why(tmp_path):
     assert bf16["precision"] == "bf16" and bf16["steps"] == 4 and bf16["tokens_per_s"] > 0
     assert "experiment=iwslt2017" in bf16["command"] and "data=sample" in bf16["command"]
     assert parts["torchrun"]["steps"] == 4
+    # validated every quarter of the updates: a curve the report can flag
+    assert [step for step, _ in bf16["dev_loss_curve"]] == [1, 2, 3, 4]
+    assert isinstance(bf16["dev_loss_rose"], bool)
     assert "greedy_cache_speedup" in parts["bench_decode"]
     assert "train_matmul_efficiency" in parts["bench_train"]
     assert "mha_fwd_bwd_time_sdpa_vs_torch" in parts["bench_attention"]
@@ -60,6 +63,19 @@ def test_a_failed_part_fails_the_command_after_the_others_ran(tmp_path, monkeypa
     assert status == {"fails": ("failed", 3), "hangs": ("failed", 124), "runs": ("passed", 0)}
     assert doc["passed"] is False and "FAILED" in capsys.readouterr().out
     assert "ran" in (tmp_path / "logs" / "runs.log").read_text()
+
+
+@pytest.mark.parametrize(("losses", "rose"), [((2.0, 1.5, 1.6), True), ((2.0, 1.5, 1.505), False)])
+def test_a_training_part_reports_its_dev_loss_curve_and_flags_a_rise(tmp_path, losses, rose):
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(tmp_path / "tensorboard")) as writer:
+        for step, loss in zip((50, 100, 150), losses, strict=True):
+            writer.add_scalar("dev/loss", loss, step)
+    report = gpu.dev_loss_report(tmp_path)
+    assert [step for step, _ in report["dev_loss_curve"]] == [50, 100, 150]
+    assert [loss for _, loss in report["dev_loss_curve"]] == pytest.approx(losses)
+    assert report["dev_loss_rose"] is rose
 
 
 # ---------------------------------------------------------------- scripts/make_wheelhouse.sh

@@ -14,7 +14,7 @@ from translate.data.batching import TokenBatchSampler, collate, cut_batches, pad
 from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import OptimSettings
-from translate.scoring import mean_nll
+from translate.scoring import batch_loss, mean_nll
 from translate.training.step import Trainer
 
 V, PAD = 40, 0
@@ -169,3 +169,27 @@ def test_sampler_packs_tighter_than_a_plain_length_sort(max_tokens):
     assert list(again) == list(sampler)
     again.set_epoch(1)
     assert list(again) != list(sampler)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_padded_shapes_leave_the_loss_and_gradients_as_they_were(label_smoothing):
+    """What a bf16 step on a CPU does for oneDNN (Trainer's pad_shapes): positions padded to a
+    multiple of 8, loss rows to one of 64. The extra positions and rows change nothing."""
+    batch = ragged_batch()
+    padded = batch.padded(8, PAD)
+    assert padded.src.size(1) % 8 == 0 and padded.tgt_in.size(1) % 8 == 0
+    assert padded.src.size(1) > batch.src.size(1) and padded.num_tgt_tokens < 64
+    model = tiny().eval()  # no dropout (its masks would follow the shapes); gradients flow
+    reference = copy.deepcopy(model)
+    rows = []
+    forward = lambda *args, **kw: rows.append(kw["target_index"].numel()) or model(*args, **kw)  # noqa: E731
+    loss, nll = batch_loss(forward, padded, CPU, "32", PAD, label_smoothing, row_multiple=64)
+    ref_loss, ref_nll = batch_loss(reference, batch, CPU, "32", PAD, label_smoothing)
+    assert rows == [64]
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=1e-5)
+    loss.backward()
+    ref_loss.backward()
+    expected = grads(reference)
+    for name, grad in grads(model).items():
+        torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from translate import io
-from translate.bench import common
+from translate.bench import common, ladder
 from translate.cli import run_plain_command
 from translate.runtime import provenance
 
@@ -44,7 +44,7 @@ def train_command(args, name: str, precision: str, compile_: bool, launcher: lis
     settings = (
         f"runtime.device={args.device} runtime.precision={precision} "
         f"trainer.compile={str(compile_).lower()} trainer.max_steps={n} "
-        f"trainer.val_every_n_steps={n} optim.warmup_steps={max(1, n // 4)} "
+        f"trainer.val_every_n_steps={max(1, n // 4)} optim.warmup_steps={max(1, n // 4)} "
         "trainer.max_minutes=null trainer.early_stopping_patience=null "
         f"trainer.progress_bar=false trainer.val_bleu_sentences={4 if quick else 100} "
         f"trainer.latency_sentences={1 if quick else 20}"
@@ -101,7 +101,18 @@ def run_part(args, name: str, cmd: list[str]) -> dict:
         part.update(
             found["summary"] if "summary" in found else {k: found.get(k) for k in RESULT_KEYS}
         )
+        if not name.startswith("bench_"):
+            part.update(dev_loss_report(results.parent))
     return part
+
+
+def dev_loss_report(run_dir: Path) -> dict:
+    """A training part's dev-loss curve, validated every quarter of its updates, and whether
+    its last dev loss is above its lowest by more than the ladder's noise margin."""
+    curve = ladder.dev_curve(run_dir)
+    _, rise = ladder.lowest_dev_loss(curve)
+    points = [[point["step"], point["dev_loss"]] for point in curve if "dev_loss" in point]
+    return {"dev_loss_curve": points, "dev_loss_rose": rise is not None and rise > ladder.ROSE_BY}
 
 
 def main(argv: list[str] | None = None) -> int:

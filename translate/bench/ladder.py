@@ -199,11 +199,19 @@ def dev_curve(run_dir: Path) -> list[dict]:
     return [curve[step] for step in sorted(curve)]
 
 
+def lowest_dev_loss(curve: list[dict]) -> tuple[int | None, float | None]:
+    """The step of a dev curve's lowest loss, and how far its last loss is above it."""
+    losses = [point for point in curve if "dev_loss" in point]
+    if not losses:
+        return None, None
+    lowest = min(losses, key=lambda point: point["dev_loss"])
+    return lowest["step"], losses[-1]["dev_loss"] - lowest["dev_loss"]
+
+
 def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     curve = dev_curve(run_dir)
-    losses = [point for point in curve if "dev_loss" in point]
-    lowest = min(losses, key=lambda point: point["dev_loss"]) if losses else None
+    lowest_step, rise = lowest_dev_loss(curve)
     greedy = results["bleu_greedy"]
     return {
         "rung": name,
@@ -217,10 +225,8 @@ def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
         "tokens_per_s": results["tokens_per_s"],
         "validations": len(curve),
         "dev_curve": curve,
-        "best_dev_loss_step": lowest["step"] if lowest else None,
-        "last_dev_loss_above_min": (
-            losses[-1]["dev_loss"] - lowest["dev_loss"] if lowest else None
-        ),
+        "best_dev_loss_step": lowest_step,
+        "last_dev_loss_above_min": rise,
         "scored_checkpoint": results["scored_checkpoint"],
         "beam_size": results["beam_size"],
         "bleu": results["bleu"],

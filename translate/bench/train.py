@@ -35,7 +35,7 @@ from translate.runtime.device import resolve_precision, synchronize
 from translate.runtime.timing import rotated, timed
 from translate.schema import OptimSettings
 from translate.settings import build as build_settings
-from translate.training.step import Trainer
+from translate.training.step import Trainer, pads_shapes
 
 MODELS = ("torch", "manual", "sdpa")
 TARGETS = {
@@ -144,11 +144,14 @@ def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
     """``({name: Trainer}, {name: parameter count})``."""
     kwargs = model_kwargs(args, vocab)
     trainers, params = {}, {}
+    pad = pads_shapes(device, precision)  # as training pads them
     for name in args.models:
         model = build(name, kwargs, args.seed).to(device)
         params[name] = count_parameters(model)
         compiled = torch.compile(model) if args.compile else None
-        trainers[name] = Trainer(model, optim, device, precision, Tokenizer.PAD, compiled)
+        trainers[name] = Trainer(
+            model, optim, device, precision, Tokenizer.PAD, compiled, pad_shapes=pad
+        )
     return trainers, params
 
 

@@ -110,6 +110,22 @@ class Batch:
         ``target_index``). Take it before :meth:`to`: on the host, counting does not wait."""
         return (self.tgt_out.reshape(-1) != pad_id).nonzero().squeeze(1)  # (N,)
 
+    def padded(self, multiple: int, pad_id: int = Tokenizer.PAD) -> Batch:
+        """The batch with both sides padded to a multiple of ``multiple`` positions: the extra
+        positions are padding, masked as keys, after the causal mask and outside the loss."""
+
+        def wider(t: torch.Tensor, value) -> torch.Tensor:  # (B, L) -> (B, L rounded up)
+            extra = -t.size(1) % multiple
+            return torch.nn.functional.pad(t, (0, extra), value=value) if extra else t
+
+        return replace(
+            self,
+            src=wider(self.src, pad_id),
+            src_padding_mask=wider(self.src_padding_mask, True),
+            tgt_in=wider(self.tgt_in, pad_id),
+            tgt_out=wider(self.tgt_out, pad_id),
+        )
+
     def to(self, device: torch.device | str) -> Batch:
         tensors = ("src", "src_padding_mask", "tgt_in", "tgt_out")
         return replace(self, **{name: to_device(getattr(self, name), device) for name in tensors})

@@ -36,7 +36,7 @@ from translate.training.progress import Progress
 from translate.training.resume import resume_or_start
 from translate.training.rundir import RunLock, check_fresh, remove_partial_writes
 from translate.training.saving import CheckpointManager
-from translate.training.step import Trainer
+from translate.training.step import SEQ_MULTIPLE, Trainer, pads_shapes
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,8 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
     o = settings.optim
     schedule = Schedule(o.warmup_steps, o.cooldown, t.max_steps, t.max_minutes)
-    trainer = Trainer(model, o, device, precision, tok.PAD, compiled, ddp, schedule)
+    pad = settings.runtime.cpu_bf16_padding and pads_shapes(device, precision)
+    trainer = Trainer(model, o, device, precision, tok.PAD, compiled, ddp, schedule, pad)
     around_best = t.average_last_n if t.average_around_best else 0
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints, around_best)
     progress = Progress()
@@ -174,6 +175,12 @@ def _log_start(run: Run) -> None:
     precision = run.trainer.precision
     why = precision_reason(run.settings.runtime.precision, precision, device)
     log.info("device: %s (%s%s), precision %s (%s)", name, device, threads, precision, why)
+    if run.trainer.pad_shapes:
+        log.info(
+            "bf16 on a CPU: batches padded to multiples of %d positions, so that oneDNN "
+            "reuses its kernels (runtime.cpu_bf16_padding)",
+            SEQ_MULTIPLE,
+        )
     # Read now, as the run starts: results.json records the code this process imported.
     log.info("code: %s", code_version())
     if m.attention_impl == "sdpa":

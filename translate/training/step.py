@@ -18,6 +18,18 @@ from translate.training.optim import Schedule, make_optimizer
 
 log = logging.getLogger(__name__)
 
+# oneDNN, which runs a CPU's bf16 matmuls, builds and caches a kernel for every matrix shape,
+# and Multi30k's token batches almost never repeat one: a bf16 step built kernels for as long
+# as AMX saved. Positions padded to a multiple of 8 and the loss rows to one of 64 leave few
+# shapes: 20,020 tokens/s against 14,838 unpadded on an Intel Xeon with AMX (fp32: 14,652, and
+# 13,230 padded, so fp32 never pads; docs/benchmarks.md, "bf16 on the CPU").
+SEQ_MULTIPLE, ROW_MULTIPLE = 8, 64
+
+
+def pads_shapes(device: torch.device, precision: str) -> bool:
+    """Whether a step in ``precision`` on ``device`` pads its shapes (:data:`SEQ_MULTIPLE`)."""
+    return device.type == "cpu" and precision == "bf16"
+
 
 @dataclass
 class StepResult:
@@ -45,6 +57,7 @@ class Trainer:
         compiled_model=None,
         ddp: torch.nn.parallel.DistributedDataParallel | None = None,
         schedule: Schedule | None = None,
+        pad_shapes: bool = False,
     ) -> None:
         self.model = model
         self.ddp = ddp
@@ -58,6 +71,7 @@ class Trainer:
         self.precision = precision
         self.pad_id = pad_id
         self.label_smoothing = optim.label_smoothing
+        self.pad_shapes = pad_shapes  # see SEQ_MULTIPLE
         self.clip_norm = optim.clip_norm
         # The training loop tells a cooldown under a clock the time (``schedule.seconds``).
         self.schedule = schedule or Schedule(optim.warmup_steps)
@@ -126,8 +140,17 @@ class Trainer:
         )
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = 1
+        if self.pad_shapes:
+            batch, rows = batch.padded(SEQ_MULTIPLE, self.pad_id), ROW_MULTIPLE
         return batch_loss(
-            self.forward, batch, self.device, self.precision, self.pad_id, self.label_smoothing
+            self.forward,
+            batch,
+            self.device,
+            self.precision,
+            self.pad_id,
+            self.label_smoothing,
+            rows,
         )
 
     def _stacked(self, values: list, dtype: torch.dtype) -> torch.Tensor:
