@@ -38,6 +38,7 @@ RUN_ONLY_KEYS = (
     *("trainer.resume", "trainer.overwrite", "trainer.progress_bar", "trainer.attention_heatmaps"),
     "trainer.heatmap_every_n_validations",
     *("runtime.device", "runtime.num_threads", "runtime.keep_freed_memory"),
+    "runtime.cpu_bf16_padding",
     *("data.cache_dir", "run_dir"),
     *("trainer.device", "trainer.num_threads", "trainer.keep_freed_memory"),
 )
