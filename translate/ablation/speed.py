@@ -122,7 +122,8 @@ def job_checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str
 
 def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[ablation.Job, Path]]:
     """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir``; every
-    other job is added to ``left_out`` with the reason (speed and align measure the same jobs)."""
+    other job is added to ``left_out`` with the reason (speed and align measure the same jobs).
+    None at all is one error line."""
     found = []
     for job in ablation.find_jobs(sweep_dir):
         path, why = (None, f"it did not complete ({job.error})")
@@ -132,6 +133,8 @@ def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[ablation
             left_out.append({"name": job.name, "reason": why})
         else:
             found.append((job, path))
+    if not found:
+        raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
     return found
 
 
@@ -142,8 +145,6 @@ def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -
     for job, path in completed_jobs(sweep_dir, not_timed):
         loaded = load_translator(path, settings.device, settings.precision)
         jobs.append(SpeedJob(job, path, loaded))
-    if not jobs:
-        raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
     return jobs
 
 
