@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import importlib.metadata
 import json
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from translate.decoding.translator import Loaded, load_translator
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.nn.model import count_parameters
 from translate.runtime.memory import keep_freed_memory, peak_memory_mb, reset_peak_memory
-from translate.runtime.provenance import machine
+from translate.runtime.provenance import machine, package_version
 from translate.runtime.timing import rotated, timed
 from translate.schema import OptimSettings
 from translate.settings import build
@@ -335,13 +334,6 @@ def job_entry(sj: SpeedJob) -> dict:
     }
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def run_speed(
     sweep_dir: str | Path, settings: SpeedSettings, out: str | Path | None = None
 ) -> tuple[dict, Path]:
@@ -361,7 +353,7 @@ def run_speed(
     baseline = choose_baseline({heads_key(e) for e in entries}, ablation.BASELINE_HEADS)
     device = jobs[0].device
     payload = {
-        "machine": {**machine(device), "ctranslate2": _version("ctranslate2")},
+        "machine": {**machine(device), "ctranslate2": package_version("ctranslate2")},
         "settings": {
             **dataclasses.asdict(settings),
             "precision": jobs[0].loaded.translator.precision,
