@@ -35,14 +35,6 @@ from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, plain_te
 MAX_TOKENS = 4096  # padded tokens per teacher-forced batch, as translate.analyze's default
 
 
-def _finished(sweep_dir: Path, not_measured: list[dict]) -> list[tuple[ablation.Job, Path]]:
-    """``(job, checkpoint)`` of every completed job; the others into ``not_measured``."""
-    found = completed_jobs(sweep_dir, not_measured)
-    if not found:
-        raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
-    return found
-
-
 def _pairs(data, split: str, sentences: int) -> tuple[str, list[str], list[str]]:
     """``(split name, sources, references)``: the first ``sentences`` non-empty pairs."""
     name, sources, refs = load_raw_split(data, split)
@@ -77,7 +69,7 @@ def run_align(sweep_dir: str | Path, args) -> tuple[dict, Path]:
     sweep_dir, not_measured, start = ablation.existing_sweep_dir(sweep_dir), [], time.time()
     path = Path(args.json) if args.json else sweep_dir / ALIGN_FILE
     output = io.check_output_file(path, "--json", "ablation alignment")  # before any work
-    found = _finished(sweep_dir, not_measured)
+    found = completed_jobs(sweep_dir, not_measured)
     first = load_translator(found[0][1], "cpu", "32").data  # the sweep's data: one reference
     split, sources, refs = _pairs(first, args.split, args.sentences)
     ref = reference_alignments(args.alignments, args.silver_train_pairs, first, sources, refs)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import importlib.metadata
 import json
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from translate.decoding.translator import Loaded, load_translator
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.nn.model import count_parameters
 from translate.runtime.memory import keep_freed_memory, peak_memory_mb, reset_peak_memory
-from translate.runtime.provenance import machine
+from translate.runtime.provenance import machine, package_version
 from translate.runtime.timing import rotated, timed
 from translate.schema import OptimSettings
 from translate.settings import build
@@ -122,7 +121,8 @@ def job_checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str
 
 def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[ablation.Job, Path]]:
     """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir``; every
-    other job is added to ``left_out`` with the reason (speed and align measure the same jobs)."""
+    other job is added to ``left_out`` with the reason (speed and align measure the same jobs).
+    None at all is one error line."""
     found = []
     for job in ablation.find_jobs(sweep_dir):
         path, why = (None, f"it did not complete ({job.error})")
@@ -132,6 +132,8 @@ def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[ablation
             left_out.append({"name": job.name, "reason": why})
         else:
             found.append((job, path))
+    if not found:
+        raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
     return found
 
 
@@ -142,8 +144,6 @@ def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -
     for job, path in completed_jobs(sweep_dir, not_timed):
         loaded = load_translator(path, settings.device, settings.precision)
         jobs.append(SpeedJob(job, path, loaded))
-    if not jobs:
-        raise UserError(f"{sweep_dir} has no completed job with a checkpoint to measure")
     return jobs
 
 
@@ -334,13 +334,6 @@ def job_entry(sj: SpeedJob) -> dict:
     }
 
 
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def run_speed(
     sweep_dir: str | Path, settings: SpeedSettings, out: str | Path | None = None
 ) -> tuple[dict, Path]:
@@ -360,7 +353,7 @@ def run_speed(
     baseline = choose_baseline({heads_key(e) for e in entries}, ablation.BASELINE_HEADS)
     device = jobs[0].device
     payload = {
-        "machine": {**machine(device), "ctranslate2": _version("ctranslate2")},
+        "machine": {**machine(device), "ctranslate2": package_version("ctranslate2")},
         "settings": {
             **dataclasses.asdict(settings),
             "precision": jobs[0].loaded.translator.precision,

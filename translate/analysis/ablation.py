@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from translate.analysis.ablation_align import align_cells, read_align
+from translate.analysis.ablation_align import ALIGN_COMMAND, ALIGN_FILE, ALIGN_WORDS, align_cells
 from translate.analysis.ablation_stats import (
     Key,
     check_equal_params,
@@ -38,6 +38,7 @@ RUN_ONLY_KEYS = (
     *("trainer.resume", "trainer.overwrite", "trainer.progress_bar", "trainer.attention_heatmaps"),
     "trainer.heatmap_every_n_validations",
     *("runtime.device", "runtime.num_threads", "runtime.keep_freed_memory"),
+    "runtime.cpu_bf16_padding",
     *("data.cache_dir", "run_dir"),
     *("trainer.device", "trainer.num_threads", "trainer.keep_freed_memory"),
 )
@@ -244,10 +245,13 @@ def build_report(
     seeds = sorted({j.results.get("seed") for j in done}, key=str)
     p_cells, signature = p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
     rows = [_row(key, groups[key], seeds, p_cells[key]) for key in sorted(groups)]
-    speed = read_speed(sweep_dir, [j.name for j in done], warnings)
+    finished = [j.name for j in done]
+    speed = read_sweep_file(sweep_dir, SPEED_FILE, SPEED_COMMAND, finished, warnings, **SPEED_WORDS)
+    busy = busy_warning(speed["jobs"]) if speed else None
+    warnings += [f"{SPEED_FILE}: {busy}"] if busy else []
     for row in rows if speed else []:
         row.update(speed_cells(speed, (row["heads"], row["kv_heads"])))
-    align = read_align(sweep_dir, [j.name for j in done], warnings)
+    align = read_sweep_file(sweep_dir, ALIGN_FILE, ALIGN_COMMAND, finished, warnings, **ALIGN_WORDS)
     for row in rows if align else []:
         row.update(align_cells(align, (row["heads"], row["kv_heads"])))
     report = Report(sweep_dir, rows, jobs, seeds, *params, warnings, bootstrap_signature=signature)
@@ -385,43 +389,55 @@ def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str
     return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
 
-def read_speed(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
-    """The sweep dir's speed file; None when it has none, or (with a warning) an unreadable
-    one or one that timed another sweep. The ``finished`` jobs it has no figures for are named
-    in a warning with why, since their rows then mix."""
-    path = sweep_dir / SPEED_FILE
+def read_sweep_file(
+    sweep_dir: Path,
+    file: str,
+    command: str,
+    finished: list[str],
+    warnings: list[str],
+    **words: str,
+) -> dict | None:
+    """``sweep_dir``'s ``file`` (written by ``command``, SWEEP_DIR for the dir), or None: none
+    there, or (with a warning) unreadable or of another sweep. Finished jobs it has no figures
+    for are named in a warning (their rows average fewer seeds), with the reason the file's
+    ``words["skipped"]`` list gives. ``words``: ``lost``, and the templates ``other``, ``missing``.
+    """
+    path = sweep_dir / file
     if not path.is_file():
         return None
-    command = SPEED_COMMAND.replace("SWEEP_DIR", str(sweep_dir))
+    command = command.replace("SWEEP_DIR", str(sweep_dir))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        warnings.append(f"{path} is unreadable ({err}): no speed columns; run {command}")
+        warnings.append(f"{path} is unreadable ({err}): {words['lost']}; run {command}")
         return None
-    timed = data.get("sweep_dir")  # absent in files from before it was recorded
-    if timed is not None and Path(timed) != sweep_dir.resolve():
-        # `speed <sweepA> --json <sweepB>/...`: A's timings must not pass for B's.
-        warnings.append(
-            f"{path} is the speed file of another sweep (it timed {timed}): its figures are "
-            f"left out; run {command} to time this sweep's checkpoints"
-        )
+    measured = data.get("sweep_dir")  # absent in speed files from before it was recorded
+    if measured is not None and Path(measured) != sweep_dir.resolve():
+        # `speed <sweepA> --json <sweepB>/...`: A's figures must not pass for B's.
+        warnings.append(words["other"].format(path=path, measured=measured, command=command))
         return None
-    busy = busy_warning(data["jobs"])
-    warnings += [f"{SPEED_FILE}: {busy}"] if busy else []
-    measured = {job["name"] for job in data["jobs"]}
-    not_timed = {job["name"]: job["reason"] for job in data.get("not_timed", [])}
-    unmeasured = [name for name in finished if name not in measured]
+    have = {job["name"] for job in data["jobs"]}
+    skipped = data.get(words["skipped"], []) if "skipped" in words else []
+    reasons = {job["name"]: job["reason"] for job in skipped}
+    unmeasured = [name for name in finished if name not in have]
     warnings += [
-        f"{SPEED_FILE} has no figures for {name}; it was not timed: {not_timed[name]}"
+        f"{file} has no figures for {name}; it was not timed: {reasons[name]}"
         for name in unmeasured
-        if name in not_timed
+        if name in reasons
     ]
-    if unmeasured := [name for name in unmeasured if name not in not_timed]:
-        warnings.append(
-            f"{SPEED_FILE} has no figures for {', '.join(unmeasured)} (finished after it was "
-            f"measured?): run {command} again"
-        )
+    if unmeasured := [name for name in unmeasured if name not in reasons]:
+        warnings.append(words["missing"].format(jobs=", ".join(unmeasured), command=command))
     return data
+
+
+SPEED_WORDS = {
+    "lost": "no speed columns",
+    "other": "{path} is the speed file of another sweep (it timed {measured}): its figures are "
+    "left out; run {command} to time this sweep's checkpoints",
+    "missing": SPEED_FILE + " has no figures for {jobs} (finished after it was measured?): run "
+    "{command} again",
+    "skipped": "not_timed",
+}
 
 
 def speed_cells(data: dict, key: Key) -> dict:

@@ -8,7 +8,6 @@ Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at m
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
@@ -16,34 +15,13 @@ from translate.analysis.ablation_stats import Key, heads_key
 
 ALIGN_FILE = "ablation_align.json"
 ALIGN_COMMAND = "python -m translate.ablation align SWEEP_DIR"
-
-
-def read_align(sweep_dir: Path, finished: list[str], warnings: list[str]) -> dict | None:
-    """The sweep dir's alignment file; None when it has none, or (with a warning) an
-    unreadable one or one that measured another sweep. Finished jobs it has no figures for are
-    named in a warning, since their rows then average fewer seeds."""
-    path = sweep_dir / ALIGN_FILE
-    if not path.is_file():
-        return None
-    command = ALIGN_COMMAND.replace("SWEEP_DIR", str(sweep_dir))
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        warnings.append(f"{path} is unreadable ({err}): no AER column; run {command}")
-        return None
-    if Path(data.get("sweep_dir", "")) != sweep_dir.resolve():
-        warnings.append(
-            f"{path} measured another sweep ({data.get('sweep_dir')}): its AERs are left out; "
-            f"run {command}"
-        )
-        return None
-    measured = {job["name"] for job in data["jobs"]}
-    if missing := [name for name in finished if name not in measured]:
-        warnings.append(
-            f"{ALIGN_FILE} has no AER for {', '.join(missing)} (finished after it was "
-            f"measured, or not measured: see its not_measured); run {command} again"
-        )
-    return data
+# How translate.analysis.ablation.read_sweep_file warns about the file.
+ALIGN_WORDS = {
+    "lost": "no AER column",
+    "other": "{path} measured another sweep ({measured}): its AERs are left out; run {command}",
+    "missing": ALIGN_FILE + " has no AER for {jobs} (finished after it was measured, or not "
+    "measured: see its not_measured); run {command} again",
+}
 
 
 def align_cells(data: dict, key: Key) -> dict:

@@ -1,20 +1,12 @@
 """Word alignments read off cross-attention heads, and their alignment error rate (AER).
 
 A head's hard alignment links each target word to the source word it attends to most (Garg et
-al. 2019; fairseq's ``--print-alignment``). Words are SentencePiece pieces merged at ``▁``
-(the piece that starts a word), so they are the whitespace-separated words of the text, the
-tokens word-aligned gold sets count (docs/alignment.md):
-
-- a **source** word's weight is the **sum** of its pieces' weights: attention is a probability
-  over pieces, so the sum is the probability the head gives the word, whatever the number of
-  pieces it was cut into (a max would favour nothing, a mean would punish long words);
-- a **target** word's row is the **mean** of its pieces' rows: each piece is one query, each
-  row a distribution, and their mean is again one (the argmax is the sum's), every piece an
-  equal vote.
-
-Links are ``(source word, target word)``, 0-based, as the Pharaoh format ``i-j`` writes them.
-AER is Och & Ney's (2003): ``1 - (|A∩S| + |A∩P|) / (|A| + |S|)`` with sure links ``S ⊆ P``,
-summed over the corpus before the ratio (one long sentence weighs more than a short one).
+al. 2019; fairseq's ``--print-alignment``). Words are SentencePiece pieces merged at ``▁`` (the
+whitespace-separated words of the text, as gold sets count them): a source word's weight is the
+**sum** of its pieces' weights, a target word's row the **mean** of its pieces' rows (why:
+docs/alignment.md, "From attention to word links"). Links are ``(source word, target word)``,
+0-based, as the Pharaoh format ``i-j`` writes them. AER is Och & Ney's (2003): ``1 - (|A∩S| +
+|A∩P|) / (|A| + |S|)`` with sure links ``S ⊆ P``, summed over the corpus before the ratio.
 """
 
 from __future__ import annotations

@@ -264,15 +264,22 @@ def _heads_axis(ax, report: Report, xs: list[int], ylabel: str, title: str) -> N
     ax.grid(alpha=0.3)
 
 
-def _bleu_panel(ax, report: Report) -> None:
-    """Mean per row, ± std where the row has two seeds or more, every seed's BLEU a grey dot."""
-    rows = [r for r in report.rows if r["bleu_mean"] is not None]
+def _mean_panel(ax, report: Report, metric: str, color: str) -> tuple[list[int], list, list]:
+    """Mean per row, ± std where the row has two seeds or more: ``(xs, rows, those with std)``."""
+    mean, std = f"{metric}_mean", f"{metric}_std"
+    rows = [r for r in report.rows if r.get(mean) is not None]
     xs = [_x(report, r) for r in rows]
-    ax.plot(xs, [r["bleu_mean"] for r in rows], "o-")
-    spread = [(x, r) for x, r in zip(xs, rows) if r["bleu_std"] is not None]
+    ax.plot(xs, [r[mean] for r in rows], "o-", color=color)
+    spread = [(x, r) for x, r in zip(xs, rows) if r[std] is not None]
     if spread:
-        means, stds = [r["bleu_mean"] for _, r in spread], [r["bleu_std"] for _, r in spread]
-        ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color="C0")
+        means, stds = [r[mean] for _, r in spread], [r[std] for _, r in spread]
+        ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color=color)
+    return xs, rows, spread
+
+
+def _bleu_panel(ax, report: Report) -> None:
+    """:func:`_mean_panel`, every seed's BLEU a grey dot."""
+    xs, rows, spread = _mean_panel(ax, report, "bleu", "C0")
     for job in (j for j in report.jobs if j.completed and j.results.get("bleu") is not None):
         ax.plot(_x(report, job.results), job.results["bleu"], ".", color="gray", alpha=0.6)
     title = "Test BLEU (one seed a row: no error bars)"
@@ -355,17 +362,8 @@ def _params_panel(ax, report: Report) -> None:
 
 
 def _aer_panel(ax, report: Report) -> None:
-    """The best cross head's AER per row (mean ± std over seeds), every job's a grey dot."""
-    rows = [r for r in report.rows if r.get("best_aer_mean") is not None]
-    xs = [_x(report, r) for r in rows]
-    ax.plot(xs, [r["best_aer_mean"] for r in rows], "o-", color="C2")
-    spread = [(x, r) for x, r in zip(xs, rows) if r["best_aer_std"] is not None]
-    if spread:
-        means, stds = (
-            [r["best_aer_mean"] for _, r in spread],
-            [r["best_aer_std"] for _, r in spread],
-        )
-        ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color="C2")
+    """The best cross head's AER: :func:`_mean_panel`, every job's a grey dot."""
+    xs = _mean_panel(ax, report, "best_aer", "C2")[0]
     for job in report.align["jobs"]:
         ax.plot(_x(report, job), job["best_aer"], ".", color="gray", alpha=0.6)
     kind = report.align["reference"]["kind"]

@@ -3,14 +3,7 @@ eflomal aligner (Östling & Tiedemann 2016; ``pip install -e ".[align]"``) train
 analysed pairs together with training pairs, both directions symmetrised by
 grow-diag-final-and.
 
-Why grow-diag-final-and rather than the intersection: gold sets link nearly every word (sure
-and possible links), and an attention head's hard alignment links every target word once. The
-intersection keeps only the links both directions agree on, few and precise, so a head that
-finds the right word for a function word or a word of a phrase would be scored wrong; the
-union's extra links are mostly noise. grow-diag-final-and, the statistical MT standard (Koehn
-et al. 2005) and eflomal's own recommendation, starts from the intersection and adds the
-union's links next to it or on a word nothing else covers: recall close to gold at a precision
-close to the intersection's.
+Why grow-diag-final-and and not the intersection: docs/alignment.md, "Silver".
 """
 
 from __future__ import annotations

@@ -54,9 +54,9 @@ def git_state(folder: Path = _PACKAGE_DIR) -> tuple[str | None, bool | None]:
     return commit, (None if status is None else status != "")
 
 
-def package_version() -> str | None:
+def package_version(package: str = "translate") -> str | None:
     try:
-        return importlib.metadata.version("translate")
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
 
