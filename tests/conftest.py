@@ -23,6 +23,13 @@ from translate.training.rundir import LOCK_NAME
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
+# The Ctrl-C tests need their commands to start as a terminal's foreground job does. A shell
+# that runs the suite in the background (`pytest &`, a CI script under nohup) starts it with
+# SIGINT ignored, every child inherits that, and our commands rightly keep it ignored
+# (translate/errors.py): the interrupted commands then slept on until the test timed out.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 TINY = [
     "experiment=quickstart",
     "heads=2",
