@@ -60,6 +60,19 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
+def assert_same_sums_and_gradients(model, sums, reference, ref_sums) -> None:
+    """``sums`` (loss, NLL) of ``model`` equal ``reference``'s, and so do the gradients of
+    the losses (backpropagated here)."""
+    (loss, nll), (ref_loss, ref_nll) = sums, ref_sums
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=1e-5)
+    loss.backward()
+    ref_loss.backward()
+    expected = grads(reference)
+    for name, grad in grads(model).items():
+        torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_padding_free_loss_and_gradients_equal_the_full_logits_ones(label_smoothing):
     batch = ragged_batch()
@@ -70,13 +83,7 @@ def test_padding_free_loss_and_gradients_equal_the_full_logits_ones(label_smooth
     loss, nll = padding_free_sums(model, batch, label_smoothing)
     torch.manual_seed(1)
     ref_loss, ref_nll = full_logits_sums(reference, batch, label_smoothing)
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-5)
-    torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=1e-5)
-    loss.backward()
-    ref_loss.backward()
-    expected = grads(reference)
-    for name, grad in grads(model).items():
-        torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert_same_sums_and_gradients(model, (loss, nll), reference, (ref_loss, ref_nll))
 
 
 def test_sequence_loss_scores_full_and_selected_logits_alike():
@@ -186,10 +193,4 @@ def test_padded_shapes_leave_the_loss_and_gradients_as_they_were(label_smoothing
     loss, nll = batch_loss(forward, padded, CPU, "32", PAD, label_smoothing, row_multiple=64)
     ref_loss, ref_nll = batch_loss(reference, batch, CPU, "32", PAD, label_smoothing)
     assert rows == [64]
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-5)
-    torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=1e-5)
-    loss.backward()
-    ref_loss.backward()
-    expected = grads(reference)
-    for name, grad in grads(model).items():
-        torch.testing.assert_close(grad, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert_same_sums_and_gradients(model, (loss, nll), reference, (ref_loss, ref_nll))
