@@ -112,7 +112,7 @@ def dev_loss_report(run_dir: Path) -> dict:
     curve = ladder.dev_curve(run_dir)
     _, rise = ladder.lowest_dev_loss(curve)
     points = [[point["step"], point["dev_loss"]] for point in curve if "dev_loss" in point]
-    return {"dev_loss_curve": points, "dev_loss_rose": rise is not None and rise > ladder.ROSE_BY}
+    return {"dev_loss_curve": points, "dev_loss_rose": ladder.rose(rise)}
 
 
 def main(argv: list[str] | None = None) -> int:

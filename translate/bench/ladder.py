@@ -208,6 +208,11 @@ def lowest_dev_loss(curve: list[dict]) -> tuple[int | None, float | None]:
     return lowest["step"], losses[-1]["dev_loss"] - lowest["dev_loss"]
 
 
+def rose(rise: float | None) -> bool:
+    """Whether a run's last dev loss is above its lowest by more than :data:`ROSE_BY`."""
+    return rise is not None and rise > ROSE_BY
+
+
 def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
     results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
     curve = dev_curve(run_dir)
@@ -245,7 +250,7 @@ def summarize(rows: list[dict], minutes: list[float]) -> dict:
         means[m] = statistics.fmean(row["bleu"] for row in mine)
         summary[f"bleu_min{m:g}"] = means[m]
         rises = [row["last_dev_loss_above_min"] for row in mine]
-        summary[f"dev_loss_rose_min{m:g}"] = any(r is not None and r > ROSE_BY for r in rises)
+        summary[f"dev_loss_rose_min{m:g}"] = any(rose(r) for r in rises)
     if len(means) > 1:
         *_, previous, longest = means.values()
         summary["longest_below_previous"] = longest < previous
