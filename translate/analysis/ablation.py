@@ -400,7 +400,8 @@ def read_sweep_file(
     """``sweep_dir``'s ``file`` (written by ``command``, SWEEP_DIR for the dir), or None: none
     there, or (with a warning) unreadable or of another sweep. Finished jobs it has no figures
     for are named in a warning (their rows average fewer seeds), with the reason the file's
-    ``words["skipped"]`` list gives. ``words``: ``lost``, and the templates ``other``, ``missing``.
+    ``words["skipped"]`` list gives. ``words``: ``lost``, and the templates ``other``,
+    ``missing`` and (with ``skipped``) ``skipped_reason``.
     """
     path = sweep_dir / file
     if not path.is_file():
@@ -421,7 +422,7 @@ def read_sweep_file(
     reasons = {job["name"]: job["reason"] for job in skipped}
     unmeasured = [name for name in finished if name not in have]
     warnings += [
-        f"{file} has no figures for {name}; it was not timed: {reasons[name]}"
+        words["skipped_reason"].format(name=name, reason=reasons[name])
         for name in unmeasured
         if name in reasons
     ]
@@ -437,6 +438,7 @@ SPEED_WORDS = {
     "missing": SPEED_FILE + " has no figures for {jobs} (finished after it was measured?): run "
     "{command} again",
     "skipped": "not_timed",
+    "skipped_reason": SPEED_FILE + " has no figures for {name}; it was not timed: {reason}",
 }
 
 
