@@ -41,6 +41,7 @@ COLUMNS = [
     ("validations", "validations", ""),
     ("best_dev_loss_step", "min dev loss at", ""),
     ("last_dev_loss_above_min", "last - min dev loss", ".3f"),
+    ("early_cooldown_from", "early cooldown from", ""),
     ("scored_checkpoint", "scored", ""),
     ("bleu", "test BLEU", ".2f"),
     ("bleu_greedy", "greedy BLEU", ".2f"),
@@ -232,6 +233,8 @@ def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
         "dev_curve": curve,
         "best_dev_loss_step": lowest_step,
         "last_dev_loss_above_min": rise,
+        # The step a dev loss without a new low started the cooldown (optim.cooldown_patience).
+        "early_cooldown_from": (results.get("early_cooldown") or [None])[0],
         "scored_checkpoint": results["scored_checkpoint"],
         "beam_size": results["beam_size"],
         "bleu": results["bleu"],

@@ -54,10 +54,24 @@ class OptimSettings:
         "; 0 = no clipping",
         check=non_negative,
     )
+    cooldown_patience: int | None = doc(
+        "validations without a new lowest dev loss after which the cooldown starts at once, "
+        "over cooldown times the updates done, and training ends with it (a machine that "
+        "trains more than its recipe needs stops overfitting)",
+        "validations",
+        "; null = the cooldown follows the budget only",
+        check=positive,
+        default=None,
+    )
 
     def validate(self) -> None:
         if len(self.betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in self.betas):
             raise UserError(f"optim.betas={self.betas} must be two numbers in [0, 1)")
+        if self.cooldown_patience is not None and self.cooldown == 0:
+            raise UserError(
+                f"optim.cooldown_patience={self.cooldown_patience} needs a cooldown: set "
+                "optim.cooldown (e.g. 0.2) or optim.cooldown_patience=null"
+            )
 
 
 @dataclass(frozen=True)

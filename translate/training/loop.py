@@ -23,7 +23,13 @@ from translate.runtime.memory import reset_peak_memory
 from translate.runtime.rng import rng_state
 from translate.scoring import mean_nll
 from translate.training import distributed
-from translate.training.progress import TrainBar, budget_reached, early_stopped, limit_reached
+from translate.training.progress import (
+    TrainBar,
+    budget_reached,
+    early_stopped,
+    limit_reached,
+    note_dev_loss,
+)
 from translate.training.run import Run, Window
 from translate.training.saving import checkpoint_state
 from translate.training.signals import StopRequest
@@ -92,7 +98,7 @@ def fit(run: Run) -> tuple[str, int | None]:
         c.splits["train"], c.max_tokens, run.settings.seed, run.dist.rank, run.dist.world_size
     )
     reset_peak_memory(run.trainer.device)
-    run.trainer.schedule.seconds = p.train_seconds  # a resumed run's clock
+    _tell_schedule(run)  # a resumed run's clock and early cooldown
     bar = TrainBar(p, t.max_steps, t.max_minutes, t.progress_bar and run.dist.is_main)
     # A resumed run may already be at a limit (e.g. it stopped while scoring): no extra step.
     stop_reason = limit_reached(p, t)
@@ -202,9 +208,16 @@ def _stop_reason(run: Run, stop: StopRequest) -> str | None:
     if run.dist.enabled:
         p.train_seconds, sig = distributed.max_all([p.train_seconds, stop.signal or 0])
         stop.signal = int(sig) or None
-    run.trainer.schedule.seconds = p.train_seconds  # the clock a cooldown follows
+    _tell_schedule(run)
     budget = budget_reached(p, run.settings.trainer)
     return budget or (signal.Signals(stop.signal).name if stop.signal else None)
+
+
+def _tell_schedule(run: Run) -> None:
+    """The training time a cooldown under a clock follows, and an early cooldown's steps."""
+    p, schedule = run.progress, run.trainer.schedule
+    schedule.seconds = p.train_seconds
+    schedule.early = None if p.cooldown_to is None else (p.cooldown_from, p.cooldown_to)
 
 
 def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None) -> str | None:
@@ -220,8 +233,10 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
         improved = _validate(run)
         stop_reason = stop_reason or early_stopped(p, t)
         _log_heatmaps(run, last=stop_reason is not None)
-    if validate_now and run.dist.enabled:
-        stop_reason = distributed.broadcast(stop_reason)  # early stopping
+    if validate_now and run.dist.enabled:  # early stopping, an early cooldown
+        shared = (stop_reason, p.cooldown_from, p.cooldown_to)
+        stop_reason, p.cooldown_from, p.cooldown_to = distributed.broadcast(shared)
+    _tell_schedule(run)
     if validate_now or stop_reason or p.step % t.checkpoint_every_n_steps == 0:
         _checkpoint(run, improved)
     return stop_reason
@@ -255,6 +270,18 @@ def _validate(run: Run) -> bool:
     ):
         run.writer.add_scalar(f"dev/{name}", value, p.step)
     p.last_val_step, p.last_dev_loss = p.step, loss
+    if note_dev_loss(p, loss, run.settings.optim):
+        start, end = p.cooldown_from, p.cooldown_to
+        log.info(
+            "step %d: no new lowest dev loss (%.3f at the best) for %d validations: the "
+            "learning rate falls to zero over the next %d updates and training ends at step %d "
+            "(optim.cooldown_patience)",
+            start,
+            p.lowest_dev_loss,
+            p.loss_stale_validations,
+            end - start,
+            end,
+        )
     broken = _never_best(run, loss)
     improved = broken is None and scores["bleu"] > p.best_dev_bleu
     if improved:

@@ -21,7 +21,9 @@ class Schedule:
     The budget is ``max_steps`` updates or ``max_minutes`` of training, whichever runs out
     first. Under a clock the training loop sets ``seconds`` (the training time so far, agreed
     by every rank under DDP) after each update, so the cooldown starts when the clock says the
-    end is near: a machine twice as fast cools down after twice the updates.
+    end is near: a machine twice as fast cools down after twice the updates. The training loop
+    may also start the cooldown early (``optim.cooldown_patience``): ``early`` is then the step
+    it started at and the step at whose end the rate reaches zero.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class Schedule:
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else max_minutes * 60
         self.seconds = 0.0
+        self.early: tuple[int, int] | None = None
 
     def used(self, step: int) -> float:
         """Share of the budget used before update ``step + 1``: steps or seconds, the larger."""
@@ -52,6 +55,9 @@ class Schedule:
             factor = min(n / self.warmup_steps, math.sqrt(self.warmup_steps / n))
         if self.cooldown > 0:
             factor *= min(1.0, max(0.0, 1.0 - self.used(step)) / self.cooldown)
+        if self.early is not None:
+            start, end = self.early
+            factor *= min(1.0, max(0, end - step) / (end - start))
         return factor
 
 

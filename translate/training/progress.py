@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from translate.schema import TrainerSettings
+from translate.schema import OptimSettings, TrainerSettings
 
 
 @dataclass
@@ -24,9 +24,16 @@ class Progress:
     skipped_updates: int = 0  # skipped updates in all, reported at the end of the run
     last_val_step: int = 0  # the newest validation's step and dev loss (None: not validated)
     last_dev_loss: float | None = None
+    lowest_dev_loss: float | None = None
+    loss_stale_validations: int = 0  # validations since the lowest dev loss
+    # optim.cooldown_patience's cooldown: the step it started at and the step it ends at.
+    cooldown_from: int | None = None
+    cooldown_to: int | None = None
 
 
 def budget_reached(p: Progress, t: TrainerSettings) -> str | None:
+    if p.cooldown_to is not None and p.step >= p.cooldown_to:
+        return f"optim.cooldown_patience: the cooldown from step {p.cooldown_from} ended"
     if p.step >= t.max_steps:
         return f"max_steps={t.max_steps}"
     if t.max_minutes is not None and p.train_seconds >= t.max_minutes * 60:
@@ -39,6 +46,21 @@ def early_stopped(p: Progress, t: TrainerSettings) -> str | None:
     if patience is not None and p.stale_validations >= patience:
         return f"early stopping ({patience} validations without gain)"
     return None
+
+
+def note_dev_loss(p: Progress, loss: float, o: OptimSettings) -> bool:
+    """Count the validations since the lowest dev loss; after ``optim.cooldown_patience`` of
+    them the cooldown starts now, over ``optim.cooldown`` times the updates done (the share the
+    budget's cooldown would take had the budget ended here). True when it starts."""
+    if p.lowest_dev_loss is None or loss < p.lowest_dev_loss:  # a NaN loss is no new low
+        p.lowest_dev_loss, p.loss_stale_validations = loss, 0
+    else:
+        p.loss_stale_validations += 1
+    patience = o.cooldown_patience
+    if patience is None or p.cooldown_to is not None or p.loss_stale_validations < patience:
+        return False
+    p.cooldown_from, p.cooldown_to = p.step, p.step + max(1, round(o.cooldown * p.step))
+    return True
 
 
 def limit_reached(p: Progress, t: TrainerSettings) -> str | None:

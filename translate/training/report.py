@@ -219,6 +219,8 @@ def _results(run: Run, scores: dict, speed: dict, heads: dict | None, scored: Sc
         "skipped_nonfinite_updates": p.skipped_updates,  # not in steps: nothing was learnt
         "epochs_completed": p.epoch,
         "train_minutes": p.train_seconds / 60,
+        # [from, to] steps of optim.cooldown_patience's cooldown; None: it did not start early
+        "early_cooldown": None if p.cooldown_to is None else [p.cooldown_from, p.cooldown_to],
         "tokens_per_s": p.tokens / max(p.train_seconds, 1e-9),
         "dev_bleu": p.best_dev_bleu,  # best.pt's
         "best_step": p.best_step,
