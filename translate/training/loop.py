@@ -270,18 +270,6 @@ def _validate(run: Run) -> bool:
     ):
         run.writer.add_scalar(f"dev/{name}", value, p.step)
     p.last_val_step, p.last_dev_loss = p.step, loss
-    if note_dev_loss(p, loss, run.settings.optim):
-        start, end = p.cooldown_from, p.cooldown_to
-        log.info(
-            "step %d: no new lowest dev loss (%.3f at the best) for %d validations: the "
-            "learning rate falls to zero over the next %d updates and training ends at step %d "
-            "(optim.cooldown_patience)",
-            start,
-            p.lowest_dev_loss,
-            p.loss_stale_validations,
-            end - start,
-            end,
-        )
     broken = _never_best(run, loss)
     improved = broken is None and scores["bleu"] > p.best_dev_bleu
     if improved:
@@ -297,7 +285,23 @@ def _validate(run: Run) -> bool:
         scores["chrf"],
         " (best)" if improved else f" (never best: {broken})" if broken else "",
     )
+    _cool_down_if_stale(run, loss)
     return improved
+
+
+def _cool_down_if_stale(run: Run, dev_loss: float) -> None:
+    p = run.progress
+    if note_dev_loss(p, dev_loss, run.settings.optim):
+        log.info(
+            "step %d: no new lowest dev loss (%.3f) for %d validations: the learning rate "
+            "falls to zero over the next %d updates and training ends at step %d "
+            "(optim.cooldown_patience)",
+            p.step,
+            p.lowest_dev_loss,
+            p.loss_stale_validations,
+            p.cooldown_to - p.step,
+            p.cooldown_to,
+        )
 
 
 def _never_best(run: Run, dev_loss: float) -> str | None:
