@@ -74,13 +74,6 @@ def _latency_points(report: Report, metric: str) -> tuple[list[int], list[float]
     return [_x(report, r) for r, _ in points], [ratio for _, ratio in points], ranges
 
 
-def _ratio_limits(values: list[float]) -> tuple[float, float]:
-    """A y-range holding ``values`` and 1.0 that spans at least :data:`MIN_RATIO_SPAN`."""
-    low, high = min([1.0, *values]), max([1.0, *values])
-    pad = max(0.0, MIN_RATIO_SPAN - (high - low)) / 2
-    return max(0.0, low - pad), high + pad
-
-
 def _latency_panel(ax, report: Report) -> None:
     base, xs, values, bars = report.speed["baseline_heads"], [], [], False
     for metric, label in LATENCY.items():
@@ -98,7 +91,9 @@ def _latency_panel(ax, report: Report) -> None:
             bars = True
         xs, values = xs + x, values + ratios
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    ax.set_ylim(*_ratio_limits(values))
+    low, high = min([1.0, *values]), max([1.0, *values])  # and at least MIN_RATIO_SPAN apart
+    pad = max(0.0, MIN_RATIO_SPAN - (high - low)) / 2
+    ax.set_ylim(max(0.0, low - pad), high + pad)
     ax.legend(fontsize=8)
     ylabel = f"latency ratio to {base} heads" + (f" ({base} kv)" if report.kv_axis else "")
     title = "Decoding latency, batch 1" + (" (bars: fastest to slowest round)" if bars else "")
@@ -115,11 +110,8 @@ def _params_panel(ax, report: Report) -> None:
     xs = [_x(report, r) for r, _ in rows]
     ax.plot(xs, [p / 1e6 for _, p in rows], "s-")
     ax.set_ylim(bottom=0)
-    title = (
-        "Parameters (by kv heads)"
-        if report.kv_axis and report.params_equal
-        else "Parameters DIFFER"
-    )
+    equal = report.kv_axis and report.params_equal
+    title = "Parameters (by kv heads)" if equal else "Parameters DIFFER"
     _heads_axis(ax, report, xs, "parameters (millions)", title)
 
 

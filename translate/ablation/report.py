@@ -288,7 +288,7 @@ def _align_note(report: Report) -> str:
 
 def _note_lines(report: Report) -> list[str]:
     """The numbers the table rests on; what its columns, tests and notes mean is :data:`DOC`."""
-    notes = [f"What the columns mean, and the tests: {DOC}.", _speed_note(report)]
+    notes = [f"What the columns, the tests and these notes mean: {DOC}.", _speed_note(report)]
     notes.append(_align_note(report))
     if report.bootstrap_signature:
         notes.append(f"BLEU signature: `{report.bootstrap_signature}`")

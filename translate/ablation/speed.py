@@ -263,11 +263,6 @@ def _turn(sj: SpeedJob, metric: str, settings: SpeedSettings) -> None:
         sj.round_peak_mb = max(sj.round_peak_mb, peak_memory_mb(sj.device) - before_mb)
 
 
-def _weights_mb(sj: SpeedJob) -> float:
-    tensors = [*sj.loaded.model.parameters(), *sj.loaded.model.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors) / 2**20
-
-
 def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
     """What each round measures, in order: :data:`TIMED`, CTranslate2's only if a job has it,
     beam latency only if a job decodes with a beam (at beam size 1 it is greedy's)."""
@@ -298,8 +293,10 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings) -> list[list[str]]:
                 print_progress(done, turns, r, metric, sj.job.name)
                 _turn(sj, metric, settings)
                 done += 1
-        for sj in jobs:
-            peak = _weights_mb(sj) + sj.round_peak_mb if sj.device.type == "cuda" else None
+        for sj in jobs:  # on CUDA: the round's peak plus the job's own weights
+            tensors = [*sj.loaded.model.parameters(), *sj.loaded.model.buffers()]
+            weights_mb = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+            peak = weights_mb + sj.round_peak_mb if sj.device.type == "cuda" else None
             sj.values.setdefault("peak_mem_mb", []).append(peak)
     return order
 
@@ -308,11 +305,9 @@ def print_progress(done: int, total: int, r: int, metric: str, name: str) -> Non
     """``[ 12/120] round 1, latency_greedy_ms: heads=4,seed=1`` on standard error, before each
     turn: rewritten in place on a terminal, a line each elsewhere (a log)."""
     text = f"[{done + 1:>{len(str(total))}}/{total}] round {r + 1}, {metric}: {name}"
-    if sys.stderr.isatty():
-        last = done + 1 == total
-        print(f"\r\033[K{text}", end="\n" if last else "", file=sys.stderr, flush=True)
-    else:
-        print(text, file=sys.stderr, flush=True)
+    tty, last = sys.stderr.isatty(), done + 1 == total
+    end = "" if tty and not last else "\n"
+    print(f"\r\033[K{text}" if tty else text, end=end, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------ the file
