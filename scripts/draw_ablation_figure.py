@@ -5,7 +5,7 @@ committed docs/ablation-multi30k.png was drawn by the report code of its day).
     python scripts/draw_ablation_figure.py docs/ablation-multi30k.csv docs/ablation-multi30k.json \
         docs/ablation-multi30k.png
 
-It draws with ``translate.analysis.figures.ablation_figure``, the function the report uses.
+It draws with ``translate.ablation.figure.ablation_figure``, the function the report uses.
 """
 
 import argparse
@@ -14,8 +14,8 @@ import io
 import json
 from pathlib import Path
 
-from translate.analysis.ablation import Job, Report
-from translate.analysis.figures import ablation_figure
+from translate.ablation.figure import ablation_figure
+from translate.ablation.results import Job, Report
 from translate.io import write
 
 

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from translate import io
 from translate.ablation.report import write_report
-from translate.analysis.ablation import BASELINE_HEADS, Report
+from translate.ablation.results import BASELINE_HEADS, Report
 from translate.cli import fail
 from translate.errors import UserError, debug_enabled
 from translate.record import stamp
@@ -58,7 +58,7 @@ def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None
 
 
 def _write_error(job_dir: Path, error: BaseException) -> None:
-    try:  # read by translate.analysis.ablation as the job's failure reason
+    try:  # read by translate.ablation.results as the job's failure reason
         io.write(job_dir / "error.txt", f"{type(error).__name__}: {error}\n", "sweep job error")
     except (OSError, UserError) as err:  # io.write's own refusals (a full disk) are UserErrors
         # One line: the job's failure itself is in its log and in the sweep's closing line.

@@ -1,5 +1,5 @@
 """``python -m translate.ablation report|speed|align``: the study commands behind one module, each
-with its own options (their behaviour: tests/analysis/test_ablation*.py and test_speed.py)."""
+with its own options (their behaviour: the other tests here)."""
 
 from __future__ import annotations
 

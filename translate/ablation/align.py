@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 from translate import io
+from translate.ablation.results import ALIGN_FILE, Job, existing_sweep_dir
 from translate.ablation.speed import completed_jobs
-from translate.analysis import ablation
-from translate.analysis.ablation_align import ALIGN_FILE
-from translate.analysis.ablation_stats import heads_key
+from translate.ablation.stats import heads_key
 from translate.analysis.alignment import pharaoh
 from translate.analysis.alignment_heads import (
     Reference,
@@ -44,7 +43,7 @@ def _pairs(data, split: str, sentences: int) -> tuple[str, list[str], list[str]]
     return name, [s for s, _ in pairs], [r for _, r in pairs]
 
 
-def _job_entry(job: ablation.Job, path: Path, args, sources, refs, ref: Reference) -> dict:
+def _job_entry(job: Job, path: Path, args, sources, refs, ref: Reference) -> dict:
     """One job's every cross head's AER and its best (the model's alignment head)."""
     loaded = load_translator(path, args.device, args.precision)
     tok, cap, tr = loaded.tokenizer, loaded.data.eval_cap, loaded.translator
@@ -66,7 +65,7 @@ def _job_entry(job: ablation.Job, path: Path, args, sources, refs, ref: Referenc
 
 def run_align(sweep_dir: str | Path, args) -> tuple[dict, Path]:
     """Reference alignments once, every finished job's head AERs, the file written."""
-    sweep_dir, not_measured, start = ablation.existing_sweep_dir(sweep_dir), [], time.time()
+    sweep_dir, not_measured, start = existing_sweep_dir(sweep_dir), [], time.time()
     path = Path(args.json) if args.json else sweep_dir / ALIGN_FILE
     output = io.check_output_file(path, "--json", "ablation alignment")  # before any work
     found = completed_jobs(sweep_dir, not_measured)

@@ -1,9 +1,10 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
 
-``ablation.csv``, ``ablation.md`` and ``ablation.png`` from the jobs' files alone (the Hydra
-callback, :mod:`translate.sweeps`, runs :func:`write_report` after every job); the jobs a sweep
-defines come from Hydra's ``multirun.yaml``. Exits 1 (after writing the report) when the
-parameter counts differ. What the columns mean: docs/ablation.md.
+``ablation.csv``, ``ablation.md`` and ``ablation.png`` from the jobs' files alone
+(:mod:`translate.ablation.results`; the Hydra callback, :mod:`translate.sweeps`, runs
+:func:`write_report` after every job); the jobs a sweep defines come from Hydra's
+``multirun.yaml``. Exits 1 (after writing the report) when the parameter counts differ. What the
+columns mean, and the method behind each note: docs/ablation.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from translate.analysis.ablation import (
+from translate.ablation.figure import ablation_figure
+from translate.ablation.results import (
+    ALIGN_COMMAND,
+    ALIGN_FILE,
     BASELINE_HEADS,
     CT2_METRICS,
     SPEED_COMMAND,
@@ -28,17 +32,16 @@ from translate.analysis.ablation import (
     Report,
     build_report,
     job_provenance,
-    parse_overrides,
     scored_dev_bleu,
     shown_metrics,
     speed_cell,
     spread_cell,
 )
-from translate.analysis.ablation_align import align_note
-from translate.analysis.ablation_stats import LEVEL, detected, heads_key, p_column
-from translate.analysis.ablation_stats import smallest_permutation_p as lowest_p
+from translate.ablation.stats import LEVEL, detected, heads_key, p_column
+from translate.ablation.stats import smallest_permutation_p as lowest_p
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.io import WriteFailed, check, write
+from translate.training.rundir import parse_overrides
 
 log = logging.getLogger(__name__)
 FIGURE = "ablation.png"
@@ -264,19 +267,29 @@ def _speed_note(report: Report) -> str:
     text = (
         f"Speed: from `{SPEED_FILE}`, {m.get('device_name', '?')} "
         f"({counted(m.get('threads'), 'thread')}, {m.get('date', '?')}, precision "
-        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}. "
-        f"Peak memory: {speed.get('peak_mem_mb')}."
+        f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}."
     )
     if set(CT2_METRICS) & set(shown_metrics(speed)):
-        version = m.get("ctranslate2") or "?"
-        text += f" CT2: the same checkpoint exported to CTranslate2 (float32, version {version})."
+        text += f" CT2: CTranslate2 {m.get('ctranslate2') or '?'} (float32)."
     return text
 
 
+def _align_note(report: Report) -> str:
+    """Where the AER column comes from, or how to get it."""
+    if (data := report.align) is None:
+        command = ALIGN_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
+        return f"No AER column: to measure each model's alignment heads, `{command}`."
+    ref = data["reference"]
+    return (
+        f"Best head AER: from `{ALIGN_FILE}`, the first {data['sentences']} pairs of "
+        f"{ref['split']} against **{ref['kind']}** alignments ({ref['origin']})."
+    )
+
+
 def _note_lines(report: Report) -> list[str]:
-    """The numbers the table rests on; what its columns and tests mean is :data:`DOC`."""
-    notes = [f"What the columns mean, and the tests: {DOC}.", _speed_note(report)]
-    notes.append(align_note(report.align, report.sweep_dir))
+    """The numbers the table rests on; what its columns, tests and notes mean is :data:`DOC`."""
+    notes = [f"What the columns, the tests and these notes mean: {DOC}.", _speed_note(report)]
+    notes.append(_align_note(report))
     if report.bootstrap_signature:
         notes.append(f"BLEU signature: `{report.bootstrap_signature}`")
     return [line for note in notes for line in ("", note)]
@@ -311,7 +324,7 @@ def to_markdown(report: Report) -> str:
 
 def _figure_png(report: Report) -> bytes | None:
     """The figure's PNG, or None with a warning in the report saying why."""
-    from translate.analysis.figures import ablation_figure, pyplot
+    from translate.analysis.figures import pyplot
 
     try:
         fig = ablation_figure(report)

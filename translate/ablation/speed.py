@@ -12,6 +12,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -20,12 +21,11 @@ from pathlib import Path
 import torch
 
 from translate import io
-from translate.analysis import ablation
-from translate.analysis.ablation_stats import choose_baseline, heads_key
+from translate.ablation import results
+from translate.ablation.stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
-from translate.analysis.speed import heads_rows, median, ranges
-from translate.analysis.timing_process import ONE_AT_A_TIME, decode_timed, time_in_process
 from translate.bench import common
+from translate.bench.timing_process import ONE_AT_A_TIME, decode_timed, time_in_process
 from translate.data.batching import Batch
 from translate.data.corpus import load_raw_split
 from translate.decoding.ct2 import import_ctranslate2
@@ -44,7 +44,7 @@ from translate.training.step import Trainer
 TIMED = (
     "latency_greedy_ms",
     "latency_beam_ms",
-    *ablation.CT2_METRICS,
+    *results.CT2_METRICS,
     "sentences_per_s",
     "train_tokens_per_s",
 )
@@ -84,7 +84,7 @@ class SpeedSettings:
 class SpeedJob:
     """One finished job, loaded, with its inputs and what has been measured so far."""
 
-    job: ablation.Job
+    job: results.Job
     checkpoint: Path
     loaded: Loaded
     ct2: Path | None = None  # the checkpoint exported to CTranslate2 (float32)
@@ -100,7 +100,7 @@ class SpeedJob:
         return self.loaded.translator.device
 
 
-def job_checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str]:
+def job_checkpoint(job: results.Job, sweep_dir: Path) -> tuple[Path | None, str]:
     """The job's scored checkpoint inside ``sweep_dir``, or None and why not. One that
     results.json names outside it (the sweep dir was copied or moved) is looked for in the
     job's own ``checkpoints/``: never a checkpoint of another sweep."""
@@ -119,12 +119,12 @@ def job_checkpoint(job: ablation.Job, sweep_dir: Path) -> tuple[Path | None, str
     return None, why
 
 
-def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[ablation.Job, Path]]:
+def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[results.Job, Path]]:
     """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir``; every
     other job is added to ``left_out`` with the reason (speed and align measure the same jobs).
     None at all is one error line."""
     found = []
-    for job in ablation.find_jobs(sweep_dir):
+    for job in results.find_jobs(sweep_dir):
         path, why = (None, f"it did not complete ({job.error})")
         if job.completed:
             path, why = job_checkpoint(job, sweep_dir)
@@ -243,7 +243,7 @@ def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings) -> float | N
         return _train_tokens_per_s(sj, settings.train_steps)
     if metric == "sentences_per_s":
         return translator.timed_translate_ids(sj.batch_ids, beam_size=1)[1]
-    if metric in ablation.CT2_METRICS:
+    if metric in results.CT2_METRICS:
         return sj.ct2_round.pop(metric, None)
     beam = 1 if "greedy" in metric else translator.decode.beam_size
     if beam == 1 and "beam" in metric:
@@ -261,11 +261,6 @@ def _turn(sj: SpeedJob, metric: str, settings: SpeedSettings) -> None:
     sj.values.setdefault(metric, []).append(measure_one(sj, metric, settings))
     if cuda:
         sj.round_peak_mb = max(sj.round_peak_mb, peak_memory_mb(sj.device) - before_mb)
-
-
-def _weights_mb(sj: SpeedJob) -> float:
-    tensors = [*sj.loaded.model.parameters(), *sj.loaded.model.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
 def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
@@ -292,14 +287,16 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings) -> list[list[str]]:
         for sj in jobs:
             sj.round_peak_mb = 0.0
         for metric in metrics:
-            if metric == next(iter(ablation.CT2_METRICS)):  # this round's CTranslate2 process
+            if metric == next(iter(results.CT2_METRICS)):  # this round's CTranslate2 process
                 ct2_latency(visit)
             for sj in visit:
                 print_progress(done, turns, r, metric, sj.job.name)
                 _turn(sj, metric, settings)
                 done += 1
-        for sj in jobs:
-            peak = _weights_mb(sj) + sj.round_peak_mb if sj.device.type == "cuda" else None
+        for sj in jobs:  # on CUDA: the round's peak plus the job's own weights
+            tensors = [*sj.loaded.model.parameters(), *sj.loaded.model.buffers()]
+            weights_mb = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+            peak = weights_mb + sj.round_peak_mb if sj.device.type == "cuda" else None
             sj.values.setdefault("peak_mem_mb", []).append(peak)
     return order
 
@@ -308,14 +305,53 @@ def print_progress(done: int, total: int, r: int, metric: str, name: str) -> Non
     """``[ 12/120] round 1, latency_greedy_ms: heads=4,seed=1`` on standard error, before each
     turn: rewritten in place on a terminal, a line each elsewhere (a log)."""
     text = f"[{done + 1:>{len(str(total))}}/{total}] round {r + 1}, {metric}: {name}"
-    if sys.stderr.isatty():
-        last = done + 1 == total
-        print(f"\r\033[K{text}", end="\n" if last else "", file=sys.stderr, flush=True)
-    else:
-        print(text, file=sys.stderr, flush=True)
+    tty, last = sys.stderr.isatty(), done + 1 == total
+    end = "" if tty and not last else "\n"
+    print(f"\r\033[K{text}" if tty else text, end=end, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------ the file
+
+
+def median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def ranges(values: dict[str, list]) -> dict:
+    """Each metric's lowest and highest value over ``values`` (metric -> values), or None."""
+    out = {}
+    for metric in results.ALL_METRICS:
+        timed = [v for v in values.get(metric, []) if v is not None]
+        low, high = results.spread_keys(metric)
+        out[low], out[high] = (min(timed), max(timed)) if timed else (None, None)
+    return out
+
+
+def heads_rows(
+    entries: list[dict], baseline_heads: int | None = results.BASELINE_HEADS
+) -> list[dict]:
+    """Per (heads, kv_heads) pair: the median over its jobs (seeds) of each metric, and its
+    ratio to the baseline row's, multi-head ``baseline_heads`` (1.0 there; no ratios without
+    a baseline: :func:`translate.ablation.stats.choose_baseline` finds none)."""
+    rows = []
+    for heads, kv in sorted({heads_key(e) for e in entries}):
+        group = [e for e in entries if heads_key(e) == (heads, kv)]
+        row = {"heads": heads, "kv_heads": kv, "jobs": [e["name"] for e in group]}
+        row["seeds"] = [e["seed"] for e in group]
+        row.update({m: median([e.get(m) for e in group]) for m in results.ALL_METRICS})
+        # The row's value in each round is the median over its jobs, as its figure is: its
+        # spread is then the rounds', not the seeds' (whose models decode to other lengths).
+        rounds = {m: [e.get("rounds", {}).get(m, []) for e in group] for m in results.ALL_METRICS}
+        row.update(ranges({m: [median(list(v)) for v in zip(*r)] for m, r in rounds.items()}))
+        rows.append(row)
+    # The baseline is plain multi-head attention, also in a kv_heads sweep.
+    base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
+    for row in rows if baseline_heads is not None else []:
+        for m in results.ALL_METRICS:
+            value, ref = row[m], base.get(m)
+            row[results.ratio_key(m, baseline_heads)] = None if not (value and ref) else value / ref
+    return rows
 
 
 def job_entry(sj: SpeedJob) -> dict:
@@ -328,9 +364,9 @@ def job_entry(sj: SpeedJob) -> dict:
         "params": count_parameters(sj.loaded.model),
         "checkpoint": str(sj.checkpoint),
         "beam_size": sj.loaded.translator.decode.beam_size,
-        **{m: median(sj.values.get(m, [])) for m in ablation.ALL_METRICS},
+        **{m: median(sj.values.get(m, [])) for m in results.ALL_METRICS},
         **ranges(sj.values),
-        "rounds": {m: sj.values.get(m, []) for m in ablation.ALL_METRICS},
+        "rounds": {m: sj.values.get(m, []) for m in results.ALL_METRICS},
     }
 
 
@@ -338,8 +374,8 @@ def run_speed(
     sweep_dir: str | Path, settings: SpeedSettings, out: str | Path | None = None
 ) -> tuple[dict, Path]:
     """Load, measure and write the speed file (``out``, default in the sweep dir)."""
-    sweep_dir, warnings, not_timed = ablation.existing_sweep_dir(sweep_dir), [], []
-    path = Path(out) if out is not None else sweep_dir / ablation.SPEED_FILE
+    sweep_dir, warnings, not_timed = results.existing_sweep_dir(sweep_dir), [], []
+    path = Path(out) if out is not None else sweep_dir / results.SPEED_FILE
     output = io.check_output_file(path, "--json", "ablation speed")  # before any timing
     jobs = load_jobs(sweep_dir, settings, not_timed)
     test_split = prepare_inputs(jobs, settings, warnings)
@@ -348,9 +384,9 @@ def run_speed(
             load_ct2(jobs, Path(folder), warnings)
         order = measure(jobs, settings)
     entries = [job_entry(sj) for sj in jobs]
-    busy = ablation.busy_warning(entries)
+    busy = results.busy_warning(entries)
     warnings += [busy] if busy else []
-    baseline = choose_baseline({heads_key(e) for e in entries}, ablation.BASELINE_HEADS)
+    baseline = choose_baseline({heads_key(e) for e in entries}, results.BASELINE_HEADS)
     device = jobs[0].device
     payload = {
         "machine": {**machine(device), "ctranslate2": package_version("ctranslate2")},
@@ -375,13 +411,13 @@ def run_speed(
 
 def print_speed_table(payload: dict) -> str:
     """Print the per-row medians with their ratios to the baseline row."""
-    base, metrics = payload["baseline_heads"], ablation.shown_metrics(payload)
+    base, metrics = payload["baseline_heads"], results.shown_metrics(payload)
     kv_axis = any(kv != heads for heads, kv in map(heads_key, payload["heads"]))
     rows = []
     for row in payload["heads"]:
         cells = {"heads": heads_key(row)[0], "kv": heads_key(row)[1], "jobs": len(row["jobs"])}
-        cells |= {m: ablation.speed_cell(row, m, d, base) for m, (_, d) in metrics.items()}
-        rows.append(cells | {"spread": ablation.spread_cell(row)})
+        cells |= {m: results.speed_cell(row, m, d, base) for m, (_, d) in metrics.items()}
+        rows.append(cells | {"spread": results.spread_cell(row)})
     columns = [("heads", "heads", ""), *([("kv", "kv heads", "")] if kv_axis else [])]
     columns += [("jobs", "jobs", ""), *((m, label, "") for m, (label, _) in metrics.items())]
     columns += [("spread", "round spread", "")]

@@ -1,6 +1,6 @@
 """Figures: attention heatmaps (one panel per head), the per-head grids and the pruning curve of
 ``translate.analyze``, for PNG files and TensorBoard; a run's row in TensorBoard's HParams
-table; and the heads ablation's ``ablation.png``."""
+table. The heads ablation's ``ablation.png`` is :mod:`translate.ablation.report`'s."""
 
 from __future__ import annotations
 
@@ -13,16 +13,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from translate.analysis.ablation import ratio_key, shown_metrics, spread_keys
-from translate.analysis.ablation_stats import heads_key
 from translate.data.tokenizer import Tokenizer
 from translate.nn.model import HEAD_MASK_KEYS, AttentionMaps, Seq2SeqTransformer
 from translate.runtime.device import eval_mode
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from translate.analysis.ablation import Report
 
 
 def pyplot():
@@ -243,151 +239,5 @@ def pruning_figure(curve: list[dict], num_heads: int):
     loss_ax.set_ylabel("dev loss (nats/token)", color="tab:red")
     ax.set_title(f"Pruning curve, {num_heads} heads per module", fontsize=10)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
-def _x(report: Report, entry: dict) -> int:
-    heads, kv = heads_key(entry)  # the x-axis: kv_heads when the sweep varies them
-    return kv if report.kv_axis else heads
-
-
-def _heads_axis(ax, report: Report, xs: list[int], ylabel: str, title: str) -> None:
-    if xs:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(set(xs)), [str(x) for x in sorted(set(xs))])
-    # A GQA sweep varies kv_heads at one head count (or a few: "4/8").
-    heads = "/".join(str(h) for h in sorted({r["heads"] for r in report.rows}))
-    ax.set_xlabel(f"kv heads (at {heads} heads)" if report.kv_axis else "attention heads")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-
-
-def _mean_panel(ax, report: Report, metric: str, color: str) -> tuple[list[int], list, list]:
-    """Mean per row, ± std where the row has two seeds or more: ``(xs, rows, those with std)``."""
-    mean, std = f"{metric}_mean", f"{metric}_std"
-    rows = [r for r in report.rows if r.get(mean) is not None]
-    xs = [_x(report, r) for r in rows]
-    ax.plot(xs, [r[mean] for r in rows], "o-", color=color)
-    spread = [(x, r) for x, r in zip(xs, rows) if r[std] is not None]
-    if spread:
-        means, stds = [r[mean] for _, r in spread], [r[std] for _, r in spread]
-        ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color=color)
-    return xs, rows, spread
-
-
-def _bleu_panel(ax, report: Report) -> None:
-    """:func:`_mean_panel`, every seed's BLEU a grey dot."""
-    xs, rows, spread = _mean_panel(ax, report, "bleu", "C0")
-    for job in (j for j in report.jobs if j.completed and j.results.get("bleu") is not None):
-        ax.plot(_x(report, job.results), job.results["bleu"], ".", color="gray", alpha=0.6)
-    title = "Test BLEU (one seed a row: no error bars)"
-    if spread:
-        where = "" if len(spread) == len(rows) else " where a row has 2+"
-        title = f"Test BLEU (mean ± std over seeds{where})"
-    _heads_axis(ax, report, xs, "test BLEU", title)
-
-
-LATENCY = {"latency_greedy_ms": "greedy", "latency_beam_ms": "beam"}  # metric -> legend
-# The least a ratio axis spans: jitter of a few percent must look like what it is.
-MIN_RATIO_SPAN = 0.5
-
-
-def _latency_points(report: Report, metric: str) -> tuple[list[int], list[float], list[tuple]]:
-    """A latency metric's ratios to the speed file's baseline row, where it has one and the
-    table shows the metric, with each row's fastest and slowest round over the same baseline
-    (None in files from before they were recorded)."""
-    speed = report.speed or {}
-    base = speed.get("baseline_heads")
-    if base is None or metric not in shown_metrics(speed):
-        return [], [], []
-    rows = sorted(speed.get("heads", []), key=heads_key)
-    ref = next((r.get(metric) for r in rows if heads_key(r) == (base, base)), None)
-    points = [(r, r.get(ratio_key(metric, base))) for r in rows]
-    points = [(r, ratio) for r, ratio in points if ratio is not None]
-    ranges = [
-        tuple(r.get(k) and ref and r[k] / ref for k in spread_keys(metric)) for r, _ in points
-    ]
-    return [_x(report, r) for r, _ in points], [ratio for _, ratio in points], ranges
-
-
-def _ratio_limits(values: list[float]) -> tuple[float, float]:
-    """A y-range holding ``values`` and 1.0 that spans at least :data:`MIN_RATIO_SPAN`."""
-    low, high = min([1.0, *values]), max([1.0, *values])
-    pad = max(0.0, MIN_RATIO_SPAN - (high - low)) / 2
-    return max(0.0, low - pad), high + pad
-
-
-def _latency_panel(ax, report: Report) -> None:
-    base, xs, values, bars = report.speed["baseline_heads"], [], [], False
-    for metric, label in LATENCY.items():
-        x, ratios, ranges = _latency_points(report, metric)
-        if not x:
-            continue
-        line = ax.plot(x, ratios, "o-", label=label)[0]
-        if all(low and high for low, high in ranges):
-            err = [
-                [r - low for r, (low, _) in zip(ratios, ranges)],
-                [high - r for r, (_, high) in zip(ratios, ranges)],
-            ]
-            ax.errorbar(x, ratios, yerr=err, fmt="none", capsize=3, color=line.get_color())
-            values += [v for pair in ranges for v in pair]
-            bars = True
-        xs, values = xs + x, values + ratios
-    ax.axhline(1.0, color="gray", lw=0.8, ls="--")
-    ax.set_ylim(*_ratio_limits(values))
-    ax.legend(fontsize=8)
-    ylabel = f"latency ratio to {base} heads" + (f" ({base} kv)" if report.kv_axis else "")
-    title = "Decoding latency, batch 1" + (" (bars: fastest to slowest round)" if bars else "")
-    _heads_axis(ax, report, xs, ylabel + " (x)", title)
-
-
-def _params(report: Report) -> list[tuple[dict, int]]:
-    return [(r, r["params"]) for r in report.rows if isinstance(r["params"], int)]
-
-
-def _params_panel(ax, report: Report) -> None:
-    """From zero, drawn only when the counts differ (a kv axis makes them rise with kv_heads)."""
-    rows = _params(report)
-    xs = [_x(report, r) for r, _ in rows]
-    ax.plot(xs, [p / 1e6 for _, p in rows], "s-")
-    ax.set_ylim(bottom=0)
-    title = (
-        "Parameters (by kv heads)"
-        if report.kv_axis and report.params_equal
-        else "Parameters DIFFER"
-    )
-    _heads_axis(ax, report, xs, "parameters (millions)", title)
-
-
-def _aer_panel(ax, report: Report) -> None:
-    """The best cross head's AER: :func:`_mean_panel`, every job's a grey dot."""
-    xs = _mean_panel(ax, report, "best_aer", "C2")[0]
-    for job in report.align["jobs"]:
-        ax.plot(_x(report, job), job["best_aer"], ".", color="gray", alpha=0.6)
-    kind = report.align["reference"]["kind"]
-    title = f"Best alignment head: AER against {kind} links (lower aligns better)"
-    _heads_axis(ax, report, xs, f"best head AER ({kind})", title)
-
-
-def ablation_figure(report: Report):
-    """The panels with something to show, side by side; None when none has. Equal parameter
-    counts are said in the figure's title instead of a flat panel."""
-    counts = {p for _, p in _params(report)}
-    shown = {
-        _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),
-        _latency_panel: any(_latency_points(report, m)[0] for m in LATENCY),
-        _params_panel: len(counts) > 1,
-        _aer_panel: any(r.get("best_aer_mean") is not None for r in report.rows),
-    }
-    panels = [panel for panel, has_data in shown.items() if has_data]
-    if not panels:
-        return None
-    fig, axes = pyplot().subplots(1, len(panels), figsize=(14 * len(panels) / 3, 4), squeeze=False)
-    for panel, ax in zip(panels, axes[0]):
-        panel(ax, report)
-    if len(counts) == 1:
-        fig.suptitle(f"every row has {counts.pop():,} parameters", fontsize=10)
     fig.tight_layout()
     return fig

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from statistics import median
 
-from translate.analysis.timing_process import decode_timed
 from translate.bench import common
+from translate.bench.timing_process import decode_timed
 from translate.cli import run_plain_command
 from translate.data.sources import read_lines, sample_dir
 from translate.decoding.translator import load_translator

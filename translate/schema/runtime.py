@@ -15,7 +15,7 @@ from translate.runtime.device import PRECISIONS, check_precision
 from translate.runtime.memory import keep_freed_memory
 
 # The keys that were trainer.* in training before this group: the heads study's report still
-# ignores them by those names (translate.analysis.ablation.RUN_ONLY_KEYS, tested equal).
+# ignores them by those names too (translate.ablation.results).
 MOVED_KEYS = ("device", "precision", "num_threads", "keep_freed_memory")
 
 # torch accepts any device type it knows of (meta, mps, xpu, ...): a model on one of those cannot

@@ -15,7 +15,6 @@ from pathlib import Path
 import yaml
 
 from translate import io
-from translate.analysis.ablation import parse_overrides
 from translate.analysis.figures import log_hparams
 from translate.analysis.heads import head_summary
 from translate.checkpoint import load_checkpoint
@@ -28,6 +27,7 @@ from translate.runtime.provenance import provenance
 from translate.training.averaging import around, average_into, step_checkpoints
 from translate.training.loop import dev_scores
 from translate.training.run import Run
+from translate.training.rundir import parse_overrides
 
 log = logging.getLogger(__name__)
 

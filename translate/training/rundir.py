@@ -1,5 +1,6 @@
 """A run dir belongs to one run: a lock held while it trains (:class:`RunLock`; the OS frees
-it when the process dies), and no silent overwrite (:func:`check_fresh`)."""
+it when the process dies), no silent overwrite (:func:`check_fresh`), and the Hydra overrides a
+sweep job was started with (:func:`parse_overrides`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ _EVENTS = re.compile(r"events\.out\.tfevents\..+")
 RESULTS = ("results.json", "test.hyp.txt", "test.ref.txt")
 # Where files are written through a temporary ``.<name>.<random>.tmp`` (translate.io).
 PARTIAL_WRITES = (".", "checkpoints")
+
+
+def parse_overrides(lines) -> dict[str, str]:
+    """``["heads=4", "+x=1"]`` -> ``{"heads": "4", "x": "1"}`` (Hydra override strings, as in
+    a job's ``.hydra/overrides.yaml``)."""
+    pairs = (str(line).partition("=") for line in lines or [])
+    return {key.lstrip("+~"): value for key, sep, value in pairs if sep}
 
 
 class RunLock:

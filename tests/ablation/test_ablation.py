@@ -16,7 +16,7 @@ from conftest import ROOT, TINY
 from omegaconf import OmegaConf
 
 from translate.ablation.report import expected_jobs, write_report
-from translate.analysis.ablation import build_report
+from translate.ablation.results import build_report
 from translate.io import MARKS
 from translate.sweeps import AblationReportCallback
 
@@ -164,9 +164,10 @@ def test_dev_bleu_is_the_scored_checkpoints(tmp_path):
 
 
 def test_jobs_differing_beyond_the_axes_warn_but_not_in_how_they_ran(tmp_path):
-    """A study split over commands with other thread counts or caches is one experiment; a job
-    trained with another learning rate is not, and the report says so."""
-    make_job(tmp_path, 4, 1, 25.0, extra_overrides=("runtime.num_threads=1",))
+    """A study split over commands with other thread counts or caches is one experiment (the
+    settings' mechanics keys, also by their older trainer.* names); a job trained with another
+    learning rate is not, and the report says so."""
+    make_job(tmp_path, 4, 1, 25.0, extra_overrides=("runtime.num_threads=1", "trainer.device=cpu"))
     make_job(tmp_path, 8, 1, 27.0, extra_overrides=("data.cache_dir=/tmp/c", "trainer.resume=true"))
     assert build_report(tmp_path, bootstrap_samples=100).warnings == []
     make_job(tmp_path, 16, 1, 26.0, extra_overrides=("optim.lr=1e-3",))
@@ -320,9 +321,9 @@ def test_a_report_written_again_tests_only_the_pairs_that_changed(tmp_path, monk
     """The sweep writes the report after every job: each paired bootstrap is run once per
     pair of hypothesis files, and a changed file is tested anew."""
     import translate.metrics
-    from translate.analysis import ablation_stats
+    from translate.ablation import stats
 
-    ablation_stats._paired_p.cache_clear()  # a test before this one may have run these pairs
+    stats._paired_p.cache_clear()  # a test before this one may have run these pairs
     calls = []
     real = translate.metrics.paired_bootstrap
     monkeypatch.setattr(
@@ -338,14 +339,3 @@ def test_a_report_written_again_tests_only_the_pairs_that_changed(tmp_path, monk
     hyp.write_text("".join(r + "\n" for r in REFS))  # now as good as the baseline
     assert write_report(tmp_path, bootstrap_samples=97).rows[0]["p_vs_8"] == 1.0
     assert len(calls) == 2
-
-
-def test_the_keys_that_do_not_split_a_row_are_the_settings_mechanics_keys():
-    """RUN_ONLY_KEYS is written out (the report must not import torch, which the settings
-    do): the mechanics keys, and the trainer.* names the runtime ones had before."""
-    from translate.analysis.ablation import RUN_ONLY_KEYS
-    from translate.schema.runtime import MOVED_KEYS
-    from translate.settings import mechanics_keys
-
-    old_names = {f"trainer.{k}" for k in MOVED_KEYS if f"runtime.{k}" in mechanics_keys()}
-    assert sorted(RUN_ONLY_KEYS) == sorted({*mechanics_keys(), *old_names})

@@ -12,7 +12,7 @@ import statistics
 import pytest
 from conftest import ROOT
 
-from translate.analysis.ablation_stats import CONFIDENCE, ci_of_mean, permutation_p, welch_p
+from translate.ablation.stats import CONFIDENCE, ci_of_mean, permutation_p, welch_p
 
 CSVS = sorted((ROOT / "docs").glob("ablation-multi30k*.csv"))
 TOL = 2e-3  # BLEU: the file's values are rounded to 6 significant digits

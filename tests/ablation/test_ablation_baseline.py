@@ -12,11 +12,11 @@ import pytest
 from test_ablation import make_job
 
 from translate.ablation import report as report_command
+from translate.ablation.figure import ablation_figure
 from translate.ablation.report import write_report
-from translate.analysis import figures
-from translate.analysis.ablation import SPEED_FILE, build_report
-from translate.analysis.ablation_stats import permutation_p, welch_p
-from translate.analysis.speed import heads_rows
+from translate.ablation.results import SPEED_FILE, build_report
+from translate.ablation.speed import heads_rows
+from translate.ablation.stats import permutation_p, welch_p
 
 SEEDS = (1, 2, 3)
 # Test BLEU per head count, seeds 1-3.
@@ -61,7 +61,7 @@ def _speed_file(sweep, heads: list[int], baseline: int | None) -> None:
 def _titles(report) -> list[str]:
     import matplotlib.pyplot as plt
 
-    fig = figures.ablation_figure(report)
+    fig = ablation_figure(report)
     plt.close(fig)
     return [ax.get_title() for ax in fig.axes]
 
@@ -162,7 +162,7 @@ def test_a_figure_that_cannot_be_drawn_costs_only_the_figure(tmp_path, monkeypat
     def broken(report):
         raise ValueError("Data cannot be log-scaled because all values are <= 0.")
 
-    monkeypatch.setattr(figures, "ablation_figure", broken)
+    monkeypatch.setattr(report_command, "ablation_figure", broken)
     report = write_report(tmp_path, bootstrap_samples=100)
     assert [p.name for p in report.written] == ["ablation.csv", "ablation.md"]
     md = (tmp_path / "ablation.md").read_text()

@@ -13,8 +13,8 @@ from test_speed import SPEED
 
 from translate.ablation import speed as speed_command
 from translate.ablation.report import write_report
-from translate.analysis.ablation import SPEED_FILE, SPEED_METRICS, build_report
-from translate.analysis.speed import heads_rows
+from translate.ablation.results import SPEED_FILE, SPEED_METRICS, build_report
+from translate.ablation.speed import heads_rows
 
 # kv_heads -> (params, BLEU of seeds 1 and 2): fewer K/V heads, smaller k_proj / v_proj.
 KV_SWEEP = {

@@ -11,7 +11,7 @@ import statistics
 import pytest
 from scipy.special import betainc
 
-from translate.analysis.ablation_stats import (
+from translate.ablation.stats import (
     LEVEL,
     ci_of_mean,
     detected,

@@ -1,7 +1,7 @@
-"""The heads-ablation report's rows: one per ``(heads, kv_heads)`` of a sweep's finished jobs,
-from every job dir's ``results.json`` and ``.hydra/overrides.yaml``, with the speed columns of
-its ``ablation_speed.json`` and the best-head AER of its ``ablation_align.json``; failed jobs
-are listed, never dropped (docs/ablation.md).
+"""The heads ablation's results, from a sweep dir's files alone: every job (its ``results.json``
+and ``.hydra/overrides.yaml``, or why it has none), the report's rows (one per ``(heads,
+kv_heads)`` of the finished jobs) with the speed columns of ``ablation_speed.json`` and the
+best-head AER of ``ablation_align.json``; failed jobs are listed, never dropped (docs/ablation.md).
 
 Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at module level.
 """
@@ -17,8 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from translate.analysis.ablation_align import ALIGN_COMMAND, ALIGN_FILE, ALIGN_WORDS, align_cells
-from translate.analysis.ablation_stats import (
+from translate.ablation.stats import (
     Key,
     check_equal_params,
     choose_baseline,
@@ -29,19 +28,9 @@ from translate.analysis.ablation_stats import (
     seed_bleus,
 )
 from translate.errors import UserError, counted
+from translate.training.rundir import parse_overrides
 
 BASELINE_HEADS = 8
-# Overrides that change how or where a job runs, never what it trains: jobs that differ only in
-# these are one experiment. translate.settings.mechanics_keys (which imports torch) and the
-# runtime ones' older trainer.* names; tests/analysis/test_ablation.py checks the two agree.
-RUN_ONLY_KEYS = (
-    *("trainer.resume", "trainer.overwrite", "trainer.progress_bar", "trainer.attention_heatmaps"),
-    "trainer.heatmap_every_n_validations",
-    *("runtime.device", "runtime.num_threads", "runtime.keep_freed_memory"),
-    "runtime.cpu_bf16_padding",
-    *("data.cache_dir", "run_dir"),
-    *("trainer.device", "trainer.num_threads", "trainer.keep_freed_memory"),
-)
 # results.json keys averaged over seeds -> whether the row also gets their standard deviation.
 # Not the jobs' own speed fields, each measured alone beside other work.
 METRICS = {"bleu": True, "chrf": True, "dev_bleu": True, "bleu_greedy": True, "steps": False}
@@ -134,12 +123,6 @@ class Report:
 # ------------------------------------------------------------------------ reading jobs
 
 
-def parse_overrides(lines) -> dict[str, str]:
-    """``["heads=4", "+x=1"]`` -> ``{"heads": "4", "x": "1"}`` (Hydra override strings)."""
-    pairs = (str(line).partition("=") for line in lines or [])
-    return {key.lstrip("+~"): value for key, sep, value in pairs if sep}
-
-
 def _failure_reason(job_dir: Path) -> str:
     error = job_dir / "error.txt"  # written by translate.sweeps' callback when the job raised
     if error.is_file():
@@ -206,8 +189,14 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
                 f"({', '.join(j.name for j in members)}): the sweep varies more than {axes}, "
                 "and this row averages over it"
             )
-    # Either spelling of the kv override is a row axis already (the key is from results.json).
-    ignored = ("heads", "kv_heads", "model.num_kv_heads", "seed", *RUN_ONLY_KEYS)
+    # Imported here: the settings import torch, which Hydra's start must not.
+    from translate.schema.runtime import MOVED_KEYS
+    from translate.settings import mechanics_keys
+
+    # How or where a job runs, never what it trains (also by the runtime keys' older trainer.*
+    # names); either spelling of the kv override is a row axis already (the key is results').
+    ignored = {"heads", "kv_heads", "model.num_kv_heads", "seed", *mechanics_keys()}
+    ignored |= {f"trainer.{k}" for k in MOVED_KEYS if f"runtime.{k}" in ignored}
     others = {
         json.dumps({k: v for k, v in j.overrides.items() if k not in ignored}, sort_keys=True)
         for j in done
@@ -246,17 +235,17 @@ def build_report(
     p_cells, signature = p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
     rows = [_row(key, groups[key], seeds, p_cells[key]) for key in sorted(groups)]
     finished = [j.name for j in done]
-    speed = read_sweep_file(sweep_dir, SPEED_FILE, SPEED_COMMAND, finished, warnings, **SPEED_WORDS)
+    speed = read_sweep_file(sweep_dir, SPEED_WORDS, finished, warnings)
     busy = busy_warning(speed["jobs"]) if speed else None
     warnings += [f"{SPEED_FILE}: {busy}"] if busy else []
     for row in rows if speed else []:
         row.update(speed_cells(speed, (row["heads"], row["kv_heads"])))
-    align = read_sweep_file(sweep_dir, ALIGN_FILE, ALIGN_COMMAND, finished, warnings, **ALIGN_WORDS)
+    align = read_sweep_file(sweep_dir, ALIGN_WORDS, finished, warnings)
     for row in rows if align else []:
         row.update(align_cells(align, (row["heads"], row["kv_heads"])))
     report = Report(sweep_dir, rows, jobs, seeds, *params, warnings, bootstrap_signature=signature)
-    report.speed, report.baseline_heads, report.asked_baseline = speed, baseline, baseline_heads
-    report.align = align
+    report.speed, report.align = speed, align
+    report.baseline_heads, report.asked_baseline = baseline, baseline_heads
     return report
 
 
@@ -330,8 +319,7 @@ def ratio_key(metric: str, baseline_heads: int) -> str:
 
 
 def spread_keys(metric: str) -> tuple[str, str]:
-    """``(latency_greedy_ms_min, latency_greedy_ms_max)``: the lowest and highest of the metric's
-    timing rounds (of a job, or of all the jobs of a row)."""
+    """The lowest and highest of the metric's timing rounds (of a job, or of a row's jobs)."""
     return f"{metric}_min", f"{metric}_max"
 
 
@@ -389,24 +377,15 @@ def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str
     return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
 
-def read_sweep_file(
-    sweep_dir: Path,
-    file: str,
-    command: str,
-    finished: list[str],
-    warnings: list[str],
-    **words: str,
-) -> dict | None:
-    """``sweep_dir``'s ``file`` (written by ``command``, SWEEP_DIR for the dir), or None: none
-    there, or (with a warning) unreadable or of another sweep. Finished jobs it has no figures
-    for are named in a warning (their rows average fewer seeds), with the reason the file's
-    ``words["skipped"]`` list gives. ``words``: ``lost``, and the templates ``other``,
-    ``missing`` and (with ``skipped``) ``skipped_reason``.
-    """
-    path = sweep_dir / file
+def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings: list[str]):
+    """``sweep_dir``'s ``words["file"]`` (written by ``words["command"]``), or None: none there,
+    or (with a warning) unreadable or of another sweep. Finished jobs it has no figures for are
+    named in a warning (their rows average fewer seeds), with the reason the file's
+    ``words["skipped"]`` list gives. The other ``words`` are what the warnings say."""
+    path = sweep_dir / words["file"]
     if not path.is_file():
         return None
-    command = command.replace("SWEEP_DIR", str(sweep_dir))
+    command = words["command"].replace("SWEEP_DIR", str(sweep_dir))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
@@ -432,6 +411,8 @@ def read_sweep_file(
 
 
 SPEED_WORDS = {
+    "file": SPEED_FILE,
+    "command": SPEED_COMMAND,
     "lost": "no speed columns",
     "other": "{path} is the speed file of another sweep (it timed {measured}): its figures are "
     "left out; run {command} to time this sweep's checkpoints",
@@ -454,3 +435,28 @@ def speed_cells(data: dict, key: Key) -> dict:
         if baseline is not None:
             out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
     return out
+
+
+# ------------------------------------------------------------------------ ablation_align.json
+
+ALIGN_FILE = "ablation_align.json"  # written by translate.ablation.align
+ALIGN_COMMAND = "python -m translate.ablation align SWEEP_DIR"
+ALIGN_WORDS = {
+    "file": ALIGN_FILE,
+    "command": ALIGN_COMMAND,
+    "lost": "no AER column",
+    "other": "{path} measured another sweep ({measured}): its AERs are left out; run {command}",
+    "missing": ALIGN_FILE + " has no AER for {jobs} (finished after it was measured, or not "
+    "measured: see its not_measured); run {command} again",
+}
+
+
+def align_cells(data: dict, key: Key) -> dict:
+    """The row of ``key``: its jobs' best-head AER, mean and std over seeds (None: no jobs;
+    std None under two), and which reference ("silver" or "gold") they were measured on."""
+    best = [job["best_aer"] for job in data["jobs"] if heads_key(job) == key]
+    return {
+        "best_aer_mean": statistics.fmean(best) if best else None,
+        "best_aer_std": statistics.stdev(best) if len(best) >= 2 else None,
+        "aer_reference": data["reference"]["kind"] if best else None,
+    }

@@ -11,9 +11,9 @@ import pytest
 from test_speed import _speed_job
 
 from translate.ablation import align
+from translate.ablation.figure import ablation_figure
 from translate.ablation.report import write_report
-from translate.analysis.ablation_align import ALIGN_FILE
-from translate.analysis.figures import ablation_figure
+from translate.ablation.results import ALIGN_FILE
 from translate.checkpoint import load_checkpoint
 
 TINY_ALIGN = ["--sentences", "4", "--silver-train-pairs", "200", "--device", "cpu"]

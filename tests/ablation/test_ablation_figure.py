@@ -10,9 +10,10 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 from test_ablation import make_job
 
-from translate.analysis import figures
-from translate.analysis.ablation import SPEED_FILE, build_report
-from translate.analysis.speed import heads_rows
+from translate.ablation import figure
+from translate.ablation.results import SPEED_FILE, build_report
+from translate.ablation.speed import heads_rows
+from translate.analysis.figures import pyplot
 
 # Greedy latency rounds (ms) per head count: 1 head 2% slower than 8, within a few % jitter.
 ROUNDS = {1: [10.1, 10.2, 10.4], 8: [9.9, 10.0, 10.1]}
@@ -36,8 +37,8 @@ def _figure(tmp_path, seeds=(1,), beam: int = 1, params=(1000, 1000)):
         for seed in seeds:
             make_job(tmp_path, heads, seed, 20.0 + heads + seed, params=count)
     _speed_file(tmp_path, seeds, beam)
-    fig = figures.ablation_figure(build_report(tmp_path, bootstrap_samples=10))
-    figures.pyplot().close(fig)
+    fig = figure.ablation_figure(build_report(tmp_path, bootstrap_samples=10))
+    pyplot().close(fig)
     return fig, {ax.get_title().split(" (")[0]: ax for ax in fig.axes}
 
 
@@ -65,7 +66,7 @@ def test_latency_is_a_ratio_on_a_range_that_holds_1_and_does_not_magnify_jitter(
     ax = axes["Decoding latency, batch 1"]
     assert "ratio to 8 heads" in ax.get_ylabel() and "ms" not in ax.get_ylabel()
     low, high = ax.get_ylim()
-    assert low <= 1.0 <= high and high - low >= figures.MIN_RATIO_SPAN
+    assert low <= 1.0 <= high and high - low >= figure.MIN_RATIO_SPAN
     assert _has_error_bars(ax)  # each row's fastest to slowest round
     lines = [t.get_text() for t in ax.get_legend().get_texts()]
     assert lines == (["greedy"] if beam == 1 else ["greedy", "beam"])
