@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -219,6 +220,21 @@ def test_every_command_with_stdout_on_a_full_device_says_it_in_one_line(
         )  # fmt: skip
     proc.stdout = ""  # it went to /dev/full
     assert_one_line_error(proc, "could not write to standard output: no space left on the device")
+
+
+def test_a_reader_that_stopped_reading_ends_the_command_without_a_word():
+    """``python -m translate.train --help | head``: the pipe's reader is gone before the first
+    write, as ``head`` is after its lines; the command exits as a SIGPIPE'd tool does."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "translate.ablation", "--help"],
+            cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (128 + signal.SIGPIPE, "")
 
 
 def test_a_fifo_is_written_through(tmp_path):

@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import re
+import signal
 import sys
 import typing
 from collections.abc import Callable, Iterator
@@ -116,7 +117,9 @@ class _QuietStdout:
 @contextlib.contextmanager
 def refused_stdout_in_one_line() -> Iterator[None]:
     """Run the block with :class:`_QuietStdout`; a refused write to standard output ends it,
-    once its own work (its files) is done, with one line and exit 2."""
+    once its own work (its files) is done, with one line and exit 2. A reader that stopped
+    reading (``| head``) is no error: exit 141 without a word, as a shell tool killed by
+    SIGPIPE does."""
     stdout = sys.stdout = _QuietStdout(sys.stdout)
     succeeded = False
     try:
@@ -128,6 +131,8 @@ def refused_stdout_in_one_line() -> Iterator[None]:
     finally:
         stdout.flush()
         sys.stdout = stdout.stream
+        if succeeded and isinstance(stdout.refused, BrokenPipeError):
+            sys.exit(128 + signal.SIGPIPE)
         if succeeded and stdout.refused is not None:  # a failure has said its own line
             fail(f"could not write to standard output: {io.write_error_reason(stdout.refused)}")
 
