@@ -122,7 +122,11 @@ def test_from_run_names_every_decode_setting():
         ("trainer.keep_last_checkpoints=0", "trainer.keep_last_checkpoints=0 must be > 0"),
         ("+model.depth=3", "unknown key model.depth"),
         ("optim.betas=[0.9]", "optim.betas=[0.9] must be two numbers"),
-        ("data=multi30k", "data.dir is not set: add data.dir=<value> to the command"),
+        (
+            "data=multi30k",
+            "data.dir is not set: add data.dir=<value> to the command; Multi30k "
+            "comes from its official repository, https://github.com/multi30k/dataset",
+        ),
         # NaN passes every range check (its comparisons are false), infinity most of them.
         ("optim.lr=nan", "optim.lr=nan must be a finite number"),
         ("optim.lr=inf", "optim.lr=inf must be a finite number"),

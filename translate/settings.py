@@ -26,7 +26,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from translate.data.registry import source
+from translate.data.registry import SOURCES, source
 from translate.decoding.generate import STRATEGIES
 from translate.errors import UserError, choice
 from translate.nn.config import doc, out_of_range
@@ -125,12 +125,20 @@ _WANTED = {
 }
 
 
+def _data_origin(err: MissingMandatoryValue, key: str) -> str:
+    """Where the data set comes from, for a data folder not given: a newcomer's first question."""
+    data = err.parent_node
+    if key != "data.dir" or not isinstance(data, DictConfig):
+        return ""
+    return SOURCES[data.source].origin if data.get("source") in SOURCES else ""
+
+
 def _in_one_line(err: OmegaConfBaseException, name: str) -> str:
     """OmegaConf's complaint about the group ``name`` in our words."""
     full = err.full_key
     key = full if full == name or full.startswith(f"{name}.") else _key(name, full)
     if isinstance(err, MissingMandatoryValue):
-        return f"{key} is not set: add {key}=<value> to the command"
+        return f"{key} is not set: add {key}=<value> to the command{_data_origin(err, key)}"
     if isinstance(err, ConfigKeyError) and dataclasses.is_dataclass(err.object_type):
         known = ", ".join(sorted(field.name for field in dataclasses.fields(err.object_type)))
         return f"unknown key {key}; known keys: {known}"

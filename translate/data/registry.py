@@ -32,6 +32,7 @@ class Source:
     # (data, split name, lang) -> where that side of the split is read from, for messages;
     # None: ``data=<source>``.
     where: Callable[[DataSettings, str, str], str] | None = None
+    origin: str = ""  # where the data set comes from, told when its folder is not given or found
 
     def describe(self, data: DataSettings, name: str, lang: str) -> str:
         return f"data={data.source}" if self.where is None else self.where(data, name, lang)
@@ -70,7 +71,7 @@ def in_folder(
         path = folder(data, [name], (lang,))
         return str(find_file(path, file_name.format(split=name, lang=lang)))
 
-    return Source(read, where)
+    return Source(read, where, origin)
 
 
 def read_iwslt(data: DataSettings, names: list[str], langs: Langs) -> dict[str, datasets.Dataset]:
