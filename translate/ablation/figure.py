@@ -121,7 +121,8 @@ def _aer_panel(ax, report: Report) -> None:
     for job in report.align["jobs"]:
         ax.plot(_x(report, job), job["best_aer"], ".", color="gray", alpha=0.6)
     kind = report.align["reference"]["kind"]
-    title = f"Best alignment head: AER against {kind} links (lower aligns better)"
+    # Two lines: on one, the title ran past the figure's right edge.
+    title = f"Best alignment head's AER\nagainst {kind} links (lower aligns better)"
     _heads_axis(ax, report, xs, f"best head AER ({kind})", title)
 
 
