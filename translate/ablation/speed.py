@@ -25,11 +25,11 @@ from translate.ablation import results
 from translate.ablation.stats import choose_baseline, heads_key
 from translate.analysis.heads import make_batches
 from translate.bench import common
-from translate.bench.timing_process import ONE_AT_A_TIME, decode_timed, time_in_process
 from translate.data.batching import Batch
 from translate.data.corpus import load_raw_split
 from translate.decoding.ct2 import import_ctranslate2
 from translate.decoding.ct2_export import export_checkpoint
+from translate.decoding.timing_process import ONE_AT_A_TIME, decode_timed, time_in_process
 from translate.decoding.translator import Loaded, load_translator
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
 from translate.nn.model import count_parameters

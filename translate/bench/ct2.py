@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from translate.bench import common
-from translate.bench.timing_process import ONE_AT_A_TIME, time_in_process
 from translate.decoding.ct2 import import_ctranslate2, output_limit
 from translate.decoding.ct2_export import export_checkpoint
+from translate.decoding.timing_process import ONE_AT_A_TIME, time_in_process
 from translate.decoding.translator import load_translator
 from translate.errors import UserError
 from translate.runtime.timing import rotated

@@ -24,9 +24,9 @@ from pathlib import Path
 from statistics import median
 
 from translate.bench import common
-from translate.bench.timing_process import decode_timed
 from translate.cli import run_plain_command
 from translate.data.sources import read_lines, sample_dir
+from translate.decoding.timing_process import decode_timed
 from translate.decoding.translator import load_translator
 from translate.errors import UserError, override_word
 from translate.serving.process import ServerProcess, server_process

@@ -1,4 +1,4 @@
-"""Decoding timed in a process of its own (``python -m translate.bench.timing_process``: the
+"""Decoding timed in a process of its own (``python -m translate.decoding.timing_process``: the
 jobs as JSON on standard input, the times on standard output), one engine at one thread count:
 two engines in one process would take turns spinning their thread pools on the same cores.
 ``bench.decode --ct2`` and ``ablation speed`` time CTranslate2 through :func:`time_in_process`.
