@@ -3,7 +3,9 @@ never mixing up concurrent requests, stopped by Ctrl-C without a traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -77,3 +79,28 @@ def test_ctrl_c_stops_it_in_one_line(ckpt):
         assert running.stopped() == 0
     stderr = "".join(running.stderr)
     assert "Traceback" not in stderr and stderr.rstrip().endswith("server stopped")
+
+
+def test_connections_to_the_listening_socket_send_without_delay():
+    """The server's connections get TCP_NODELAY from asyncio, which sets it only on sockets that
+    say they are TCP: on one left at protocol 0, a client keeping its connection (as HTTP
+    clients do) waited ~40 ms for every answer, Nagle's algorithm against its delayed ACK."""
+    from translate.serve import bound_socket
+
+    async def nodelay_of_an_accepted_connection() -> int:
+        accepted = asyncio.get_running_loop().create_future()
+
+        def connected(reader, writer):
+            sock = writer.get_extra_info("socket")
+            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listening = bound_socket("127.0.0.1", 0)
+        server = await asyncio.start_server(connected, sock=listening)
+        async with server:
+            _, writer = await asyncio.open_connection(*listening.getsockname()[:2])
+            flag = await asyncio.wait_for(accepted, timeout=60)
+            writer.close()
+        return flag
+
+    assert asyncio.run(nodelay_of_an_accepted_connection()) != 0
