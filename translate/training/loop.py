@@ -236,7 +236,8 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
     if validate_now and run.dist.enabled:  # early stopping, an early cooldown
         shared = (stop_reason, p.cooldown_from, p.cooldown_to)
         stop_reason, p.cooldown_from, p.cooldown_to = distributed.broadcast(shared)
-    _tell_schedule(run)
+    if validate_now:  # a cooldown it started applies from the next update on
+        _tell_schedule(run)
     if validate_now or stop_reason or p.step % t.checkpoint_every_n_steps == 0:
         _checkpoint(run, improved)
     return stop_reason
