@@ -4,18 +4,20 @@ path, concurrent clients, and the server's resident memory.
     python -m translate.bench.serve --checkpoint CKPT --json outputs/bench/serve.json
 
 The server is ``python -m translate.serve`` in a process of its own on a free port, at
-``--threads``. Latency: each of the first ``--sentences`` lines of ``--src-file`` sent alone,
-one request at a time, against the same sentences decoded one per call in this process at the
-same threads (``translate_ids``, as ``bench.decode --ct2`` times batch 1), the two alternated
-round by round while the other idles. Then ``--clients`` threads send ``--requests`` requests
-each, one sentence apiece; every answer is compared with this process's translation of its
-sentence. The server's resident memory (VmRSS, Linux) is read after the first 10 requests and
-after the clients' 1,000 more.
+``--threads``; every client keeps its connection, as HTTP clients do. Latency: each of the
+first ``--sentences`` lines of ``--src-file`` sent alone, one request at a time, against the
+same sentences decoded one per call in this process at the same threads (``translate_ids``, as
+``bench.decode --ct2`` times batch 1), the two alternated round by round while the other idles.
+Then ``--clients`` threads send ``--requests`` requests each, one sentence apiece; every answer
+is compared with this process's translation of its sentence. The server's resident memory
+(VmRSS, Linux) is read after the first 10 requests and after the clients' 1,000 more.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
 import sys
 import time
 from collections.abc import Sequence
@@ -29,7 +31,7 @@ from translate.data.sources import read_lines, sample_dir
 from translate.decoding.timing_process import decode_timed
 from translate.decoding.translator import load_translator
 from translate.errors import UserError, override_word
-from translate.serving.process import ServerProcess, server_process
+from translate.serving.process import KeptConnection, ServerProcess, server_process
 
 TARGETS = {
     "serve_vs_batch1_latency": ("<=", 1.2),
@@ -54,11 +56,12 @@ def resident_bytes(pid: int) -> int | None:
 def latency(server: ServerProcess, translator, texts: list[str], rounds: int) -> dict:
     """Median ms per sentence of each path, by round (the paths alternating in order)."""
     ids = translator.tokenizer.encode(texts)
+    client = KeptConnection(server.url)
 
     def through_server() -> float:
         start = time.perf_counter()
         for text in texts:
-            status, answer = server.post("/translate", {"text": [text]})
+            status, answer = client.post("/translate", {"text": [text]})
             if status != 200:
                 raise UserError(f"the server answered {status}: {answer.get('error')}")
         return time.perf_counter() - start
@@ -67,12 +70,13 @@ def latency(server: ServerProcess, translator, texts: list[str], rounds: int) ->
         return decode_timed(translator, ids, None, one_at_a_time=True)[1]
 
     paths = {"POST /translate": through_server, "batch-1 translate_ids": batch_1}
-    for fn in paths.values():  # warm-up: both paths once, untimed
-        fn()
-    seconds = {name: [] for name in paths}
-    for r in range(rounds):
-        for name in list(paths)[r % 2 :] + list(paths)[: r % 2]:
-            seconds[name].append(paths[name]())
+    with contextlib.closing(client):
+        for fn in paths.values():  # warm-up: both paths once, untimed
+            fn()
+        seconds = {name: [] for name in paths}
+        for r in range(rounds):
+            for name in list(paths)[r % 2 :] + list(paths)[: r % 2]:
+                seconds[name].append(paths[name]())
     return {name: [1e3 * s / len(texts) for s in runs] for name, runs in seconds.items()}
 
 
@@ -82,17 +86,19 @@ def concurrent(server: ServerProcess, expected: dict[str, str], clients: int, re
 
     def client(n: int) -> tuple[int, int]:
         errors = mismatches = 0
+        connection = KeptConnection(server.url)
         for k in range(requests):
             text = texts[(n * requests + k) % len(texts)]
             try:
-                status, answer = server.post("/translate", {"text": [text]})
-            except OSError:
+                status, answer = connection.post("/translate", {"text": [text]})
+            except (OSError, http.client.HTTPException):
                 errors += 1
                 continue
             if status != 200:
                 errors += 1
             elif answer["translations"][0]["translation"] != expected[text]:
                 mismatches += 1
+        connection.close()
         return errors, mismatches
 
     start = time.perf_counter()

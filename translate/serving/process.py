@@ -1,10 +1,12 @@
 """``python -m translate.serve`` in a process of its own, as the benchmark and the tests run
 it: on a free port, ready once its start line names the URL (its socket already listens, so
-a request sent then waits in the backlog), and a JSON client for it."""
+a request sent then waits in the backlog), and JSON clients for it: one connection per request,
+or one kept connection, as HTTP clients and browsers use a server."""
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import queue
@@ -15,6 +17,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +50,46 @@ class ServerProcess:
                 return answer.status, json.load(answer)
         except urllib.error.HTTPError as err:
             return err.code, json.load(err)
+
+
+class KeptConnection:
+    """A JSON client on one HTTP/1.1 connection, kept between requests. A kept connection the
+    server has since closed (uvicorn closes one idle for 5 s) is reopened and the request sent
+    again, once, as HTTP clients do; any other failure closes it and is raised."""
+
+    def __init__(self, url: str, timeout: float = 120) -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        self.used = False  # whether the open connection has answered a request
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        """``(status, answer)`` of a JSON request, a 4xx or 5xx included."""
+        data = json.dumps(body).encode("utf-8")
+        try:
+            return self._post(path, data)
+        except ConnectionError:
+            self.connection.close()
+            if not self.used:
+                raise
+            self.used = False
+            return self._post(path, data)
+
+    def _post(self, path: str, data: bytes) -> tuple[int, dict]:
+        try:
+            self.connection.request("POST", path, data, {"Content-Type": "application/json"})
+            answer = self.connection.getresponse()
+            status, body = answer.status, json.loads(answer.read())
+        except ConnectionError:
+            raise
+        except (OSError, http.client.HTTPException):
+            self.connection.close()
+            self.used = False
+            raise
+        self.used = self.connection.sock is not None  # None: the server closed it
+        return status, body
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 @contextlib.contextmanager
