@@ -6,6 +6,7 @@ import ast
 import contextlib
 import csv
 import json
+import math
 import operator
 import re
 from pathlib import Path
@@ -122,6 +123,14 @@ def test_the_check_reads_a_figure_at_its_written_precision(tmp_path, monkeypatch
 PAGES = [
     "docs/benchmarks.md",
     "docs/ablation-multi30k.md",
+    "docs/measurements.md",
+    "docs/deploy.md",
+    "docs/serve.md",
+    "docs/data.md",
+    "docs/scale.md",
+    "docs/training.md",
+    "docs/alignment.md",
+    "docs/attention.md",
 ]
 # 38.13, 1,589.5, 2.33x; not 2.13.0, 0.2.x, v2.6 or 1e-9
 FIGURE = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+|\d+)\.\d+(?![^\Wx]|x\w|\.\w)")
@@ -135,9 +144,12 @@ TARGET = re.compile(r"(?:[≥≤]|[<>]=)\s?$")
 # picks the scales of a file's value it may be: a share as a percentage only, milliseconds or
 # seconds as ms, minutes or seconds as minutes, bytes or KiB as KiB, bytes as MiB. No unit: the
 # value itself.
-UNIT = re.compile(r"(?:\s?(?:→|–|-|/|to|and)\s?[\d.,]+)?\s?(%|ms\b|min\b|minutes?\b|KiB\b|MiB\b)")
+UNIT = re.compile(
+    r"(?:\s?(?:→|–|-|/|to|and)\s?[\d.,]+)?\s?(%|ms\b|min\b|minutes?\b|KiB\b|MiB\b|GB\b)"
+)
 SCALES = {"%": (100,), "ms": (1, 1000), "min": (1, 1 / 60), "minute": (1, 1 / 60)}
 SCALES |= {"minutes": SCALES["min"], "KiB": (1, 1 / 1024), "MiB": (1, 1 / 1024**2)}
+SCALES |= {"GB": (1, 1 / 1000)}  # a peak RSS in MB, written in GB
 
 
 def declared() -> dict[str, list[dict]]:
@@ -309,6 +321,8 @@ def _arithmetic(node: ast.AST) -> float:
     operators[ast.Div] = operator.truediv
     if isinstance(node, ast.BinOp) and type(node.op) in operators:
         return operators[type(node.op)](_arithmetic(node.left), _arithmetic(node.right))
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "log" and not node.keywords:
+        return math.log(*map(_arithmetic, node.args))  # a growth exponent: log(b / a) / log(2)
     raise ValueError(f"not arithmetic: {ast.dump(node)}")
 
 
