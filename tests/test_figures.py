@@ -1,6 +1,8 @@
 """Every figure the README states comes from a committed result file (docs/figures.yaml says
 which file and which value), and each matches its file at the precision it is written with,
-so the README's numbers cannot drift from what was measured."""
+so the README's numbers cannot drift from what was measured. On the results pages (PAGES) each
+section's figures match the result files the section links, or docs/figures.yaml says how they
+were derived or that no file holds them."""
 
 import ast
 import contextlib
