@@ -1,5 +1,4 @@
-"""Data-parallel training through torchrun (gloo, two CPU processes) and sweeps through
-hydra-submitit-launcher's local launcher. See docs/scale_out.md."""
+"""Data-parallel training through torchrun (gloo, two CPU processes). See docs/scale_out.md."""
 
 from __future__ import annotations
 
@@ -15,14 +14,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, TINY, compose_config
-from hydra import compose, initialize_config_dir
 
 from translate.checkpoint import load_checkpoint
-from translate.data.corpus import EncodedSplit, load_corpus
+from translate.data.corpus import EncodedSplit
 from translate.data.registry import MULTI30K_ORIGIN
 from translate.errors import EXIT_PEER_FAILED, UserError
 from translate.io import MARKS
-from translate.settings import data_settings
 from translate.train import train
 from translate.training.distributed import Dist, from_env, shard
 from translate.training.loop import TrainBatches
@@ -398,54 +395,6 @@ def test_a_resume_every_rank_refuses_is_said_once(tmp_path, cache_dir):
     )
     _one_line(out, message)
     assert root[1:] == ("2", message)
-
-
-# ---------------------------------------------------------------- SLURM sweep, run locally
-
-
-@pytest.mark.slow
-def test_submitit_local_sweep_runs_one_job_per_head_count(tmp_path, cache_dir):
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    overrides = [o for o in FAST if not o.startswith("heads=")]
-    overrides += [f"data.cache_dir={cache_dir}", "trainer.max_steps=2", "runtime.num_threads=1"]
-    load_corpus(data_settings(compose_config("train", overrides).data))  # a warm shared cache
-    sweep = tmp_path / "sweep"
-    cmd = [
-        sys.executable, "-m", "translate.train", "-m", "hydra/launcher=local",
-        f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}", *overrides,
-        "heads=1,4",
-    ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env()
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    results = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
-    assert sorted(r["heads"] for r in results) == [1, 4]
-    assert all(r["steps"] == 2 for r in results)
-    assert any((sweep / ".submitit").iterdir())  # the jobs went through submitit
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        hydra_cfg = compose("train", overrides, return_hydra_config=True).hydra
-    if "ablation_report" in (hydra_cfg.get("callbacks") or {}):
-        assert (sweep / "ablation.csv").is_file()  # the sweep's callback ran at its end
-
-
-def test_slurm_launcher_config_fits_the_plugin_and_requires_a_partition():
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    from dataclasses import fields
-
-    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
-        slurm = compose("train", ["hydra/launcher=slurm"], return_hydra_config=True)
-        local = compose("train", ["hydra/launcher=local"], return_hydra_config=True)
-    launcher = slurm.hydra.launcher
-    # slurm.yaml spells the plugin's config out (see its header): no key the plugin lacks
-    assert set(launcher) <= {f.name for f in fields(SlurmQueueConf)}
-    assert launcher._target_ == SlurmQueueConf._target_
-    assert launcher.gpus_per_task == 1 and launcher.tasks_per_node == 1
-    assert OmegaConf.is_missing(launcher, "partition")
-    assert local.hydra.launcher._target_ == LocalQueueConf._target_
 
 
 def test_torchrun_means_ddp_even_for_one_process():
