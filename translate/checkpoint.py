@@ -36,7 +36,6 @@ _FIELDS = {
     "scheduler": (dict, "a scheduler state"),
     "scaler": (dict, "an AMP scaler state"),
     "rng": (dict, "a group of RNG states"),
-    "rng_ranks": (list, "a list of RNG states"),
     "data_fingerprints": (dict, "a group of fingerprints"),
     "averaged_from": (list, "a list of files"),
 }

@@ -19,8 +19,6 @@ from typing import NoReturn
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
-# A torchrun rank that stops because another rank failed (which says why): no line of its own.
-EXIT_PEER_FAILED = 3
 
 
 class UserError(Exception):

@@ -103,13 +103,13 @@ def _hold(cfg: DictConfig | None) -> None:
     )
 
 
-def accept(write: bool = True, replacing: bool = False) -> None:
-    """Write the accepted command's record into its run dir, once (``write=False``: another
-    process writes it, e.g. rank 0). ``replacing``: the run replaced another in its dir
-    (``trainer.overwrite``), whose record is set aside in ``.hydra/runs/<time>_replaced/``."""
+def accept(replacing: bool = False) -> None:
+    """Write the accepted command's record into its run dir, once. ``replacing``: the run
+    replaced another in its dir (``trainer.overwrite``), whose record is set aside in
+    ``.hydra/runs/<time>_replaced/``."""
     global _pending, _before
     pending, _pending, _before = _pending, None, None
-    if pending is None or not write:
+    if pending is None:
         return
     record, aside = pending.run_dir / ".hydra", f"{stamp()}_replaced"
     for name in pending.files if replacing else ():

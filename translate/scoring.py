@@ -26,7 +26,7 @@ def batch_loss(
     row_multiple: int = 1,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL of ``batch``, with logits for its real target
-    positions only. ``forward``: the model, or what wraps it (``torch.compile``, DDP).
+    positions only. ``forward``: the model, or what wraps it (``torch.compile``).
     ``row_multiple``: logits for a multiple of that many rows, the extra ones (copies of the
     first position) given the pad target, so that they count in neither sum."""
     index = batch.target_index(pad_id)  # (N,), found on the host

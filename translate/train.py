@@ -8,19 +8,19 @@
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import signal
 
 import hydra
 from omegaconf import DictConfig
 
-from translate.cli import exit_on_user_error, in_multirun, run_command, sweep_job, task_overrides
+from translate.cli import exit_on_user_error, run_command, sweep_job, task_overrides
 from translate.errors import UserError, override_word
 from translate.io import WriteFailed, mapped_write_errors
 from translate.record import accept as accept_record
 from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, train_settings
-from translate.training import distributed
 from translate.training.loop import fit, nonfinite_causes
 from translate.training.report import finish_run
 from translate.training.resume import finished_results
@@ -34,9 +34,8 @@ CUT_SHORT = 0.9  # a run that ends on max_minutes below this share of max_steps 
 
 def train(cfg: DictConfig) -> dict:
     """Train, validate, checkpoint, then score the best checkpoint on the test split; returns
-    the ``results.json`` dict. Under torchrun rank 0 alone evaluates and writes, the other ranks
-    return ``{"status": "completed", "rank": r, "steps": n, "bleu": None}``. Resuming a finished
-    run only reports its results."""
+    the ``results.json`` dict. Resuming a finished run only reports its results."""
+    _refuse_several_processes()
     settings = train_settings(cfg, sweep_job())
     done = finished_results(settings)
     if done is not None:
@@ -48,18 +47,27 @@ def train(cfg: DictConfig) -> dict:
             f"{settings.run_dir}/results.json",
         )
         return done
-    dist = distributed.from_env()
-    with distributed.one_cause(dist, active=not in_multirun()):
-        return _train(settings, dist)
+    return _train(settings)
 
 
-def _train(settings: TrainSettings, dist: distributed.Dist) -> dict:
+def _refuse_several_processes() -> None:
+    """Under ``torchrun --nproc_per_node=N`` (``WORLD_SIZE`` > 1) every process would train
+    the same model alone into the same run dir: refused, naming what to run instead."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.isdigit() and int(world) > 1:
+        raise UserError(
+            f"multi-process training is not supported (WORLD_SIZE={world}, set by torchrun); "
+            "start python -m translate.train once per GPU, or sweep with -m "
+            "hydra/launcher=slurm, which runs one job per GPU (docs/scale_out.md)"
+        )
+
+
+def _train(settings: TrainSettings) -> dict:
     run = None
     try:
-        run = setup(settings, dist)
+        run = setup(settings)
         # Claimed and checked: the run's .hydra/ record (over another run's, set aside).
-        replacing = settings.trainer.overwrite and not settings.trainer.resume
-        accept_record(write=dist.is_main, replacing=replacing)
+        accept_record(replacing=settings.trainer.overwrite and not settings.trainer.resume)
         # A refused write of TensorBoard's events (checkpoints map their own): one line.
         with mapped_write_errors(run.run_dir / "tensorboard"):
             stop_reason, sig = fit(run)
@@ -71,18 +79,10 @@ def _train(settings: TrainSettings, dist: distributed.Dist) -> dict:
             run.progress.step,
             run.progress.train_seconds / 60,
         )
-        with distributed.main_last(dist):
-            if not dist.is_main:  # rank 0 alone scores the test split and writes results.json
-                return {
-                    "status": "completed",
-                    "rank": dist.rank,
-                    "steps": run.progress.step,
-                    "bleu": None,
-                }
-            results = _score(run)
-            _say_if_cut_short(run, stop_reason)
-            _say_if_updates_skipped(run)
-            return results
+        results = _score(run)
+        _say_if_cut_short(run, stop_reason)
+        _say_if_updates_skipped(run)
+        return results
     except Stopped as stop:  # a second signal during training
         if run is None:
             raise SystemExit(128 + stop.signum) from None
@@ -94,9 +94,7 @@ def _train(settings: TrainSettings, dist: distributed.Dist) -> dict:
     except WriteFailed as err:  # a full disk, a read-only one, a quota, while training
         if run is None:
             raise
-        raise UserError(
-            f"{err}; resume the run with: {resume_command(str(run.run_dir), dist.enabled)}"
-        ) from None
+        raise UserError(f"{err}; resume the run with: {resume_command(str(run.run_dir))}") from None
     except RuntimeError as err:  # trainer.deterministic=true meets an op without such a kernel
         refuse_nondeterministic(err)
         raise
@@ -150,16 +148,15 @@ def _score(run: Run) -> dict:
     except UserError as err:
         raise UserError(
             f"{err}; training is complete and saved in {run.ckpts.last}: finish the scoring "
-            f"with {resume_command(str(run.run_dir), run.dist.enabled)}"
+            f"with {resume_command(str(run.run_dir))}"
         ) from None
 
 
-def resume_command(run_dir: str, distributed: bool = False) -> str:
+def resume_command(run_dir: str) -> str:
     """The command that resumes the run in ``run_dir``, ready to paste into a shell."""
-    launcher = "torchrun <same options> -m" if distributed else "python -m"
     return " ".join(
         [
-            f"{launcher} translate.train",
+            "python -m translate.train",
             *(shlex.quote(o) for o in task_overrides()),
             override_word("hydra.run.dir", str(run_dir)),
             "trainer.resume=true",
@@ -168,16 +165,10 @@ def resume_command(run_dir: str, distributed: bool = False) -> str:
 
 
 def _exit(run: Run, what: str, sig: int) -> None:
-    """Say what a signal stopped and how to resume (from rank 0); exit 128 + signal. A Python
-    handler the signal had before training (hydra-submitit-launcher's, which requeues a
-    preempted SLURM job) is called first: the checkpoint it resumes from is saved."""
-    log.log(
-        logging.WARNING if run.dist.is_main else logging.DEBUG,
-        "%s %s. Resume with:\n  %s",
-        what,
-        run.ckpts.last,
-        resume_command(str(run.run_dir), run.dist.enabled),
-    )
+    """Say what a signal stopped and how to resume; exit 128 + signal. A Python handler the
+    signal had before training (hydra-submitit-launcher's, which requeues a preempted SLURM
+    job) is called first: the checkpoint it resumes from is saved."""
+    log.warning("%s %s. Resume with:\n  %s", what, run.ckpts.last, resume_command(str(run.run_dir)))
     previous = signal.getsignal(sig)
     if callable(previous) and previous is not signal.default_int_handler:
         previous(sig, None)

@@ -15,7 +15,6 @@ import math
 
 import pytest
 import torch
-import torch.distributed as tdist
 from torch import nn
 
 from translate.checkpoint import FORMAT_VERSION, load_checkpoint, save_checkpoint
@@ -26,7 +25,6 @@ from translate.nn.loss import sequence_loss
 from translate.nn.model import Seq2SeqTransformer
 from translate.runtime.device import autocast
 from translate.schema import OptimSettings
-from translate.training import distributed
 from translate.training.step import Trainer
 
 NO_GPU = "no CUDA GPU is visible (torch.cuda.is_available() is False)"
@@ -49,7 +47,7 @@ V, PAD, BOS, EOS = 40, 0, 2, 3
 
 
 def on(name: str) -> torch.device:
-    """``cuda`` as an indexed device (DDP and ``torch.cuda`` calls want one)."""
+    """``cuda`` as an indexed device (``torch.cuda`` calls want one)."""
     return (
         torch.device("cuda", torch.cuda.current_device()) if name == "cuda" else torch.device(name)
     )
@@ -263,10 +261,9 @@ def test_greedy_equals_beam_1_and_cached_equals_full(device):
 # ------------------------------------------------------------------ training
 
 
-def trainer_for(device, precision, seed=0, eps=1e-9, ddp=None, model=None) -> Trainer:
+def trainer_for(device, precision, seed=0, eps=1e-9) -> Trainer:
     optim = OptimSettings(3e-3, [0.9, 0.98], eps, 0.0, 0, 0.0, 0.1, 1.0)
-    model = model or tiny_model(device, seed)
-    return Trainer(model, optim, device, precision, pad_id=PAD, ddp=ddp)
+    return Trainer(tiny_model(device, seed), optim, device, precision, pad_id=PAD)
 
 
 @pytest.mark.parametrize("precision", list(PRECISIONS))
@@ -316,30 +313,3 @@ def test_checkpoint_moves_between_the_device_and_the_cpu(device, tmp_path):
     assert back.step([batch]).loss == pytest.approx(trainer.step([batch]).loss, rel=1e-6)
     for a, b in zip(back.model.parameters(), trainer.model.parameters()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
-
-
-# cpu runs the same test on gloo, so that the test itself is proven where no GPU is.
-@pytest.mark.parametrize("device", DEVICES)
-def test_ddp_world_size_1_equals_a_plain_step(device, tmp_path):
-    device = on(device)
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if not tdist.is_available() or not tdist.is_backend_available(backend):
-        pytest.skip(f"torch.distributed backend {backend} is not available in this build")
-    # eps=1, as above: reduction-order noise must not turn into whole-lr differences.
-    plain = trainer_for(device, "32", eps=1.0)
-    tdist.init_process_group(
-        backend, init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
-    )
-    try:
-        model = tiny_model(device)
-        ddp = distributed.wrap(model, device)
-        trainer = trainer_for(device, "32", eps=1.0, ddp=ddp, model=model)
-        assert tdist.get_backend() == backend and trainer.world_size == 1
-        batches = [collate(pairs(4)), collate(pairs(4, seed=5))]
-        for _ in range(2):  # accumulation: no_sync on the first micro-batch, all-reduce after
-            got, want = trainer.step(batches), plain.step(batches)
-            assert got.loss == pytest.approx(want.loss, rel=1e-5) and not got.skipped
-    finally:
-        tdist.destroy_process_group()
-    for a, b in zip(model.parameters(), plain.model.parameters()):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

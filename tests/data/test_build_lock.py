@@ -1,8 +1,7 @@
 """The tokenizer and encoding caches are built once when several processes (the jobs of a sweep
-started together, torchrun's ranks) load the same corpus into a cold cache: the second waits
-for the first's build and reads it, instead of building its own. Here the two loaders are
-threads: the lock is an flock on a file opened by each, and two opens exclude each other even
-within one process."""
+started together) load the same corpus into a cold cache: the second waits for the first's
+build and reads it, instead of building its own. Here the two loaders are threads: the lock is
+an flock on a file opened by each, and two opens exclude each other even within one process."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Sweeps that survive being stopped: re-running a multirun with trainer.resume=true skips the
 finished jobs, resumes the interrupted one and starts the rest; a stop signal reaches the
-handler a SLURM launcher installed (its requeue) after the checkpoint is saved."""
+handler a SLURM launcher installed (its requeue) after the checkpoint is saved. And sweeps
+through hydra-submitit-launcher: its local launcher, and the SLURM config (docs/scale_out.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, TINY, listing
+from conftest import ROOT, TINY, compose_config, listing
+from hydra import compose, initialize_config_dir
 
 from translate.checkpoint import load_checkpoint
+from translate.data.corpus import load_corpus
+from translate.settings import data_settings
 from translate.train import train
 from translate.training.saving import CheckpointManager
 
@@ -149,3 +153,62 @@ def test_a_later_sweep_into_the_dir_keeps_the_earlier_job_list(tmp_path):
     assert yaml.safe_load(aside.read_text()) == _sweep_record(first)
     (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(_sweep_record(subset)))  # as Hydra
     assert expected_jobs(tmp_path) == (["heads"], [{"heads": "2"}, {"heads": "4"}])
+
+
+# ---------------------------------------------------------------- hydra-submitit-launcher
+
+# Short decoding: validation, test scoring and latency are not what these tests are about.
+FAST = [
+    *TINY,
+    "trainer.val_bleu_sentences=4",
+    "trainer.latency_sentences=1",
+    "decode.max_len_a=0",
+    "decode.max_len_b=8",
+]
+
+
+@pytest.mark.slow
+def test_submitit_local_sweep_runs_one_job_per_head_count(tmp_path, cache_dir):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    overrides = [o for o in FAST if not o.startswith("heads=")]
+    overrides += [f"data.cache_dir={cache_dir}", "trainer.max_steps=2", "runtime.num_threads=1"]
+    load_corpus(data_settings(compose_config("train", overrides).data))  # a warm shared cache
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable, "-m", "translate.train", "-m", "hydra/launcher=local",
+        f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=job${hydra.job.num}", *overrides,
+        "heads=1,4",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**env, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
+    assert sorted(r["heads"] for r in results) == [1, 4]
+    assert all(r["steps"] == 2 for r in results)
+    assert any((sweep / ".submitit").iterdir())  # the jobs went through submitit
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        hydra_cfg = compose("train", overrides, return_hydra_config=True).hydra
+    if "ablation_report" in (hydra_cfg.get("callbacks") or {}):
+        assert (sweep / "ablation.csv").is_file()  # the sweep's callback ran at its end
+
+
+def test_slurm_launcher_config_fits_the_plugin_and_requires_a_partition():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from dataclasses import fields
+
+    from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        slurm = compose("train", ["hydra/launcher=slurm"], return_hydra_config=True)
+        local = compose("train", ["hydra/launcher=local"], return_hydra_config=True)
+    launcher = slurm.hydra.launcher
+    # slurm.yaml spells the plugin's config out (see its header): no key the plugin lacks
+    assert set(launcher) <= {f.name for f in fields(SlurmQueueConf)}
+    assert launcher._target_ == SlurmQueueConf._target_
+    assert launcher.gpus_per_task == 1 and launcher.tasks_per_node == 1
+    assert OmegaConf.is_missing(launcher, "partition")
+    assert local.hydra.launcher._target_ == LocalQueueConf._target_

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from conftest import SHORT_DECODE, compose_config, short_config
+from conftest import SHORT_DECODE, assert_one_line_error, compose_config, run_cli, short_config
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -352,10 +352,26 @@ def test_the_first_lines_say_what_the_run_does(tiny_train_cfg, monkeypatch, capl
     assert "parameters, 1 head, d_model 32" in text
     assert "device: CPU (cpu, 1 thread), precision 32" in text
     assert re.search(r"sdpa kernels: \w+ for causal self-attention, \w+ with padding masks", text)
-    assert "1,024 tokens per side x 1 accumulated x 1 process = 1,024 padded" in text
+    assert "1,024 tokens per side x 1 accumulated = 1,024 padded tokens/update" in text
     assert re.search(
         r"step 2: [\d.]+ steps/s, [\d,]+ tokens/s; .* ends in about \d+:\d\d:\d\d", text
     )
+
+
+def test_several_processes_under_torchrun_are_refused_in_one_line(tmp_path, monkeypatch):
+    """Data-parallel training was removed (issue 38): under torchrun --nproc_per_node=2 each
+    process would train the same model alone into the same run dir."""
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it, with RANK and LOCAL_RANK
+    monkeypatch.setenv("RANK", "0")
+    run = tmp_path / "run"
+    proc = run_cli("translate.train", "experiment=quickstart", f"hydra.run.dir={run}")
+    assert_one_line_error(
+        proc,
+        "multi-process training is not supported (WORLD_SIZE=2, set by torchrun)",
+        "start python -m translate.train once per GPU",
+        "one job per GPU",
+    )
+    assert not run.exists()
 
 
 def test_a_run_cut_short_by_its_clock_says_so_last(tiny_train_cfg, tmp_path, caplog):

@@ -1,5 +1,5 @@
 """The GPU check in one command: the CUDA tests, short runs of the IWSLT2017 recipe's sizes in
-bf16, fp16 and compiled, the three benchmarks and a torchrun launch; no network (docs/gpu.md).
+bf16, fp16 and compiled, and the three benchmarks; no network (docs/gpu.md).
 
     python -m translate.bench.gpu --out outputs/gpu_acceptance            # a GPU box, ~8 min
     python -m translate.bench.gpu --device cpu --quick --out /tmp/accept  # the plumbing, CPU
@@ -39,7 +39,7 @@ GPU_ONLY = ("cuda_tests", "train_fp16", "train_compile")
 RESULT_KEYS = ("steps", "precision", "tokens_per_s", "peak_mem_mb", "dev_bleu", "bleu")
 
 
-def train_command(args, name: str, precision: str, compile_: bool, launcher: list[str]):
+def train_command(args, name: str, precision: str, compile_: bool) -> list[str]:
     n, quick = args.steps, args.quick
     settings = (
         f"runtime.device={args.device} runtime.precision={precision} "
@@ -51,7 +51,7 @@ def train_command(args, name: str, precision: str, compile_: bool, launcher: lis
     ).split()
     paths = [f"data.cache_dir={args.out / 'cache'}", f"hydra.run.dir={args.out / 'runs' / name}"]
     sizes = QUICK_MODEL if quick else []
-    return [*launcher, "-m", "translate.train", *RECIPE, *sizes, *settings, *paths]
+    return [sys.executable, "-m", "translate.train", *RECIPE, *sizes, *settings, *paths]
 
 
 def commands(args) -> dict[str, list[str]]:
@@ -59,17 +59,13 @@ def commands(args) -> dict[str, list[str]]:
     pytest = ["-m", "pytest", "-m", "cuda", "tests/cuda", "-q", "-p", "no:cacheprovider"]
     parts = {"cuda_tests": [*python, *pytest]}
     for name, (precision, compile_) in TRAIN_RUNS.items():
-        parts[name] = train_command(args, name, precision, compile_, python)
+        parts[name] = train_command(args, name, precision, compile_)
     for bench, tiny in QUICK_BENCH.items():
         extra = tiny.split() if args.quick and args.device == "cpu" else []
         json_out = args.out / "bench" / f"{bench}.json"
         module = f"translate.bench.{bench}"
         parts[f"bench_{bench}"] = [*python, "-m", module, "--device", args.device, "--quick"]
         parts[f"bench_{bench}"] += [*extra, "--json", str(json_out)]
-    procs = "1" if args.device.startswith("cuda") else "2"  # the CPU: two ranks on gloo
-    torchrun = [*python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
-    precision = "32" if args.device == "cpu" else "bf16"
-    parts["torchrun"] = train_command(args, "torchrun", precision, False, torchrun)
     return parts
 
 

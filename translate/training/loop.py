@@ -20,9 +20,7 @@ from translate.data.corpus import EncodedSplit
 from translate.errors import UserError
 from translate.metrics import score
 from translate.runtime.memory import reset_peak_memory
-from translate.runtime.rng import rng_state
 from translate.scoring import mean_nll
-from translate.training import distributed
 from translate.training.progress import (
     TrainBar,
     budget_reached,
@@ -42,29 +40,16 @@ ETA_AFTER_STEPS = 200  # updates before the log says when the budget will end
 
 class TrainBatches:
     """The training split's token batches, in a per-epoch order fixed by ``(seed, epoch)``, so
-    a resumed run skips exactly the micro-batches it already trained on. Under DDP rank ``r``
-    trains on batches ``r, r + N, ...`` of what is left of the epoch's order; ``skip`` and
-    ``Progress.batches_in_epoch`` count micro-batches of all ranks together (``consumed``)."""
+    a resumed run skips exactly the micro-batches it already trained on."""
 
-    def __init__(
-        self, split: EncodedSplit, max_tokens: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> None:
+    def __init__(self, split: EncodedSplit, max_tokens: int, seed: int) -> None:
         self.split = split
         self.sampler = TokenBatchSampler(split.src_lens, split.tgt_lens, max_tokens, True, seed)
-        self.rank, self.world_size = rank, world_size
-        if world_size > 1 and len(self.sampler) < world_size:
-            raise UserError(
-                f"the training split makes only {len(self.sampler)} token batches per epoch, "
-                f"fewer than the {world_size} processes; lower data.max_tokens or use fewer"
-            )
-
-    def consumed(self, group: list[Batch]) -> int:
-        return len(group) * self.world_size
 
     def epoch(self, epoch: int, skip: int, accumulate: int) -> Iterator[list[Batch]]:
         """Groups of ``accumulate`` micro-batches (one update each), after ``skip`` of them."""
         self.sampler.set_epoch(epoch)
-        order = distributed.shard(list(self.sampler)[skip:], self.rank, self.world_size)
+        order = list(self.sampler)[skip:]
         for start in range(0, len(order), accumulate):
             yield [
                 collate([self.split[i] for i in idx]) for idx in order[start : start + accumulate]
@@ -94,12 +79,10 @@ def fit(run: Run) -> tuple[str, int | None]:
     """Train until a limit, early stopping or a signal; returns ``(why it stopped, signal
     number or None)``. Every stop but a signal ends with a validation and a checkpoint."""
     t, p, c = run.settings.trainer, run.progress, run.corpus
-    batches = TrainBatches(
-        c.splits["train"], c.max_tokens, run.settings.seed, run.dist.rank, run.dist.world_size
-    )
+    batches = TrainBatches(c.splits["train"], c.max_tokens, run.settings.seed)
     reset_peak_memory(run.trainer.device)
     _tell_schedule(run)  # a resumed run's clock and early cooldown
-    bar = TrainBar(p, t.max_steps, t.max_minutes, t.progress_bar and run.dist.is_main)
+    bar = TrainBar(p, t.max_steps, t.max_minutes, t.progress_bar)
     # A resumed run may already be at a limit (e.g. it stopped while scoring): no extra step.
     stop_reason = limit_reached(p, t)
     with StopRequest() as stop, logging_redirect_tqdm():
@@ -107,7 +90,7 @@ def fit(run: Run) -> tuple[str, int | None]:
             if result is not None:
                 _log_step(run, result, bar)
                 stop_reason = _stop_reason(run, stop)
-                sig = stop.signal  # as all ranks agreed on it
+                sig = stop.signal
             elif p.epoch >= t.max_epochs:  # the last epoch has ended
                 stop_reason, sig = limit_reached(p, t), None
             else:
@@ -127,7 +110,7 @@ def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
     while True:
         for group in batches.epoch(p.epoch, p.batches_in_epoch, t.accumulate_grad_batches):
             result = run.trainer.step(group)
-            p.batches_in_epoch += batches.consumed(group)
+            p.batches_in_epoch += len(group)
             p.train_seconds = time.perf_counter() - loop_start
             if _count_step(run, result):
                 yield result
@@ -202,12 +185,8 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
 
 
 def _stop_reason(run: Run, stop: StopRequest) -> str | None:
-    """A step or time limit, or a signal; under DDP the ranks agree on the clock and signals
-    first, so all stop after the same step (and cool the learning rate down alike)."""
+    """A step or time limit, or a signal."""
     p = run.progress
-    if run.dist.enabled:
-        p.train_seconds, sig = distributed.max_all([p.train_seconds, stop.signal or 0])
-        stop.signal = int(sig) or None
     _tell_schedule(run)
     budget = budget_reached(p, run.settings.trainer)
     return budget or (signal.Signals(stop.signal).name if stop.signal else None)
@@ -229,15 +208,11 @@ def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None)
         return stop_reason
     validate_now = p.step % t.val_every_n_steps == 0 or (stop_reason is not None and sig is None)
     improved = False
-    if validate_now and run.dist.is_main:  # the other ranks wait for its verdict
+    if validate_now:
         improved = _validate(run)
         stop_reason = stop_reason or early_stopped(p, t)
         _log_heatmaps(run, last=stop_reason is not None)
-    if validate_now and run.dist.enabled:  # early stopping, an early cooldown
-        shared = (stop_reason, p.cooldown_from, p.cooldown_to)
-        stop_reason, p.cooldown_from, p.cooldown_to = distributed.broadcast(shared)
-    if validate_now:  # a cooldown it started applies from the next update on
-        _tell_schedule(run)
+        _tell_schedule(run)  # a cooldown it started applies from the next update on
     if validate_now or stop_reason or p.step % t.checkpoint_every_n_steps == 0:
         _checkpoint(run, improved)
     return stop_reason
@@ -338,18 +313,14 @@ def _log_heatmaps(run: Run, last: bool) -> None:
 
 
 def _checkpoint(run: Run, improved: bool) -> None:
-    """Every rank's RNG state to rank 0, which writes the checkpoint; TensorBoard is flushed to
-    stay in step with it."""
-    rngs = distributed.gather(rng_state()) if run.dist.enabled else None
-    if run.dist.is_main:
-        state = checkpoint_state(
-            run.trainer,
-            run.progress,
-            run.settings.config,
-            run.corpus.tokenizer,
-            run.corpus.fingerprints,
-            rngs,
-        )
-        run.ckpts.save(state, run.progress.step, improved, run.progress.best_step)
+    """Write the checkpoint; TensorBoard is flushed to stay in step with it."""
+    state = checkpoint_state(
+        run.trainer,
+        run.progress,
+        run.settings.config,
+        run.corpus.tokenizer,
+        run.corpus.fingerprints,
+    )
+    run.ckpts.save(state, run.progress.step, improved, run.progress.best_step)
     run.saved_step = run.progress.step
     run.writer.flush()

@@ -19,11 +19,11 @@ class Schedule:
     the cooled-down weights are the ones a run ends with, whatever its length).
 
     The budget is ``max_steps`` updates or ``max_minutes`` of training, whichever runs out
-    first. Under a clock the training loop sets ``seconds`` (the training time so far, agreed
-    by every rank under DDP) after each update, so the cooldown starts when the clock says the
-    end is near: a machine twice as fast cools down after twice the updates. The training loop
-    may also start the cooldown early (``optim.cooldown_patience``): ``early`` is then the step
-    it started at and the step at whose end the rate reaches zero.
+    first. Under a clock the training loop sets ``seconds`` (the training time so far) after
+    each update, so the cooldown starts when the clock says the end is near: a machine twice as
+    fast cools down after twice the updates. The training loop may also start the cooldown early
+    (``optim.cooldown_patience``): ``early`` is then the step it started at and the step at
+    whose end the rate reaches zero.
     """
 
     def __init__(

@@ -19,7 +19,6 @@ from translate.data.corpus import Corpus, split_fingerprints
 from translate.errors import UserError
 from translate.runtime.rng import set_rng_state
 from translate.settings import TrainSettings, mechanics_keys
-from translate.training.distributed import Dist
 from translate.training.progress import Progress, limit_reached
 from translate.training.step import Trainer
 
@@ -119,9 +118,7 @@ def check_same_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> 
         log.warning("resuming with other schedule or budget settings: %s", "; ".join(changed))
 
 
-def resume(
-    path: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
-) -> Progress:
+def resume(path: Path, trainer: Trainer, corpus: Corpus, settings: TrainSettings) -> Progress:
     ckpt = load_checkpoint(path, map_location=trainer.device)
     check_same_experiment(str(path), ckpt, settings.config, corpus.fingerprints)
     if ckpt["tokenizer"] != corpus.tokenizer.model_proto:
@@ -136,8 +133,7 @@ def resume(
             f"{path} does not fit this model ({_first_lines(err)}); resume with the run's "
             "original model settings (see its .hydra/config.yaml)"
         ) from None
-    ranks = ckpt.get("rng_ranks") or []
-    set_rng_state(ranks[dist.rank] if len(ranks) == dist.world_size > 1 else ckpt["rng"])
+    set_rng_state(ckpt["rng"])
     progress = Progress(**ckpt["progress"])
     log.info("resumed from %s at step %d (epoch %d)", path, progress.step, progress.epoch)
     return progress
@@ -152,7 +148,7 @@ def _first_lines(err: Exception) -> str:
 
 
 def resume_or_start(
-    directory: Path, trainer: Trainer, corpus: Corpus, dist: Dist, settings: TrainSettings
+    directory: Path, trainer: Trainer, corpus: Corpus, settings: TrainSettings
 ) -> Progress:
     """:func:`resume` from the newest checkpoint in ``directory``, or start from step 0 where a
     run started but wrote no checkpoint, or a sweep job never started. A single run whose dir
@@ -160,7 +156,7 @@ def resume_or_start(
     preset's job run alone). Results without a checkpoint are no run to continue under either."""
     newest = newest_resumable(directory, settings.config, corpus.fingerprints)
     if newest is not None:
-        return resume(newest, trainer, corpus, dist, settings)
+        return resume(newest, trainer, corpus, settings)
     run_dir, mode = directory.parent, settings.trainer.resume
     started = any((run_dir / name).is_dir() for name in ("checkpoints", "tensorboard"))
     fresh = settings.sweep_job or mode == "auto"

@@ -29,8 +29,6 @@ from translate.runtime.device import (
 from translate.runtime.provenance import code_version
 from translate.runtime.rng import seed_everything, use_deterministic_algorithms
 from translate.settings import TrainSettings
-from translate.training import distributed
-from translate.training.distributed import Dist
 from translate.training.optim import Schedule
 from translate.training.progress import Progress
 from translate.training.resume import resume_or_start
@@ -51,16 +49,15 @@ class Window(NamedTuple):
 @dataclass
 class Run:
     settings: TrainSettings
-    dist: Dist
     run_dir: Path
     corpus: Corpus
     trainer: Trainer
     translator: Translator
     ckpts: CheckpointManager
-    writer: object  # TensorBoard's SummaryWriter, or a distributed.NullWriter
+    writer: object  # TensorBoard's SummaryWriter
     progress: Progress = field(default_factory=Progress)
     window: Window = field(default_factory=lambda: Window(0, time.perf_counter()))
-    lock: RunLock | None = None  # rank 0's hold on the run dir, released when the run ends
+    lock: RunLock | None = None  # the hold on the run dir, released when the run ends
     saved_step: int | None = None  # the step of the newest checkpoint this process wrote
     start_step: int = 0  # where this process started (> 0 when resumed)
 
@@ -69,66 +66,52 @@ class Run:
         return self.trainer.model
 
 
-def setup(settings: TrainSettings, dist: Dist) -> Run:
+def setup(settings: TrainSettings) -> Run:
     r = settings.runtime
-    distributed.quiet_other_ranks(dist)
-    device = distributed.init(dist, resolve_device(r.device))
+    device = resolve_device(r.device)
     precision = resolve_precision(r.precision, device, training=True)
-    run_dir, lock = _claim_run_dir(settings, dist)
+    run_dir, lock = _claim_run_dir(settings)
     try:
-        run = _build(settings, dist, device, precision, run_dir)
+        run = _build(settings, device, precision, run_dir)
     except BaseException:
-        if lock is not None:
-            lock.release()
+        lock.release()
         raise
     run.lock = lock
     _log_start(run)
     return run
 
 
-def _claim_run_dir(settings: TrainSettings, dist: Dist) -> tuple[Path, RunLock | None]:
-    """Rank 0 locks the run dir and checks that a fresh run overwrites nothing; every rank
-    learns the verdict, so none waits for one that has stopped."""
+def _claim_run_dir(settings: TrainSettings) -> tuple[Path, RunLock]:
+    """Lock the run dir and check that a fresh run overwrites nothing."""
     t, run_dir = settings.trainer, Path(settings.run_dir)
-    if dist.enabled:
-        run_dir = distributed.adopt_run_dir(dist, run_dir)
-    lock, error = None, None
-    if dist.is_main:
-        try:
-            lock = RunLock(run_dir).acquire()
-            remove_partial_writes(run_dir)  # of a process killed while writing
-            check_fresh(run_dir, t.resume, t.overwrite)
-        except UserError as err:
-            error = str(err)
-    if dist.enabled:
-        error = distributed.broadcast(error)
-    if error is not None:
-        if lock is not None:
-            lock.release()
-        raise UserError(error)
+    lock = RunLock(run_dir).acquire()
+    try:
+        remove_partial_writes(run_dir)  # of a process killed while writing
+        check_fresh(run_dir, t.resume, t.overwrite)
+    except UserError:
+        lock.release()
+        raise
     return run_dir, lock
 
 
-def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir: Path) -> Run:
+def _build(settings: TrainSettings, device, precision: str, run_dir: Path) -> Run:
     t = settings.trainer
     settings.runtime.apply_to_process()
     use_deterministic_algorithms(t.deterministic)
     seed_everything(settings.seed)
-    with distributed.main_first(dist):  # rank 0 builds the caches, the others then read them
-        corpus = load_corpus(settings.data)
+    corpus = load_corpus(settings.data)
     tok = corpus.tokenizer
     model = settings.model.build(tok.vocab_size, tok.PAD).to(device)
-    ddp = distributed.wrap(model, device) if dist.enabled else None
-    compiled = torch.compile(ddp if ddp is not None else model) if t.compile else None
+    compiled = torch.compile(model) if t.compile else None
     o = settings.optim
     schedule = Schedule(o.warmup_steps, o.cooldown, t.max_steps, t.max_minutes)
     pad = settings.runtime.cpu_bf16_padding and pads_shapes(device, precision)
-    trainer = Trainer(model, o, device, precision, tok.PAD, compiled, ddp, schedule, pad)
+    trainer = Trainer(model, o, device, precision, tok.PAD, compiled, schedule, pad)
     around_best = t.average_last_n if t.average_around_best else 0
     ckpts = CheckpointManager(run_dir / "checkpoints", t.keep_last_checkpoints, around_best)
     progress = Progress()
     if t.resume:
-        progress = resume_or_start(ckpts.directory, trainer, corpus, dist, settings)
+        progress = resume_or_start(ckpts.directory, trainer, corpus, settings)
     translator = Translator(
         TorchEngine(model, device, precision),
         tok,
@@ -138,13 +121,9 @@ def _build(settings: TrainSettings, dist: Dist, device, precision: str, run_dir:
     )
     # Hide the events a killed run logged after its last checkpoint (all of them when it
     # was killed before its first), so the curves continue cleanly.
-    writer = (
-        io.summary_writer(run_dir / "tensorboard", purge_step=progress.step + 1)
-        if dist.is_main
-        else distributed.NullWriter()
-    )
+    writer = io.summary_writer(run_dir / "tensorboard", purge_step=progress.step + 1)
     threading.excepthook = _quiet_event_writer
-    run = Run(settings, dist, run_dir, corpus, trainer, translator, ckpts, writer, progress)
+    run = Run(settings, run_dir, corpus, trainer, translator, ckpts, writer, progress)
     run.start_step = progress.step
     return run
 
@@ -191,12 +170,11 @@ def _log_start(run: Run) -> None:
             sdpa_backend(*args, masked=False, num_kv_heads=m.num_kv_heads),
             sdpa_backend(*args, masked=True, num_kv_heads=m.num_kv_heads),
         )
-    per_update = run.corpus.max_tokens * t.accumulate_grad_batches * run.dist.world_size
+    per_update = run.corpus.max_tokens * t.accumulate_grad_batches
     log.info(
-        "batches: %s tokens per side x %d accumulated x %s = %s padded tokens/update",
+        "batches: %s tokens per side x %d accumulated = %s padded tokens/update",
         f"{run.corpus.max_tokens:,}",
         t.accumulate_grad_batches,
-        counted(run.dist.world_size, "process"),
         f"{per_update:,}",
     )
     log.info(

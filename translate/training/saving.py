@@ -61,11 +61,9 @@ def checkpoint_state(
     config: dict,
     tokenizer: Tokenizer,
     fingerprints: dict[str, str],
-    rng_ranks=None,
 ) -> dict:
     """Everything a resumed run restores, as tensors and plain values. ``fingerprints`` tell the
-    same data read from elsewhere from other data; ``rng_ranks``: every rank's RNG state under
-    DDP."""
+    same data read from elsewhere from other data."""
     return {
         "format_version": FORMAT_VERSION,
         **trainer.state_dict(),
@@ -75,5 +73,4 @@ def checkpoint_state(
         "tokenizer": tokenizer.model_proto,
         "data_fingerprints": dict(fingerprints),
         "step": progress.step,
-        **({"rng_ranks": rng_ranks} if rng_ranks else {}),
     }

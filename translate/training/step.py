@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as tdist
 
 from translate.data.batching import Batch
 from translate.nn.model import Seq2SeqTransformer
 from translate.schema import OptimSettings
 from translate.scoring import batch_loss
 from translate.training.optim import Schedule, make_optimizer
-
-log = logging.getLogger(__name__)
 
 # oneDNN, which runs a CPU's bf16 matmuls, builds and caches a kernel for every matrix shape,
 # and Multi30k's token batches almost never repeat one: a bf16 step built kernels for as long
@@ -33,19 +28,18 @@ def pads_shapes(device: torch.device, precision: str) -> bool:
 
 @dataclass
 class StepResult:
-    loss: float  # label-smoothed loss per target token (of all ranks' micro-batches)
+    loss: float  # label-smoothed loss per target token
     nll: float  # negative log-likelihood per target token
     grad_norm: float
     lr: float
-    tokens: int  # source + target tokens, summed over all ranks
-    padded_tokens: int  # source + target positions with padding (rows * longest), all ranks
+    tokens: int  # source + target tokens
+    padded_tokens: int  # source + target positions with padding (rows * longest)
     skipped: bool  # True when the loss or gradients were not finite
 
 
 class Trainer:
-    """Owns the model's optimisation. ``model`` is the bare module (its ``state_dict`` never
-    carries DDP's ``module.`` prefix); training runs through ``compiled_model`` if given, else
-    ``ddp``, else ``model``. ``schedule`` defaults to ``optim``'s, without a cooldown."""
+    """Owns the model's optimisation. Training runs through ``compiled_model`` if given, else
+    ``model``. ``schedule`` defaults to ``optim``'s, without a cooldown."""
 
     def __init__(
         self,
@@ -55,18 +49,13 @@ class Trainer:
         precision: str,
         pad_id: int,
         compiled_model=None,
-        ddp: torch.nn.parallel.DistributedDataParallel | None = None,
         schedule: Schedule | None = None,
         pad_shapes: bool = False,
     ) -> None:
         self.model = model
-        self.ddp = ddp
-        # All three share the model's parameters. `is not None`, not `or`: bool() of a
+        # Both share the model's parameters. `is not None`, not `or`: bool() of a
         # torch.compile wrapper asks the model for len() and fails.
-        wrapped = compiled_model if compiled_model is not None else ddp
-        self.forward = wrapped if wrapped is not None else model
-        self.world_size = tdist.get_world_size() if ddp is not None else 1
-        self.rank = tdist.get_rank() if ddp is not None else 0
+        self.forward = compiled_model if compiled_model is not None else model
         self.device = device
         self.precision = precision
         self.pad_id = pad_id
@@ -81,31 +70,17 @@ class Trainer:
 
     def step(self, batches: list[Batch]) -> StepResult:
         """One optimizer update over ``batches`` (gradient accumulation), loss normalised by
-        the total number of target tokens so accumulation equals one large batch.
-
-        Under DDP the update spans all ranks: the target-token total is summed over the ranks
-        (``T``), and each rank backpropagates ``world_size * loss_r / T``; DDP averages the
-        ranks' gradients (sum / ``world_size``), which leaves ``sum_r grad(loss_r) / T``, the
-        gradient of one process training on every rank's micro-batches. Gradients are
-        all-reduced once per update: ``no_sync`` on all micro-batches but the last.
-        """
+        the total number of target tokens so accumulation equals one large batch."""
         self.model.train()
         total_tgt = sum(b.num_tgt_tokens for b in batches)
         tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
         padded = sum(b.src.numel() + b.tgt_out.numel() for b in batches)
-        if self.ddp is not None:
-            counts = self._sum_over_ranks([total_tgt, tokens, padded], torch.int64)
-            total_tgt, tokens, padded = counts.tolist()
         loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(batches):
-            defer_sync = self.ddp is not None and i < len(batches) - 1
-            with self.ddp.no_sync() if defer_sync else contextlib.nullcontext():
-                loss, nll = self._loss(batch)
-                self.scaler.scale(loss / total_tgt * self.world_size).backward()
+        for batch in batches:
+            loss, nll = self._loss(batch)
+            self.scaler.scale(loss / total_tgt).backward()
             loss_sum += loss.detach()
             nll_sum += nll
-        if self.ddp is not None:
-            loss_sum, nll_sum = self._sum_over_ranks([loss_sum, nll_sum], torch.float32)
         self.scaler.unscale_(self.optimizer)
         params = self.model.parameters()
         if self.clip_norm > 0:
@@ -127,8 +102,6 @@ class Trainer:
         if finite:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if log.isEnabledFor(logging.DEBUG):
-            self._trace(batches, loss_value)
         return StepResult(
             loss=loss_value,
             nll=nll_total / total_tgt,
@@ -155,23 +128,6 @@ class Trainer:
 
     def _stacked(self, values: list, dtype: torch.dtype) -> torch.Tensor:
         return torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
-
-    def _sum_over_ranks(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        t = self._stacked(values, dtype)
-        tdist.all_reduce(t)
-        return t
-
-    def _trace(self, batches: list[Batch], loss: float) -> None:
-        """For checking DDP (``hydra.verbose=translate.training.step``): ranks must differ in
-        examples, never in weights."""
-        checksum = sum(float(p.detach().double().sum()) for p in self.model.parameters())
-        log.debug(
-            "rank %d update: loss %.10g | params %.17g | examples %s",
-            self.rank,
-            loss,
-            checksum,
-            [b.indices for b in batches],
-        )
 
     def state_dict(self) -> dict:
         return {
