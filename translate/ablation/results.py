@@ -1,9 +1,7 @@
 """The heads ablation's results from a sweep dir's files alone: every job (or why it has no
-results), and the report's rows, one per ``(heads, kv_heads)`` of the finished jobs, with the
-columns of ``ablation_speed.json`` and ``ablation_align.json`` (docs/ablation.md).
-
-Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at module level.
-"""
+results) and the report's rows, one per ``(heads, kv_heads)``, with the columns of
+``ablation_speed.json`` and ``ablation_align.json``. Imported when Hydra starts (for the
+callback): no Hydra, OmegaConf or torch at module level."""
 
 from __future__ import annotations
 
@@ -112,20 +110,14 @@ class Report:
         return [j for j in self.jobs if not j.completed]
 
     @property
-    def kv_axis(self) -> bool:
-        """Whether some row has fewer kv heads than heads: only then do the files show them."""
+    def kv_axis(self) -> bool:  # only then do the files show kv heads
         return any(r["kv_heads"] != r["heads"] for r in self.rows)
 
 
 def job_fields(job: Job) -> dict:
     """What names a job in the speed and align files."""
-    r = job.results
-    return {
-        "name": job.name,
-        "heads": int(r["heads"]),
-        "kv_heads": heads_key(r)[1],
-        "seed": r.get("seed"),
-    }
+    heads, kv = heads_key(job.results)
+    return {"name": job.name, "heads": heads, "kv_heads": kv, "seed": job.results.get("seed")}
 
 
 # ------------------------------------------------------------------------ reading jobs

@@ -167,8 +167,8 @@ def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list
     data, first = jobs[0].loaded.data, jobs[0].loaded
     name, pairs = sentence_pairs(data, "test", f" of data={data.source}")
     # Spread evenly over the split: its order may group lengths or topics.
-    latency, batch = (pairs[:: max(1, len(pairs) // max(n, 1))][:n]
-                      for n in (settings.sentences, settings.batch_sentences))  # fmt: skip
+    sizes = (settings.sentences, settings.batch_sentences)
+    latency, batch = (pairs[:: max(1, len(pairs) // max(n, 1))][:n] for n in sizes)
     for sj in jobs:
         other = sj.loaded
         if dataclasses.replace(other.data, cache_dir="") != dataclasses.replace(data, cache_dir=""):
