@@ -1,7 +1,6 @@
 """:class:`AblationReportCallback` (``conf/hydra/default.yaml``) writes the heads-ablation
-report as a sweep runs. Hydra imports this module when it starts: keep heavy imports
-(matplotlib, sacreBLEU, torch) out of the module level here and in the modules it imports.
-"""
+report as a sweep runs. Hydra imports it when it starts: no matplotlib, sacreBLEU or torch at
+module level, here or in the modules it imports."""
 
 from __future__ import annotations
 
@@ -44,8 +43,8 @@ def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
 
 
 def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None:
-    """``change(job_dir)`` while holding the job dir's lock; when another process holds it (a
-    run resumed into it by hand), nothing is changed and the reason is returned."""
+    """``change(job_dir)`` under the job dir's lock, or why not: another process holds it (a
+    run resumed into it by hand)."""
     try:
         lock = RunLock(job_dir).acquire()
     except UserError as err:
@@ -100,12 +99,11 @@ class AblationReportCallback(Callback):
             return None
 
     @staticmethod
-    def _sweep_dir(config) -> Path:
-        """The sweep dir as the launching process names it: relative to where it started."""
+    def _sweep_dir(config) -> Path:  # as the launching process names it
         return Path(str(config.hydra.runtime.cwd)) / str(config.hydra.sweep.dir)
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        """Lock the sweep dir before Hydra writes there: a second sweep into it stops here."""
+        # Locked before Hydra writes there: a second sweep into it stops here.
         if not self._applies(config):
             return
         try:
@@ -150,9 +148,9 @@ class AblationReportCallback(Callback):
 
 
 def failed_jobs(report: Report, failed_here: dict[Path, str] | None = None) -> str | None:
-    """The sweep's last line when jobs failed, each by name with its reason: the report's, and
-    ``failed_here`` (job dir: reason) this multirun saw fail, also where an earlier run's
-    results are there (a job refused at its start); None when none failed."""
+    """The sweep's last line, naming each failed job and why: the report's, and those this
+    multirun saw fail (``failed_here``, job dir: reason) where an earlier run's results are
+    there (a job refused at its start); None when none failed."""
     here = dict(failed_here or {})
     failed = []
     for job in report.jobs:

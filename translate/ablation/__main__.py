@@ -1,7 +1,5 @@
-"""``python -m translate.ablation report|speed|align SWEEP_DIR [options]``: the heads study's
-commands, each in its module (:mod:`translate.ablation.report`, :mod:`translate.ablation.speed`,
-:mod:`translate.ablation.align`).
-"""
+"""``python -m translate.ablation report|speed|align SWEEP_DIR [options]``: each command is
+its module's ``main``."""
 
 from __future__ import annotations
 
@@ -25,7 +23,6 @@ Example: python -m translate.ablation report outputs/multirun/<time>"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command ``argv[0]`` with the rest of ``argv`` (default: the command line)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
         print(HELP)

@@ -1,10 +1,7 @@
 """Alignment heads of a heads sweep's models: ``python -m translate.ablation align <sweep_dir>``.
 
-Every finished job's scored checkpoint inside the sweep dir: each cross-attention head's AER
-on a prefix of the test (or dev) split, teacher-forced, against one set of reference
-alignments for the whole sweep (gold from ``--alignments``, else silver from eflomal), into
-``ablation_align.json``, where the report takes its best-head AER column from. Does a model
-with more heads grow a dedicated alignment head? docs/alignment.md.
+Each finished job's cross-attention heads' AER on a prefix of the test (or dev) split, against one
+gold or silver reference for the whole sweep, into ``ablation_align.json`` (docs/alignment.md).
 """
 
 from __future__ import annotations
@@ -16,9 +13,8 @@ import time
 from pathlib import Path
 
 from translate import io
-from translate.ablation.results import ALIGN_FILE, Job, existing_sweep_dir
-from translate.ablation.speed import completed_jobs
-from translate.ablation.stats import heads_key
+from translate.ablation.results import ALIGN_FILE, Job, existing_sweep_dir, job_fields
+from translate.ablation.speed import completed_jobs, sentence_pairs
 from translate.analysis.alignment import pharaoh
 from translate.analysis.alignment_heads import (
     Reference,
@@ -27,20 +23,10 @@ from translate.analysis.alignment_heads import (
     reference_alignments,
 )
 from translate.analysis.heads import make_batches
-from translate.data.corpus import load_raw_split
 from translate.decoding.translator import load_translator
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, plain_text
 
 MAX_TOKENS = 4096  # padded tokens per teacher-forced batch, as translate.analyze's default
-
-
-def _pairs(data, split: str, sentences: int) -> tuple[str, list[str], list[str]]:
-    """``(split name, sources, references)``: the first ``sentences`` non-empty pairs."""
-    name, sources, refs = load_raw_split(data, split)
-    pairs = [(s, r) for s, r in zip(sources, refs) if s.strip() and r.strip()][:sentences]
-    if not pairs:
-        raise UserError(f"the {split} split {name!r} has no sentence pairs")
-    return name, [s for s, _ in pairs], [r for _, r in pairs]
 
 
 def _job_entry(job: Job, path: Path, args, sources, refs, ref: Reference) -> dict:
@@ -49,12 +35,7 @@ def _job_entry(job: Job, path: Path, args, sources, refs, ref: Reference) -> dic
     tok, cap, tr = loaded.tokenizer, loaded.data.eval_cap, loaded.translator
     batches = make_batches(tok.encode(sources), tok.encode(refs), MAX_TOKENS, cap, cap)
     measured = head_aer(cross_links(loaded.model, batches, tok, tr.device, tr.precision), ref)
-    r = job.results
-    return {
-        "name": job.name,
-        "heads": int(r["heads"]),
-        "kv_heads": heads_key(r)[1],
-        "seed": r.get("seed"),
+    return job_fields(job) | {
         "checkpoint": str(path),
         "best_aer": measured["best"]["aer"],
         "best": measured["best"],
@@ -70,7 +51,8 @@ def run_align(sweep_dir: str | Path, args) -> tuple[dict, Path]:
     output = io.check_output_file(path, "--json", "ablation alignment")  # before any work
     found = completed_jobs(sweep_dir, not_measured)
     first = load_translator(found[0][1], "cpu", "32").data  # the sweep's data: one reference
-    split, sources, refs = _pairs(first, args.split, args.sentences)
+    split, pairs = sentence_pairs(first, args.split)
+    sources, refs = map(list, zip(*pairs[: args.sentences]))
     ref = reference_alignments(args.alignments, args.silver_train_pairs, first, sources, refs)
     if ref is None:
         raise UserError("no reference alignments to measure against (the line above says why)")
@@ -93,7 +75,7 @@ def run_align(sweep_dir: str | Path, args) -> tuple[dict, Path]:
     return payload, path
 
 
-def _parser(prog: str | None) -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser = argparse.ArgumentParser(prog=prog, description=plain_text(__doc__.splitlines()[0]))
     parser.add_argument("sweep_dir", help="a multirun dir, e.g. outputs/multirun/<date_time>")
     parser.add_argument("--split", default="test", choices=("test", "valid"), help="default test")
@@ -114,11 +96,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto, 32, bf16 or fp16")
     parser.add_argument("--json", help=f"output (default SWEEP_DIR/{ALIGN_FILE})")
-    return parser
-
-
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = _parser(prog).parse_args(argv)
+    args = parser.parse_args(argv)
     try:
         if args.sentences < 1:
             raise UserError(f"--sentences {args.sentences} must be >= 1")

@@ -1,11 +1,10 @@
-"""The heads ablation's figure, ``ablation.png``: test BLEU, batch-1 latency as a ratio to the
-baseline row's, the parameter count where the rows differ, and the best alignment head's AER,
-each against the head count (the kv head count in a kv_heads sweep); a panel with nothing to
-show is left out (docs/ablation.md, "The report")."""
+"""The heads ablation's figure, ``ablation.png``: test BLEU, latency as a ratio to the baseline
+row's, the parameter count where the rows differ and the best alignment head's AER, against the
+head count (kv heads in a kv_heads sweep); a panel with nothing to show is left out."""
 
 from __future__ import annotations
 
-from translate.ablation.results import Report, ratio_key, shown_metrics, spread_keys
+from translate.ablation.results import Report, shown_metrics
 from translate.ablation.stats import heads_key
 
 
@@ -26,8 +25,9 @@ def _heads_axis(ax, report: Report, xs: list[int], ylabel: str, title: str) -> N
     ax.grid(alpha=0.3)
 
 
-def _mean_panel(ax, report: Report, metric: str, color: str) -> tuple[list[int], list, list]:
-    """Mean per row, ± std where the row has two seeds or more: ``(xs, rows, those with std)``."""
+def _mean_panel(ax, report: Report, metric: str, color: str, dots: list[tuple[dict, float]]):
+    """Mean per row, ± std where the row has two seeds or more, and each ``(entry, value)`` of
+    ``dots`` a grey dot: ``(xs, rows, those with std)``."""
     mean, std = f"{metric}_mean", f"{metric}_std"
     rows = [r for r in report.rows if r.get(mean) is not None]
     xs = [_x(report, r) for r in rows]
@@ -36,14 +36,14 @@ def _mean_panel(ax, report: Report, metric: str, color: str) -> tuple[list[int],
     if spread:
         means, stds = [r[mean] for _, r in spread], [r[std] for _, r in spread]
         ax.errorbar([x for x, _ in spread], means, yerr=stds, fmt="none", capsize=4, color=color)
+    for entry, value in dots:
+        ax.plot(_x(report, entry), value, ".", color="gray", alpha=0.6)
     return xs, rows, spread
 
 
 def _bleu_panel(ax, report: Report) -> None:
-    """:func:`_mean_panel`, every seed's BLEU a grey dot."""
-    xs, rows, spread = _mean_panel(ax, report, "bleu", "C0")
-    for job in (j for j in report.jobs if j.completed and j.results.get("bleu") is not None):
-        ax.plot(_x(report, job.results), job.results["bleu"], ".", color="gray", alpha=0.6)
+    done = [j.results for j in report.jobs if j.completed and j.results.get("bleu") is not None]
+    xs, rows, spread = _mean_panel(ax, report, "bleu", "C0", [(r, r["bleu"]) for r in done])
     title = "Test BLEU (one seed a row: no error bars)"
     if spread:
         where = "" if len(spread) == len(rows) else " where a row has 2+"
@@ -57,19 +57,19 @@ MIN_RATIO_SPAN = 0.5
 
 
 def _latency_points(report: Report, metric: str) -> tuple[list[int], list[float], list[tuple]]:
-    """A latency metric's ratios to the speed file's baseline row, where it has one and the
-    table shows the metric, with each row's fastest and slowest round over the same baseline
-    (None in files from before they were recorded)."""
+    """A shown latency metric's ratios to the speed file's baseline row, with each row's fastest
+    and slowest round over the same (None in files from before they were recorded)."""
     speed = report.speed or {}
     base = speed.get("baseline_heads")
     if base is None or metric not in shown_metrics(speed):
         return [], [], []
     rows = sorted(speed.get("heads", []), key=heads_key)
     ref = next((r.get(metric) for r in rows if heads_key(r) == (base, base)), None)
-    points = [(r, r.get(ratio_key(metric, base))) for r in rows]
+    points = [(r, r.get(f"{metric}_vs_{base}")) for r in rows]
     points = [(r, ratio) for r, ratio in points if ratio is not None]
     ranges = [
-        tuple(r.get(k) and ref and r[k] / ref for k in spread_keys(metric)) for r, _ in points
+        tuple(r.get(metric + k) and ref and r[metric + k] / ref for k in ("_min", "_max"))
+        for r, _ in points
     ]
     return [_x(report, r) for r, _ in points], [ratio for _, ratio in points], ranges
 
@@ -116,10 +116,8 @@ def _params_panel(ax, report: Report) -> None:
 
 
 def _aer_panel(ax, report: Report) -> None:
-    """The best cross head's AER: :func:`_mean_panel`, every job's a grey dot."""
-    xs = _mean_panel(ax, report, "best_aer", "C2")[0]
-    for job in report.align["jobs"]:
-        ax.plot(_x(report, job), job["best_aer"], ".", color="gray", alpha=0.6)
+    dots = [(job, job["best_aer"]) for job in report.align["jobs"]]
+    xs = _mean_panel(ax, report, "best_aer", "C2", dots)[0]
     kind = report.align["reference"]["kind"]
     # Two lines: on one, the title ran past the figure's right edge.
     title = f"Best alignment head's AER\nagainst {kind} links (lower aligns better)"

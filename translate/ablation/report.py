@@ -1,10 +1,7 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
 
-``ablation.csv``, ``ablation.md`` and ``ablation.png`` from the jobs' files alone
-(:mod:`translate.ablation.results`; the Hydra callback, :mod:`translate.sweeps`, runs
-:func:`write_report` after every job); the jobs a sweep defines come from Hydra's
-``multirun.yaml``. Exits 1 (after writing the report) when the parameter counts differ. What the
-columns mean, and the method behind each note: docs/ablation.md.
+``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone, also after every job of a sweep
+(:mod:`translate.sweeps`); what the columns and notes mean: docs/ablation.md.
 """
 
 from __future__ import annotations
@@ -52,9 +49,8 @@ EARLIER_SWEEPS = "multirun.*.yaml"
 
 
 def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
-    """``(swept_keys, one {key: value} per job)`` the sweeps in ``multirun.yaml`` and
-    :data:`EARLIER_SWEEPS` define, expanded as Hydra's basic sweeper does; empty when there is
-    no ``multirun.yaml`` or another sweeper ran the sweep."""
+    """``(swept keys, one {key: value} per job)`` of the sweeps Hydra's basic sweeper recorded
+    in ``multirun.yaml`` and :data:`EARLIER_SWEEPS`; empty without them."""
     sweep_dir = Path(sweep_dir)
     if not (sweep_dir / "multirun.yaml").is_file():
         return [], []
@@ -77,7 +73,6 @@ def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def missing_jobs(report: Report) -> list[str]:
-    """The jobs the sweep defines that have no job dir, as their swept overrides."""
     keys, expected = expected_jobs(report.sweep_dir)
 
     def label(overrides: dict[str, str]) -> str:
@@ -132,20 +127,18 @@ def _fmt(v, digits: int = 2, std=None) -> str:
 
 
 def _p(v, star: bool = True) -> str:
-    """A p-value in 3 decimals, * below the seed-level :data:`LEVEL` where ``star``."""
     if v is None or isinstance(v, str):
         return v or "-"
     return f"{v:.3f}" + (" *" if star and v < LEVEL else "")
 
 
 def _baseline(report: Report, heads: int | None = None) -> str:
-    """The baseline row (default :attr:`Report.baseline_heads`) in words."""
     heads = report.baseline_heads if heads is None else heads
     return f"{heads}-head multi-head (kv_heads={heads})" if report.kv_axis else f"{heads}-head"
 
 
 def _summary_lines(report: Report) -> list[str]:
-    """Title, warnings, what ran where, the parameter check, and why this baseline."""
+    """Title, warnings, what ran where, the parameter check and why this baseline."""
     done = [j for j in report.jobs if j.completed]
     first = done[0].results if done else {}
     lines = [f"# Heads ablation: `{report.sweep_dir.name}`", ""]
@@ -176,8 +169,8 @@ def _summary_lines(report: Report) -> list[str]:
 
 
 def _verdict_lines(report: Report) -> list[str]:
-    """Each row against the baseline row as the seed-level tests find it at :data:`LEVEL`,
-    and no further (the paired bootstrap measures test-set sampling only)."""
+    """Each row against the baseline row as the seed-level tests find it, and no further (the
+    paired bootstrap measures test-set sampling only)."""
     b = report.baseline_heads
     base = next((r for r in report.rows if (r["heads"], r["kv_heads"]) == (b, b)), None)
     others = [r for r in report.rows if r is not base and r["bleu_mean"] is not None]
@@ -212,7 +205,6 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _table_lines(report: Report) -> list[str]:
-    """The main table: its header, then one line of cells per row."""
     b, speed = report.baseline_heads, shown_metrics(report.speed) if report.speed else {}
     header = ["heads", *["kv heads"] * report.kv_axis, "d_k", "params", "BLEU", "BLEU 95% CI"]
     header += ["greedy BLEU", "chrF", "dev BLEU", *(label for label, _ in speed.values())]
@@ -226,7 +218,6 @@ def _table_lines(report: Report) -> list[str]:
 
 
 def _row_cells(r: dict, report: Report, speed: dict) -> list[str]:
-    """One row of the main table, in the order of :func:`_table_lines`' header."""
     from translate.nn.model import HEAD_MASK_KEYS  # torch: here, where the rows exist
 
     low, high, degenerate = r["bleu_ci95_low"], r["bleu_ci95_high"], r["degenerate_heads"]
@@ -253,7 +244,6 @@ def _row_cells(r: dict, report: Report, speed: dict) -> list[str]:
 
 
 def _speed_note(report: Report) -> str:
-    """Where the speed columns come from, or how to get them."""
     speed, command = report.speed, SPEED_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
     if speed is None:
         return f"No speed columns: to time all jobs side by side, `{command}`, then report again."
@@ -275,7 +265,6 @@ def _speed_note(report: Report) -> str:
 
 
 def _align_note(report: Report) -> str:
-    """Where the AER column comes from, or how to get it."""
     if (data := report.align) is None:
         command = ALIGN_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
         return f"No AER column: to measure each model's alignment heads, `{command}`."
@@ -286,17 +275,7 @@ def _align_note(report: Report) -> str:
     )
 
 
-def _note_lines(report: Report) -> list[str]:
-    """The numbers the table rests on; what its columns, tests and notes mean is :data:`DOC`."""
-    notes = [f"What the columns, the tests and these notes mean: {DOC}.", _speed_note(report)]
-    notes.append(_align_note(report))
-    if report.bootstrap_signature:
-        notes.append(f"BLEU signature: `{report.bootstrap_signature}`")
-    return [line for note in notes for line in ("", note)]
-
-
 def _job_lines(report: Report) -> list[str]:
-    """Every job with its status, then the failed and missing ones spelt out."""
     kv = ["kv heads"] * report.kv_axis
     header = ["job", "heads", *kv, "seed", "status", "test BLEU", "dev BLEU", "commit", "machine"]
     rows = []
@@ -318,12 +297,17 @@ def _job_lines(report: Report) -> list[str]:
 
 
 def to_markdown(report: Report) -> str:
+    # Below the table, the numbers it rests on; what they mean is DOC's.
+    notes = [f"What the columns, the tests and these notes mean: {DOC}."]
+    notes += [_speed_note(report), _align_note(report)]
+    notes += [f"BLEU signature: `{report.bootstrap_signature}`"] * bool(report.bootstrap_signature)
     lines = _summary_lines(report) + _verdict_lines(report) + _table_lines(report)
-    return "\n".join(lines + _note_lines(report) + _job_lines(report)) + "\n"
+    lines += [line for note in notes for line in ("", note)]
+    return "\n".join(lines + _job_lines(report)) + "\n"
 
 
 def _figure_png(report: Report) -> bytes | None:
-    """The figure's PNG, or None with a warning in the report saying why."""
+    """The figure's PNG, or None with a warning saying why."""
     from translate.analysis.figures import pyplot
 
     try:
@@ -342,9 +326,8 @@ def _figure_png(report: Report) -> bytes | None:
 
 
 def write_files(report: Report) -> None:
-    """Write ``ablation.csv``, ``ablation.md`` and (where it has a panel) ``ablation.png`` into
-    the sweep dir, each atomically (a sweep's parallel jobs may report at once), into
-    :attr:`Report.written`. All are checked before any is replaced."""
+    """The report's files, each atomically (a sweep's parallel jobs may report at once), all
+    checked before any is replaced."""
     out = report.sweep_dir
     png = _figure_png(report)  # first: its warning belongs in the .md
     files = {out / "ablation.csv": to_csv(report), out / "ablation.md": to_markdown(report)}

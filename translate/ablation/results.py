@@ -1,16 +1,12 @@
-"""The heads ablation's results, from a sweep dir's files alone: every job (its ``results.json``
-and ``.hydra/overrides.yaml``, or why it has none), the report's rows (one per ``(heads,
-kv_heads)`` of the finished jobs) with the speed columns of ``ablation_speed.json`` and the
-best-head AER of ``ablation_align.json``; failed jobs are listed, never dropped (docs/ablation.md).
-
-Imported when Hydra starts (for the callback): no Hydra, OmegaConf or torch at module level.
-"""
+"""The heads ablation's results from a sweep dir's files alone: every job (or why it has no
+results) and the report's rows, one per ``(heads, kv_heads)``, with the columns of
+``ablation_speed.json`` and ``ablation_align.json``. Imported when Hydra starts (for the
+callback): no Hydra, OmegaConf or torch at module level."""
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +20,7 @@ from translate.ablation.stats import (
     ci_of_mean,
     heads_key,
     key_label,
+    mean_std,
     p_value_cells,
     seed_bleus,
 )
@@ -38,8 +35,7 @@ SWEEP_DIR_HINT = "give the dir a multirun made, e.g. outputs/multirun/<date_time
 
 
 def scored_dev_bleu(results: dict) -> float | None:
-    """Dev BLEU of the checkpoint the test split was scored with (the averaged one where it
-    won), so that the report's dev and test columns describe the same weights."""
+    # The checkpoint scored on test (averaged.pt where it won): both columns, the same weights.
     averaged = results.get("averaged_dev_bleu")
     if results.get("scored_checkpoint") == "averaged" and averaged is not None:
         return averaged
@@ -47,7 +43,7 @@ def scored_dev_bleu(results: dict) -> float | None:
 
 
 def job_provenance(results: dict) -> tuple[str | None, str | None]:
-    """``(commit, machine)`` of a job from its results.json; ``(None, None)`` from before."""
+    """``(commit, machine)`` of a job; ``(None, None)`` from before they were recorded."""
     p = results.get("provenance")
     if p is None:
         return None, None
@@ -62,8 +58,7 @@ def job_provenance(results: dict) -> tuple[str | None, str | None]:
 
 
 def provenance_warning(results: list[dict]) -> str | None:
-    """One line when the finished jobs ran on several commits or machines: their BLEU then
-    differs for that reason too, which the seeds' spread does not show."""
+    # The seeds' spread does not show BLEU that differs by commit or machine.
     parts = []
     for i, what in enumerate(("commits", "machines")):
         counts = Counter(job_provenance(r)[i] or "not recorded" for r in results)
@@ -100,14 +95,14 @@ class Report:
     seeds: list
     params_equal: bool  # the parameter check passed (with a kv axis: equal where it must be)
     params_message: str
-    warnings: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)  # set by translate.ablation.report
-    bootstrap_signature: str | None = None
+    warnings: list[str]
+    bootstrap_signature: str | None
     speed: dict | None = None  # ablation_speed.json, None when the sweep dir has none
     align: dict | None = None  # ablation_align.json, None when the sweep dir has none
     # The row the p-values compare with (None: no multi-head row), and the one asked for.
     baseline_heads: int | None = BASELINE_HEADS
     asked_baseline: int = BASELINE_HEADS
+    missing: list[str] = field(default_factory=list)  # set by translate.ablation.report
     written: list[Path] = field(default_factory=list)  # the files the report wrote
 
     @property
@@ -115,9 +110,14 @@ class Report:
         return [j for j in self.jobs if not j.completed]
 
     @property
-    def kv_axis(self) -> bool:
-        """Whether some row has fewer kv heads than heads: only then do the files show them."""
+    def kv_axis(self) -> bool:  # only then do the files show kv heads
         return any(r["kv_heads"] != r["heads"] for r in self.rows)
+
+
+def job_fields(job: Job) -> dict:
+    """What names a job in the speed and align files."""
+    heads, kv = heads_key(job.results)
+    return {"name": job.name, "heads": heads, "kv_heads": kv, "seed": job.results.get("seed")}
 
 
 # ------------------------------------------------------------------------ reading jobs
@@ -150,7 +150,7 @@ def _read_job(sweep_dir: Path, job_dir: Path) -> Job:
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job dir under ``sweep_dir`` (one with ``.hydra/overrides.yaml`` or results), in
+    """Every job dir (with ``.hydra/overrides.yaml`` or results) under ``sweep_dir``, in
     natural order: ``heads=4,seed=2`` before ``heads=16,seed=1``."""
     dirs = {p.parent.parent for p in sweep_dir.rglob("overrides.yaml") if p.parent.name == ".hydra"}
     dirs |= {p.parent for p in sweep_dir.rglob("results.json")}
@@ -163,7 +163,6 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
 
 
 def existing_sweep_dir(sweep_dir: str | Path) -> Path:
-    """``sweep_dir`` as a folder; one line for a path that is missing or is a file."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.exists():
         raise UserError(f"sweep dir {sweep_dir} does not exist")
@@ -224,11 +223,11 @@ def build_report(
     done = [j for j in jobs if j.completed]
     warnings: list[str] = []
     groups = _group_rows(done, warnings)
-    params = check_equal_params(jobs)  # (equal, message)
-    if not params[0]:
-        warnings.insert(0, params[1])
-    mixed = provenance_warning([j.results for j in done])
-    warnings += [mixed] if mixed else []
+    equal, params_message = check_equal_params(jobs)
+    if not equal:
+        warnings.insert(0, params_message)
+    if mixed := provenance_warning([j.results for j in done]):
+        warnings.append(mixed)
     # The baseline is plain multi-head attention, also in a kv_heads sweep: kv_heads = heads.
     baseline = choose_baseline(groups, baseline_heads)
     seeds = sorted({j.results.get("seed") for j in done}, key=str)
@@ -236,22 +235,16 @@ def build_report(
     rows = [_row(key, groups[key], seeds, p_cells[key]) for key in sorted(groups)]
     finished = [j.name for j in done]
     speed = read_sweep_file(sweep_dir, SPEED_WORDS, finished, warnings)
-    busy = busy_warning(speed["jobs"]) if speed else None
-    warnings += [f"{SPEED_FILE}: {busy}"] if busy else []
-    for row in rows if speed else []:
-        row.update(speed_cells(speed, (row["heads"], row["kv_heads"])))
+    if speed and (busy := busy_warning(speed["jobs"])):
+        warnings.append(f"{SPEED_FILE}: {busy}")
     align = read_sweep_file(sweep_dir, ALIGN_WORDS, finished, warnings)
-    for row in rows if align else []:
-        row.update(align_cells(align, (row["heads"], row["kv_heads"])))
-    report = Report(sweep_dir, rows, jobs, seeds, *params, warnings, bootstrap_signature=signature)
+    for row in rows:
+        row.update(speed_cells(speed, heads_key(row)) if speed else {})
+        row.update(align_cells(align, heads_key(row)) if align else {})
+    report = Report(sweep_dir, rows, jobs, seeds, equal, params_message, warnings, signature)
     report.speed, report.align = speed, align
     report.baseline_heads, report.asked_baseline = baseline, baseline_heads
     return report
-
-
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.fmean(values) if values else None
 
 
 def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
@@ -270,18 +263,16 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
     }
     for metric, with_std in METRICS.items():
         values = [scored_dev_bleu(r) if metric == "dev_bleu" else r.get(metric) for r in res]
-        row[f"{metric}_mean"] = _mean(values)
-        if with_std:
-            values = [v for v in values if v is not None]
-            row[f"{metric}_std"] = statistics.stdev(values) if len(values) >= 2 else None
+        mean, std = mean_std(values)
+        row |= {f"{metric}_mean": mean} | ({f"{metric}_std": std} if with_std else {})
     by_seed = {r.get("seed"): r for r in res}
     row |= {f"bleu_seed{seed}": by_seed.get(seed, {}).get("bleu") for seed in seeds}
     row["bleu_ci95_low"], row["bleu_ci95_high"] = ci_of_mean(seed_bleus(jobs))
     summaries = [r.get("head_summary") or {} for r in res]
     for kind in HEAD_MASK_KEYS:
-        row[f"entropy_{kind}"] = _mean([s.get("entropy", {}).get(kind) for s in summaries])
+        row[f"entropy_{kind}"] = mean_std([s.get("entropy", {}).get(kind) for s in summaries])[0]
     for count in ("degenerate_heads", "total_heads"):
-        row[count] = _mean([s.get(count) for s in summaries])
+        row[count] = mean_std([s.get(count) for s in summaries])[0]
     row.update(p_cells)
     for seed in seeds:
         code, where = job_provenance(by_seed.get(seed, {}))
@@ -293,7 +284,8 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
 
 SPEED_FILE = "ablation_speed.json"  # written by translate.ablation.speed
 SPEED_COMMAND = "python -m translate.ablation speed SWEEP_DIR"
-# Per-job and per-row metrics -> (column header in ablation.md, decimals shown).
+# Per-job and per-row metrics -> (column header in ablation.md, decimals shown). A metric's
+# ratio to the baseline row's is f"{metric}_vs_{heads}", its rounds' range f"{metric}_min/max".
 SPEED_METRICS = {
     "latency_greedy_ms": ("greedy ms/sent (batch 1)", 1),
     "latency_beam_ms": ("beam ms/sent (batch 1)", 1),
@@ -313,20 +305,9 @@ ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
 BUSY_SPREAD = 0.5
 
 
-def ratio_key(metric: str, baseline_heads: int) -> str:
-    """``latency_beam_ms_vs_8``: ``metric`` over the baseline row's (8 heads, 8 kv heads)."""
-    return f"{metric}_vs_{baseline_heads}"
-
-
-def spread_keys(metric: str) -> tuple[str, str]:
-    """The lowest and highest of the metric's timing rounds (of a job, or of a row's jobs)."""
-    return f"{metric}_min", f"{metric}_max"
-
-
 def shown_metrics(data: dict) -> dict:
-    """The metrics of ``data``'s table, each -> (column header, decimals), CTranslate2's right
-    after our latency where any row has them; no beam columns when every job's beam is 1
-    (they would time greedy decoding twice)."""
+    """The metrics of ``data``'s table, CTranslate2's right after our latency where any row has
+    them; no beam columns when every job's beam is 1 (they would time greedy decoding twice)."""
     rows = data.get("heads") or []
     ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
     latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
@@ -338,25 +319,24 @@ def shown_metrics(data: dict) -> dict:
 
 
 def round_spread(entry: dict) -> tuple[float, str] | None:
-    """The widest spread of a job's or row's timing rounds, ``max / min - 1``, and its metric
-    (peak memory is no timing); None without round ranges (files from before they were)."""
+    """The widest ``max / min - 1`` of a job's or row's timing rounds, and its metric; None in
+    files from before the rounds' range was recorded."""
     spreads = []
     for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):
-        low, high = (entry.get(k) for k in spread_keys(metric))
+        low, high = entry.get(f"{metric}_min"), entry.get(f"{metric}_max")
         if low and high:
             spreads.append((high / low - 1, metric))
     return max(spreads) if spreads else None
 
 
 def busy_warning(entries: list[dict]) -> str | None:
-    """One line when some job's rounds spread by more than :data:`BUSY_SPREAD`: other work
-    took the cores for some of them, and medians of a few such rounds are not to be trusted."""
+    # Medians of a few rounds that other work took the cores for are not to be trusted.
     spreads = [(round_spread(e), e) for e in entries]
     busy = [(s, e) for s, e in spreads if s is not None and s[0] > BUSY_SPREAD]
     if not busy:
         return None
     (spread, metric), entry = max(busy, key=lambda b: b[0])
-    low, high = (entry[k] for k in spread_keys(metric))
+    low, high = entry[f"{metric}_min"], entry[f"{metric}_max"]
     return (
         f"the machine was busy: the timing rounds of {len(busy)} of {len(entries)} jobs spread "
         f"by more than {BUSY_SPREAD:.0%} (worst: {entry['name']}, {metric} from {low:,.4g} to "
@@ -365,23 +345,21 @@ def busy_warning(entries: list[dict]) -> str | None:
 
 
 def spread_cell(entry: dict) -> str:
-    """``12%``: :func:`round_spread` in words, ``-`` without one."""
     spread = round_spread(entry)
     return "-" if spread is None else f"{100 * spread[0]:.0f}%"
 
 
 def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str:
     """``40.0 (1.60x)``: a row's value of ``metric`` with its ratio to the baseline row's."""
-    value, ratio = row.get(metric), row.get(ratio_key(metric, baseline))
+    value, ratio = row.get(metric), row.get(f"{metric}_vs_{baseline}")
     text = "-" if value is None else f"{value:,.{digits}f}"
     return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
 
 def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings: list[str]):
-    """``sweep_dir``'s ``words["file"]`` (written by ``words["command"]``), or None: none there,
-    or (with a warning) unreadable or of another sweep. Finished jobs it has no figures for are
-    named in a warning (their rows average fewer seeds), with the reason the file's
-    ``words["skipped"]`` list gives. The other ``words`` are what the warnings say."""
+    """``sweep_dir``'s ``words["file"]``, or None: none there, or (with a warning) unreadable
+    or of another sweep. Finished jobs it has no figures for are named in a warning, with the
+    reason its ``words["skipped"]`` list gives. The other ``words`` are the warnings'."""
     path = sweep_dir / words["file"]
     if not path.is_file():
         return None
@@ -397,14 +375,10 @@ def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings:
         warnings.append(words["other"].format(path=path, measured=measured, command=command))
         return None
     have = {job["name"] for job in data["jobs"]}
-    skipped = data.get(words["skipped"], []) if "skipped" in words else []
-    reasons = {job["name"]: job["reason"] for job in skipped}
+    reasons = {job["name"]: job["reason"] for job in data.get(words.get("skipped"), [])}
     unmeasured = [name for name in finished if name not in have]
-    warnings += [
-        words["skipped_reason"].format(name=name, reason=reasons[name])
-        for name in unmeasured
-        if name in reasons
-    ]
+    for name in (name for name in unmeasured if name in reasons):
+        warnings.append(words["skipped_reason"].format(name=name, reason=reasons[name]))
     if unmeasured := [name for name in unmeasured if name not in reasons]:
         warnings.append(words["missing"].format(jobs=", ".join(unmeasured), command=command))
     return data
@@ -424,17 +398,12 @@ SPEED_WORDS = {
 
 
 def speed_cells(data: dict, key: Key) -> dict:
-    """The row of ``key``: every metric and its ratio to the baseline's (None where the file
-    has no such row; no ratio columns where it has no baseline)."""
+    """The row of ``key``: each shown metric, its rounds' range and its ratio to the baseline's
+    (None where the file has no such row; no ratios where it has no baseline)."""
     baseline = data["baseline_heads"]
     row = next((r for r in data["heads"] if heads_key(r) == key), {})
-    out = {}
-    for metric in shown_metrics(data):
-        out[metric] = row.get(metric)
-        out.update({k: row.get(k) for k in spread_keys(metric)})
-        if baseline is not None:
-            out[ratio_key(metric, baseline)] = row.get(ratio_key(metric, baseline))
-    return out
+    ends = ["", "_min", "_max", *([f"_vs_{baseline}"] if baseline is not None else [])]
+    return {m + end: row.get(m + end) for m in shown_metrics(data) for end in ends}
 
 
 # ------------------------------------------------------------------------ ablation_align.json
@@ -452,11 +421,9 @@ ALIGN_WORDS = {
 
 
 def align_cells(data: dict, key: Key) -> dict:
-    """The row of ``key``: its jobs' best-head AER, mean and std over seeds (None: no jobs;
-    std None under two), and which reference ("silver" or "gold") they were measured on."""
+    """The row of ``key``: its jobs' best-head AER over seeds, and the reference it was
+    measured against ("silver" or "gold")."""
     best = [job["best_aer"] for job in data["jobs"] if heads_key(job) == key]
-    return {
-        "best_aer_mean": statistics.fmean(best) if best else None,
-        "best_aer_std": statistics.stdev(best) if len(best) >= 2 else None,
-        "aer_reference": data["reference"]["kind"] if best else None,
-    }
+    mean, std = mean_std(best)
+    kind = data["reference"]["kind"] if best else None
+    return {"best_aer_mean": mean, "best_aer_std": std, "aer_reference": kind}

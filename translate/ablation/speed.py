@@ -1,9 +1,7 @@
 """Time a heads sweep's models side by side: ``python -m translate.ablation speed <sweep_dir>``.
 
-Every finished job's scored checkpoint inside the sweep dir, loaded into one process and timed
-in rotated rounds (CTranslate2's latency in a process of its own each round), into
-``ablation_speed.json``, where the report takes its speed columns from; what is measured, and
-how: docs/ablation.md, "Speed, side by side".
+Every finished job's scored checkpoint, loaded into one process and timed in rotated rounds, into
+``ablation_speed.json`` (docs/ablation.md, "Speed, side by side").
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from translate.schema import OptimSettings
 from translate.settings import build
 from translate.training.step import Trainer
 
+METRICS = results.ALL_METRICS
 # In the order each round measures them; CTranslate2's only when a job has an export.
 TIMED = (
     "latency_greedy_ms",
@@ -63,18 +62,14 @@ COUNTS = {
     "--batch-sentences": ("batch_sentences", "test sentences for sent/s and the training batches"),
     "--train-steps": ("train_steps", "timed optimizer steps per job and round"),
 }
-# One thread by default: on a machine that other work shares, more threads wait on each other
-# (a busy 2-core machine: 251 s and one job's rounds from 48 to 1,547 ms at 2 threads, 18 s and
-# 9-10 ms at 1).
-THREADS = 1
 
 
 @dataclass(frozen=True)
 class SpeedSettings:
     rounds: int = 5
-    sentences: int = 20  # batch-1 latency
-    batch_sentences: int = 200  # batched sentences/s and the training batches
-    train_steps: int = 3  # timed optimizer steps per job and round
+    sentences: int = 20
+    batch_sentences: int = 200
+    train_steps: int = 3
     device: str = "auto"
     precision: str = "auto"
     ct2: bool = True  # CTranslate2's batch-1 latency beside ours
@@ -101,9 +96,8 @@ class SpeedJob:
 
 
 def job_checkpoint(job: results.Job, sweep_dir: Path) -> tuple[Path | None, str]:
-    """The job's scored checkpoint inside ``sweep_dir``, or None and why not. One that
-    results.json names outside it (the sweep dir was copied or moved) is looked for in the
-    job's own ``checkpoints/``: never a checkpoint of another sweep."""
+    """The job's scored checkpoint inside ``sweep_dir``, or None and why not. One named outside
+    it (a copied or moved sweep dir) is looked for in the job's own ``checkpoints/``."""
     recorded = job.results.get("checkpoint")
     if not isinstance(recorded, str) or not recorded:
         return None, "its results.json names no checkpoint"
@@ -120,12 +114,11 @@ def job_checkpoint(job: results.Job, sweep_dir: Path) -> tuple[Path | None, str]
 
 
 def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[results.Job, Path]]:
-    """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir``; every
-    other job is added to ``left_out`` with the reason (speed and align measure the same jobs).
-    None at all is one error line."""
+    """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir`` (for speed
+    and align); every other job goes into ``left_out`` with the reason."""
     found = []
     for job in results.find_jobs(sweep_dir):
-        path, why = (None, f"it did not complete ({job.error})")
+        path, why = None, f"it did not complete ({job.error})"
         if job.completed:
             path, why = job_checkpoint(job, sweep_dir)
         if path is None:
@@ -138,18 +131,15 @@ def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[results.
 
 
 def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -> list[SpeedJob]:
-    """Every completed job with a checkpoint in ``sweep_dir``, loaded on ``settings.device``;
-    every other job is added to ``not_timed`` with the reason."""
-    jobs = []
-    for job, path in completed_jobs(sweep_dir, not_timed):
-        loaded = load_translator(path, settings.device, settings.precision)
-        jobs.append(SpeedJob(job, path, loaded))
-    return jobs
+    return [
+        SpeedJob(job, path, load_translator(path, settings.device, settings.precision))
+        for job, path in completed_jobs(sweep_dir, not_timed)
+    ]
 
 
 def load_ct2(jobs: list[SpeedJob], folder: Path, warnings: list[str]) -> None:
-    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder``; none without
-    ``ctranslate2``, and none for a job whose export fails (each with a warning)."""
+    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder``, where it can be
+    (a warning where not)."""
     try:
         import_ctranslate2()
     except UserError as err:
@@ -162,21 +152,23 @@ def load_ct2(jobs: list[SpeedJob], folder: Path, warnings: list[str]) -> None:
             warnings.append(f"{sj.job.name}: no CTranslate2 latency ({err})")
 
 
-def _spread(items: list, n: int) -> list:
-    """``n`` items spread evenly over ``items``: a split's order may group lengths or topics."""
-    return items[:: max(1, len(items) // max(n, 1))][:n]
+def sentence_pairs(data, split: str, where: str = "") -> tuple[str, list[tuple[str, str]]]:
+    """``(split name, its non-empty (source, reference) pairs)``."""
+    name, sources, refs = load_raw_split(data, split)
+    pairs = [(s, r) for s, r in zip(sources, refs) if s.strip() and r.strip()]
+    if not pairs:
+        raise UserError(f"the {split} split {name!r}{where} has no sentence pairs")
+    return name, pairs
 
 
 def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list[str]) -> str:
-    """Give every job the same test sentences (from the first job's data config), tokenized
-    with its own tokenizer; returns the test split's name."""
-    data = jobs[0].loaded.data
-    name, sources, refs = load_raw_split(data, "test")
-    pairs = [(s, r) for s, r in zip(sources, refs) if s.strip() and r.strip()]
-    if not pairs:
-        raise UserError(f"the test split {name!r} of data={data.source} has no sentence pairs")
-    latency, batch = _spread(pairs, settings.sentences), _spread(pairs, settings.batch_sentences)
-    first = jobs[0].loaded
+    """Every job the same test sentences (the first job's data), tokenized with its own
+    tokenizer; returns the test split's name."""
+    data, first = jobs[0].loaded.data, jobs[0].loaded
+    name, pairs = sentence_pairs(data, "test", f" of data={data.source}")
+    # Spread evenly over the split: its order may group lengths or topics.
+    sizes = (settings.sentences, settings.batch_sentences)
+    latency, batch = (pairs[:: max(1, len(pairs) // max(n, 1))][:n] for n in sizes)
     for sj in jobs:
         other = sj.loaded
         if dataclasses.replace(other.data, cache_dir="") != dataclasses.replace(data, cache_dir=""):
@@ -198,8 +190,8 @@ def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list
 
 
 def _train_tokens_per_s(sj: SpeedJob, steps: int) -> float:
-    """Tokens per second over ``steps`` optimizer steps after one untimed (Adam's state, the
-    allocator, kernels); on a copy, so the decoding model keeps its weights and eval mode."""
+    """Over ``steps`` optimizer steps after an untimed one (Adam's state, the allocator), on a
+    copy: the decoding model keeps its weights and eval mode."""
     loaded = sj.loaded
     optim = build(OptimSettings, loaded.config["optim"], "optim")
     model = copy.deepcopy(loaded.model)
@@ -215,9 +207,8 @@ def _train_tokens_per_s(sj: SpeedJob, steps: int) -> float:
 
 
 def ct2_latency(jobs: list[SpeedJob]) -> None:
-    """CTranslate2's batch-1 latency (ms per sentence), greedy and beam with each job's decode
-    settings, of every job with an export, in ``jobs``' order, in one timing process at as
-    many threads as torch; kept in ``ct2_round`` for the jobs' turns."""
+    """CTranslate2's batch-1 ms per sentence of every job with an export, greedy and with its
+    beam, in ``jobs``' order in one timing process, into each job's ``ct2_round``."""
     jobs = [sj for sj in jobs if sj.ct2 is not None]
     specs = []
     for sj in jobs:
@@ -235,9 +226,8 @@ def ct2_latency(jobs: list[SpeedJob]) -> None:
 
 
 def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings) -> float | None:
-    """One job's value of one metric in one round (None: CTranslate2's, for a job without an
-    export, which :func:`ct2_latency` timed for the round; beam latency at beam size 1, which
-    is greedy's). Latency: mean ms per sentence."""
+    """One job's value of one metric in one round; None for beam latency at beam size 1 and
+    for CTranslate2's without an export."""
     translator = sj.loaded.translator
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps)
@@ -264,8 +254,6 @@ def _turn(sj: SpeedJob, metric: str, settings: SpeedSettings) -> None:
 
 
 def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
-    """What each round measures, in order: :data:`TIMED`, CTranslate2's only if a job has it,
-    beam latency only if a job decodes with a beam (at beam size 1 it is greedy's)."""
     ct2 = any(sj.ct2 is not None for sj in jobs)
     beam = any(sj.loaded.translator.decode.beam_size > 1 for sj in jobs)
     return [m for m in TIMED if (ct2 or "ct2_" not in m) and (beam or "_beam_" not in m)]
@@ -273,7 +261,7 @@ def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
 
 def measure(jobs: list[SpeedJob], settings: SpeedSettings) -> list[list[str]]:
     """Every round, every metric, every job in the round's rotated order, a progress line
-    before each turn; returns the order (job names) of each round."""
+    before each turn; returns each round's order (job names)."""
     for sj in jobs:  # untimed: lazy initialisation, the allocator, kernels for these shapes
         translator = sj.loaded.translator
         translator.translate_ids(sj.latency_ids[:2], beam_size=1)
@@ -302,8 +290,7 @@ def measure(jobs: list[SpeedJob], settings: SpeedSettings) -> list[list[str]]:
 
 
 def print_progress(done: int, total: int, r: int, metric: str, name: str) -> None:
-    """``[ 12/120] round 1, latency_greedy_ms: heads=4,seed=1`` on standard error, before each
-    turn: rewritten in place on a terminal, a line each elsewhere (a log)."""
+    # Rewritten in place on a terminal, a line each in a log.
     text = f"[{done + 1:>{len(str(total))}}/{total}] round {r + 1}, {metric}: {name}"
     tty, last = sys.stderr.isatty(), done + 1 == total
     end = "" if tty and not last else "\n"
@@ -319,55 +306,36 @@ def median(values: list) -> float | None:
 
 
 def ranges(values: dict[str, list]) -> dict:
-    """Each metric's lowest and highest value over ``values`` (metric -> values), or None."""
+    """Each metric's lowest and highest value (``<metric>_min``, ``<metric>_max``) or None."""
     out = {}
-    for metric in results.ALL_METRICS:
-        timed = [v for v in values.get(metric, []) if v is not None]
-        low, high = results.spread_keys(metric)
-        out[low], out[high] = (min(timed), max(timed)) if timed else (None, None)
+    for m in METRICS:
+        timed = [v for v in values.get(m, []) if v is not None]
+        out[f"{m}_min"], out[f"{m}_max"] = (min(timed), max(timed)) if timed else (None, None)
     return out
 
 
 def heads_rows(
     entries: list[dict], baseline_heads: int | None = results.BASELINE_HEADS
 ) -> list[dict]:
-    """Per (heads, kv_heads) pair: the median over its jobs (seeds) of each metric, and its
-    ratio to the baseline row's, multi-head ``baseline_heads`` (1.0 there; no ratios without
-    a baseline: :func:`translate.ablation.stats.choose_baseline` finds none)."""
+    """Per (heads, kv_heads): each metric's median over its jobs (seeds), and its ratio to the
+    multi-head ``baseline_heads`` row's (none where that is None)."""
     rows = []
     for heads, kv in sorted({heads_key(e) for e in entries}):
         group = [e for e in entries if heads_key(e) == (heads, kv)]
         row = {"heads": heads, "kv_heads": kv, "jobs": [e["name"] for e in group]}
         row["seeds"] = [e["seed"] for e in group]
-        row.update({m: median([e.get(m) for e in group]) for m in results.ALL_METRICS})
+        row.update({m: median([e.get(m) for e in group]) for m in METRICS})
         # The row's value in each round is the median over its jobs, as its figure is: its
         # spread is then the rounds', not the seeds' (whose models decode to other lengths).
-        rounds = {m: [e.get("rounds", {}).get(m, []) for e in group] for m in results.ALL_METRICS}
+        rounds = {m: [e.get("rounds", {}).get(m, []) for e in group] for m in METRICS}
         row.update(ranges({m: [median(list(v)) for v in zip(*r)] for m, r in rounds.items()}))
         rows.append(row)
-    # The baseline is plain multi-head attention, also in a kv_heads sweep.
     base = next((r for r in rows if heads_key(r) == (baseline_heads, baseline_heads)), {})
     for row in rows if baseline_heads is not None else []:
-        for m in results.ALL_METRICS:
+        for m in METRICS:
             value, ref = row[m], base.get(m)
-            row[results.ratio_key(m, baseline_heads)] = None if not (value and ref) else value / ref
+            row[f"{m}_vs_{baseline_heads}"] = None if not (value and ref) else value / ref
     return rows
-
-
-def job_entry(sj: SpeedJob) -> dict:
-    r = sj.job.results
-    return {
-        "name": sj.job.name,
-        "heads": int(r["heads"]),
-        "kv_heads": heads_key(r)[1],
-        "seed": r.get("seed"),
-        "params": count_parameters(sj.loaded.model),
-        "checkpoint": str(sj.checkpoint),
-        "beam_size": sj.loaded.translator.decode.beam_size,
-        **{m: median(sj.values.get(m, [])) for m in results.ALL_METRICS},
-        **ranges(sj.values),
-        "rounds": {m: sj.values.get(m, []) for m in results.ALL_METRICS},
-    }
 
 
 def run_speed(
@@ -383,9 +351,17 @@ def run_speed(
         if settings.ct2:
             load_ct2(jobs, Path(folder), warnings)
         order = measure(jobs, settings)
-    entries = [job_entry(sj) for sj in jobs]
-    busy = results.busy_warning(entries)
-    warnings += [busy] if busy else []
+    entries = [
+        results.job_fields(sj.job)
+        | {"params": count_parameters(sj.loaded.model), "checkpoint": str(sj.checkpoint)}
+        | {"beam_size": sj.loaded.translator.decode.beam_size}
+        | {m: median(sj.values.get(m, [])) for m in METRICS}
+        | ranges(sj.values)
+        | {"rounds": {m: sj.values.get(m, []) for m in METRICS}}
+        for sj in jobs
+    ]
+    if busy := results.busy_warning(entries):
+        warnings.append(busy)
     baseline = choose_baseline({heads_key(e) for e in entries}, results.BASELINE_HEADS)
     device = jobs[0].device
     payload = {
@@ -418,9 +394,8 @@ def print_speed_table(payload: dict) -> str:
         cells = {"heads": heads_key(row)[0], "kv": heads_key(row)[1], "jobs": len(row["jobs"])}
         cells |= {m: results.speed_cell(row, m, d, base) for m, (_, d) in metrics.items()}
         rows.append(cells | {"spread": results.spread_cell(row)})
-    columns = [("heads", "heads", ""), *([("kv", "kv heads", "")] if kv_axis else [])]
-    columns += [("jobs", "jobs", ""), *((m, label, "") for m, (label, _) in metrics.items())]
-    columns += [("spread", "round spread", "")]
+    columns = [("heads", "heads"), *([("kv", "kv heads")] if kv_axis else []), ("jobs", "jobs")]
+    columns += [*((m, label) for m, (label, _) in metrics.items()), ("spread", "round spread")]
     s = payload["settings"]
     ratios = "no ratios (no row is multi-head)"
     if base is not None:  # 8 heads, else the sweep's largest head count
@@ -430,7 +405,7 @@ def print_speed_table(payload: dict) -> str:
         f"precision {s['precision']}; medians of {s['rounds']} interleaved rounds; {ratios}; "
         "round spread = the widest max / min - 1 of a row's rounds"
     )
-    return common.print_table(rows, columns, title)
+    return common.print_table(rows, [(key, label, "") for key, label in columns], title)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -442,10 +417,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto, 32, bf16 or fp16")
     parser.add_argument("--json", help="output (default SWEEP_DIR/ablation_speed.json)")
+    # One thread by default: where other work shares the machine, more wait on each other
+    # (docs/ablation.md: a busy 2-core machine's figures several times slower at 2).
     parser.add_argument(
         "--threads",
         type=int,
-        default=THREADS,
+        default=1,
         help="torch (and CTranslate2) CPU threads (default %(default)s: more give unsteady "
         "timings where other work shares the machine)",
     )

@@ -1,8 +1,6 @@
 """The heads-ablation report's statistics: the parameter check, the seed-level tests (which
-decide the summary) and the paired bootstrap against the baseline row; what each means is
-docs/ablation.md, "The report". Imported when Hydra starts: scipy and sacreBLEU are imported
-inside the functions that use them.
-"""
+decide the summary) and the paired bootstrap against the baseline row (docs/ablation.md). Imported
+when Hydra starts: scipy and sacreBLEU only inside the functions that use them."""
 
 from __future__ import annotations
 
@@ -14,14 +12,13 @@ from pathlib import Path
 
 Key = tuple[int, int]  # (heads, kv_heads) of a row
 CONFIDENCE = 0.95  # of the interval of a row's mean (the CSV's bleu_ci95_* columns)
-LEVEL = 0.05  # a difference is reported as detected when the seed-level p-values are below it
+LEVEL = 0.05  # a difference is detected where the seed-level p-values are below it
 # Splits of the pooled seeds the permutation test enumerates at most (10 and 10 seeds: 184,756).
 MAX_ARRANGEMENTS = 1_000_000
 
 
 def heads_key(entry: dict) -> Key:
-    """``(heads, kv_heads)`` of a ``results.json`` or a speed row; kv_heads = heads where it
-    has none (written before grouped-query attention: multi-head)."""
+    """``(heads, kv_heads)``; an entry without kv_heads (from before GQA) is multi-head."""
     heads, kv = int(entry["heads"]), entry.get("kv_heads")
     return heads, heads if kv is None else int(kv)
 
@@ -29,21 +26,24 @@ def heads_key(entry: dict) -> Key:
 def choose_baseline(keys, preferred: int) -> int | None:
     """``preferred`` where the sweep has that multi-head row (kv_heads = heads), else its
     largest multi-head head count; None where no row is multi-head."""
-    multi_head = sorted(heads for heads, kv in keys if heads == kv)
-    if preferred in multi_head:
-        return preferred
-    return multi_head[-1] if multi_head else None
+    multi_head = {heads for heads, kv in keys if heads == kv}
+    return preferred if preferred in multi_head else max(multi_head, default=None)
 
 
 def key_label(key: Key, kv_axis: bool) -> str:
-    """``heads=8``, or ``heads=8,kv_heads=2`` in a sweep that varies kv_heads."""
     return f"heads={key[0]},kv_heads={key[1]}" if kv_axis else f"heads={key[0]}"
 
 
 def p_column(baseline: int, test: str = "") -> str:
-    """A p-value column named for the baseline's head count: ``p_vs_8`` (the paired
-    bootstrap), ``p_vs_8_welch``, ``p_vs_8_seed1``; ``p_vs_4_welch`` against 4 heads."""
+    """``p_vs_8`` (the paired bootstrap), ``p_vs_8_welch``, ``p_vs_8_seed1``, ..."""
     return f"p_vs_{baseline}" + (f"_{test}" if test else "")
+
+
+def mean_std(values) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the values that are not None (None: too few)."""
+    values = [v for v in values if v is not None]
+    mean = statistics.fmean(values) if values else None
+    return mean, statistics.stdev(values) if len(values) >= 2 else None
 
 
 def _counts(params: set) -> str:
@@ -85,13 +85,12 @@ def check_equal_params(jobs: list) -> tuple[bool, str]:
 
 
 def seed_bleus(jobs: list) -> list[float]:
-    """The jobs' test BLEU, one value per seed: the seed-level statistics' observations."""
+    """The seed-level statistics' observations: each job's test BLEU."""
     return [j.results["bleu"] for j in jobs if j.results.get("bleu") is not None]
 
 
 def ci_of_mean(values: list[float]) -> tuple[float | None, float | None]:
-    """The two-sided :data:`CONFIDENCE` t interval of the mean, mean ± t(n - 1) · s / √n;
-    ``(None, None)`` with fewer than two values."""
+    """The :data:`CONFIDENCE` t interval of the mean; ``(None, None)`` under two values."""
     n = len(values)
     if n < 2:
         return None, None
@@ -103,8 +102,7 @@ def ci_of_mean(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def welch_p(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p of Welch's t-test of the means; None with fewer than two values on a side
-    or no spread in either (the statistic is undefined)."""
+    """Welch's two-sided p; None under two values a side or with no spread at all."""
     if min(len(a), len(b)) < 2 or statistics.pvariance(a) == statistics.pvariance(b) == 0:
         return None
     from scipy import stats
@@ -117,15 +115,13 @@ def welch_p(a: list[float], b: list[float]) -> float | None:
 
 
 def smallest_permutation_p(n_a: int, n_b: int) -> float:
-    """The smallest two-sided p the exact permutation test can give: the observed split and
-    its mirror image out of all of them (0.1 with 3 and 3 seeds, 0.008 with 5 and 5)."""
+    """The observed split and its mirror image out of all (0.1 at 3 and 3 seeds)."""
     return min(1.0, 2 / math.comb(n_a + n_b, n_a))
 
 
 def permutation_p(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p of the exact permutation test of the difference in means over every split
-    of the pooled values; None with fewer than two values on a side, or more than
-    :data:`MAX_ARRANGEMENTS` splits (Welch's test then stands alone)."""
+    """The exact two-sided permutation test of the difference in means; None under two values
+    a side or past :data:`MAX_ARRANGEMENTS` splits (Welch's test then stands alone)."""
     splits = math.comb(len(a) + len(b), len(a))
     if min(len(a), len(b)) < 2 or splits > MAX_ARRANGEMENTS:
         return None
@@ -144,8 +140,8 @@ def permutation_p(a: list[float], b: list[float]) -> float | None:
 
 
 def detected(*p_values: float | None) -> bool | None:
-    """The seed-level decision rule: a difference is detected where every test that could be
-    run is below :data:`LEVEL` (choosing the smaller p would test twice); None where none could."""
+    """The seed-level decision rule: detected where every test that could run is below
+    :data:`LEVEL` (choosing the smaller p would test twice); None where none could."""
     known = [p for p in p_values if p is not None]
     return all(p < LEVEL for p in known) if known else None
 
@@ -156,9 +152,8 @@ def detected(*p_values: float | None) -> bool | None:
 def p_value_cells(
     groups: dict, baseline: int | None, seeds: list, n_samples: int, warnings: list[str]
 ) -> tuple[dict, str | None]:
-    """``({(heads, kv_heads): {column: p}}, bootstrap signature)``: each row's p-values against
-    the ``baseline`` row, the seed-level tests', then the paired bootstrap's, pooled and per
-    seed; no columns where there is no baseline row."""
+    """``({key: {column: p}}, bootstrap signature)``: each row against the baseline row, the
+    seed-level tests', then the paired bootstrap's, pooled and per seed."""
     base = (baseline, baseline)
     if base not in groups:
         return {key: {} for key in groups}, None
@@ -180,11 +175,9 @@ def p_value_cells(
 
 
 def _bootstrap(jobs, base_jobs, n_samples: int, warnings: list[str]) -> tuple[dict, str | None]:
-    """``({seed: p, ..., "pooled": p}, signature)``: sacreBLEU's paired bootstrap of each job's
-    test hypotheses against the baseline row's job of the same seed, and of the seeds pooled."""
-    base = {}
-    for job in base_jobs:
-        base.setdefault(job.results.get("seed"), job)
+    """``({seed: p, ..., "pooled": p}, signature)``: each job against the baseline row's job of
+    its seed, and the seeds pooled."""
+    base = {job.results.get("seed"): job for job in reversed(base_jobs)}  # a seed's first
     per_seed, pooled, signature = {}, ([], [], []), None
     for job in jobs:
         seed = job.results.get("seed")
@@ -197,22 +190,21 @@ def _bootstrap(jobs, base_jobs, n_samples: int, warnings: list[str]) -> tuple[di
     return per_seed, signature
 
 
-def _read_lines(path: Path) -> list[str] | None:
-    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
-    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else None
-
-
 @functools.lru_cache(maxsize=256)
 def _paired_p(
     baseline: tuple[str, ...], hyp: tuple[str, ...], ref: tuple[str, ...], n_samples: int
 ) -> tuple[float, str]:
-    """``(p, signature)`` of one (seeded) paired bootstrap, remembered for the process: the
-    sweep callback writes the report after every job, and re-testing every finished pair took
-    9 s of a 10 s report over the 20-job study."""
+    # Remembered: the sweep writes the report after every job, and re-testing every finished
+    # pair took 9 s of a 10 s report over the 20-job study.
     from translate.metrics import paired_bootstrap
 
     test = paired_bootstrap(list(baseline), {"run": list(hyp)}, list(ref), n_samples=n_samples)
     return test["run"]["p_value"], test["run"]["signature"]
+
+
+def _read_lines(path: Path) -> list[str] | None:
+    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
+    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else None
 
 
 def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
