@@ -133,6 +133,11 @@ PAGES = [
     "docs/training.md",
     "docs/alignment.md",
     "docs/attention.md",
+    "docs/gpu.md",
+    "docs/reliability.md",
+    "docs/extending.md",
+    "docs/scale_out.md",
+    "docs/ablation.md",
 ]
 # 38.13, 1,589.5, 2.33x; not 2.13.0, 0.2.x, v2.6 or 1e-9
 FIGURE = re.compile(r"(?<![\w.,])(?:\d{1,3}(?:,\d{3})+|\d+)\.\d+(?![^\Wx]|x\w|\.\w)")
