@@ -192,6 +192,14 @@ def test_stdout_on_a_full_device_is_one_line(trained_run, source):
     assert "could not write to standard output: no space left" in proc.stderr
 
 
+# The attention benchmark's --quick at a tiny model's sizes, one length, one timed round (as the
+# GPU check's CPU plumbing run, translate.bench.gpu): a refused write is the same at any size,
+# and the default sizes took 25-30 s a run (d_model 512 at L=2048, with a memory subprocess for
+# each of its three implementations).
+TINY_ATTENTION = ["translate.bench.attention", "--quick", "--d-model", "32", "--heads", "2"]
+TINY_ATTENTION += ["--threads", "1", "--lengths", "16", "--tokens", "64", "--repeats", "1"]
+TINY_ATTENTION += ["--warmup", "0"]
+
 # Every kind of entry: a Hydra command that prints (data) or logs (average), a benchmark, the
 # ablation study's commands (--help: a successful exit too).
 FULL_STDOUT_COMMANDS = {
@@ -202,7 +210,7 @@ FULL_STDOUT_COMMANDS = {
         "n=2",
         f"output={tmp}/a.pt",
     ],
-    "bench": lambda run, tmp: ["translate.bench.attention", "--quick"],
+    "bench": lambda run, tmp: TINY_ATTENTION,
     "ablation": lambda run, tmp: ["translate.ablation", "--help"],
 }
 
@@ -272,7 +280,7 @@ def test_a_translation_larger_than_the_file_limit_is_one_line(trained_run, sourc
 def test_a_benchmark_refused_its_json_is_one_line(tmp_path):
     """Every ``python -m translate.bench.*`` entry ends a UserError so (run_plain_command)."""
     out = tmp_path / "ba.json"
-    proc = _run_limited(1024, "-m", "translate.bench.attention", "--quick", "--json", str(out))
+    proc = _run_limited(1024, "-m", *TINY_ATTENTION, "--json", str(out))  # its JSON: 3 KiB
     assert_one_line_error(proc, f"could not write {out}", "ulimit -f")
     assert not out.exists()
 
