@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONF, ROOT, SHORT_DECODE, TINY, assert_one_line_error, compose_config, run_cli
+from conftest import (
+    CONF,
+    ROOT,
+    SHORT,
+    SHORT_DECODE,
+    TINY,
+    assert_one_line_error,
+    compose_config,
+    run_cli,
+)
 from hydra import compose, initialize_config_dir
 
 from translate.analyze import analyze
@@ -217,7 +226,10 @@ def test_checkpoints_that_do_not_fit_are_named_by_their_full_paths(tmp_path, oth
 
 # -- sweeps: a sweep dir belongs to one sweep -------------------------------------------------
 
+# One tiny job in a dir of a fixed name; 4 updates and short decodes: the tests need a job that
+# completes, not TINY's 1,000 updates (20-30 s).
 SWEEP = [o for o in TINY if not o.startswith("heads=")] + ["heads=1", "hydra.sweep.subdir=job"]
+SWEEP += [*SHORT, *SHORT_DECODE]
 
 
 def _sweep(sweep: Path, cache_dir: Path):
