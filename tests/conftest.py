@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -133,10 +137,33 @@ def pytest_configure(config) -> None:
         torch.set_num_threads(1)
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """A folder that ``build(folder)`` fills once for the whole test run, for tests that only
+    read it. Under pytest-xdist, whose workers are processes of their own that each set up
+    every session and module fixture they use, once for all of them: the first worker to ask
+    builds it beside the workers' own temporary folders, the others wait for it (an flock)
+    and read it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    root = tmp_path_factory.getbasetemp().parent  # this run's, shared by its workers
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    """One tokenizer/encoding cache for the whole session, as a heads sweep shares one."""
-    return tmp_path_factory.mktemp("cache")
+    """One tokenizer/encoding cache for the whole session, as a heads sweep shares one (and
+    for all the xdist workers, as the jobs of a sweep started together share one)."""
+    return built_once(tmp_path_factory, "cache", lambda folder: None)
 
 
 @pytest.fixture
@@ -152,6 +179,18 @@ def tiny_train_cfg(tmp_path, cache_dir):
 
 
 @pytest.fixture(scope="session")
+def short_run(tmp_path_factory, cache_dir) -> Path:
+    """A finished :data:`SHORT` run (checkpoints at steps 2 and 4), trained once for the test
+    run (:func:`built_once`): the template the run-dir and resume tests copy."""
+    from translate.train import train
+
+    def build(folder: Path) -> None:
+        train(short_config(folder / "run", cache_dir))
+
+    return built_once(tmp_path_factory, "short-run", build) / "run"
+
+
+@pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, cache_dir):
     """``(run_dir, results)`` of one tiny training run, shared by every test that only reads
     its outputs (results, checkpoints, evaluate, translate, analyze).
@@ -161,14 +200,17 @@ def trained_run(tmp_path_factory, cache_dir):
     """
     from translate.train import train
 
-    run = tmp_path_factory.mktemp("trained")
-    overrides = [
-        *TINY,
-        f"run_dir={run}",
-        f"data.cache_dir={cache_dir}",
-        "trainer.max_steps=8",
-        "trainer.val_every_n_steps=4",
-        "trainer.attention_heatmaps=true",
-        *SHORT_DECODE,
-    ]
-    return run, train(compose_config("train", overrides))
+    def build(run: Path) -> None:
+        overrides = [
+            *TINY,
+            f"run_dir={run}",
+            f"data.cache_dir={cache_dir}",
+            "trainer.max_steps=8",
+            "trainer.val_every_n_steps=4",
+            "trainer.attention_heatmaps=true",
+            *SHORT_DECODE,
+        ]
+        train(compose_config("train", overrides))
+
+    run = built_once(tmp_path_factory, "trained", build)
+    return run, json.loads((run / "results.json").read_text())  # what train() returned

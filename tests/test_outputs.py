@@ -91,10 +91,12 @@ def _other_checkpoint(run: Path, ckpt: str) -> Path:
 
 
 @pytest.mark.parametrize("name", ["checkpoint", "results.json", ".hydra/config.yaml"])
-def test_translate_never_replaces_a_file_of_a_run(trained_run, source, name):
+def test_translate_never_replaces_a_file_of_a_run(trained_run, source, tmp_path, name):
     run, results = trained_run
     target = _other_checkpoint(run, results["checkpoint"]) if name == "checkpoint" else run / name
-    if not target.exists():  # the in-process fixture has no Hydra record of its own
+    if not target.exists():  # the in-process fixture has no Hydra record of its own: a copy
+        run = Path(shutil.copytree(run, tmp_path / "run"))  # gets one, the shared run is read
+        target = run / name
         target.parent.mkdir(exist_ok=True)
         target.write_text("model: {}\n")
     before = target.read_bytes()

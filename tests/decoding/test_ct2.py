@@ -18,7 +18,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, TINY, assert_one_line_error, compose_config, listing, run_cli
+from conftest import (
+    ROOT,
+    TINY,
+    assert_one_line_error,
+    built_once,
+    compose_config,
+    listing,
+    run_cli,
+)
 from torch import nn
 
 from translate.data.batching import collate
@@ -71,17 +79,23 @@ class Run:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache_dir):
-    """``runs(variant)``: that variant trained and exported once per module."""
+    """``runs(variant)``: that variant trained and exported once per module (and once for all
+    the xdist workers: conftest.built_once), loaded once per module."""
     from translate.train import train
 
     made: dict[str, Run] = {}
 
+    def build(variant: str, folder: Path) -> None:
+        overrides = [*TRAIN, f"run_dir={folder / 'run'}", f"data.cache_dir={cache_dir}"]
+        checkpoint = train(compose_config("train", overrides + VARIANTS[variant]))["checkpoint"]
+        export_checkpoint(checkpoint, folder / "float32", "float32", None)
+
     def get(variant: str) -> Run:
         if variant not in made:
-            folder = tmp_path_factory.mktemp("ct2")
-            overrides = [*TRAIN, f"run_dir={folder / 'run'}", f"data.cache_dir={cache_dir}"]
-            checkpoint = train(compose_config("train", overrides + VARIANTS[variant]))["checkpoint"]
-            exported = export_checkpoint(checkpoint, folder / "float32", "float32", None)
+            name = "ct2-" + variant.replace(" ", "-")
+            folder = built_once(tmp_path_factory, name, lambda f: build(variant, f))
+            checkpoint = json.loads((folder / "run" / "results.json").read_text())["checkpoint"]
+            exported = folder / "float32"
             ours = load_translator(checkpoint, "cpu", "32")
             _, sources, references = load_raw_split(ours.data, "valid")
             tokenize = ours.tokenizer.encode

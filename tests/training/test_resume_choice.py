@@ -23,11 +23,9 @@ from translate.training.resume import newest_resumable
 
 
 @pytest.fixture(scope="module")
-def finished_template(tmp_path_factory, cache_dir) -> Path:
-    """A finished heads=2 run: step_00000002.pt, step_00000004.pt, last.pt, best.pt."""
-    run = tmp_path_factory.mktemp("heads2") / "run"
-    train(config(run, cache_dir))
-    return run
+def finished_template(short_run) -> Path:
+    """A finished heads=2 run (TINY): step_00000002.pt, step_00000004.pt, last.pt, best.pt."""
+    return short_run
 
 
 def _layout(template: Path, run: Path, kept: str) -> Path:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SHORT, TINY, run_cli, snapshot
+from conftest import ROOT, SHORT, TINY, built_once, run_cli, snapshot
 from conftest import short_config as config
 
 from translate.data.sources import sample_dir
@@ -22,16 +22,21 @@ from translate.train import train
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory) -> Path:
     """A copy of the sample corpus in a folder of its own (data.dir)."""
-    folder = tmp_path_factory.mktemp("corpus") / "sample"
-    shutil.copytree(sample_dir(), folder)
-    return folder
+
+    def build(folder: Path) -> None:
+        shutil.copytree(sample_dir(), folder / "sample")
+
+    return built_once(tmp_path_factory, "sample-corpus", build) / "sample"
 
 
 @pytest.fixture(scope="module")
 def finished_template(tmp_path_factory, cache_dir, corpus_dir) -> Path:
-    run = tmp_path_factory.mktemp("finished") / "run"
-    train(config(run, cache_dir, f"data.dir={corpus_dir}"))
-    return run
+    """Trained once for the test run (conftest.built_once): the tests copy it."""
+
+    def build(folder: Path) -> None:
+        train(config(folder / "run", cache_dir, f"data.dir={corpus_dir}"))
+
+    return built_once(tmp_path_factory, "finished-data-dir", build) / "run"
 
 
 @pytest.fixture
@@ -143,15 +148,19 @@ runpy.run_module("translate.train", run_name="__main__")
 
 @pytest.fixture(scope="module")
 def killed_template(tmp_path_factory, cache_dir) -> Path:
-    """A run dir whose process was SIGKILLed while writing its first checkpoint."""
-    run = tmp_path_factory.mktemp("killed") / "run"
-    args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
-    proc = subprocess.run(
-        [sys.executable, "-c", KILL_WHILE_SAVING, *args], cwd=ROOT, capture_output=True
-    )
-    assert proc.returncode == -9, proc.stderr.decode()
-    assert list((run / "checkpoints").glob(".step_*.tmp")), "the write was not interrupted"
-    return run
+    """A run dir whose process was SIGKILLed while writing its first checkpoint (once for the
+    test run: conftest.built_once; the tests copy it)."""
+
+    def build(folder: Path) -> None:
+        run = folder / "run"
+        args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
+        proc = subprocess.run(
+            [sys.executable, "-c", KILL_WHILE_SAVING, *args], cwd=ROOT, capture_output=True
+        )
+        assert proc.returncode == -9, proc.stderr.decode()
+        assert list((run / "checkpoints").glob(".step_*.tmp")), "the write was not interrupted"
+
+    return built_once(tmp_path_factory, "killed-while-saving", build) / "run"
 
 
 @pytest.mark.parametrize("resume", [True, False], ids=["resumed", "started anew"])
