@@ -85,25 +85,29 @@ def _copies(path: Path, folder: Path, n: int) -> list[Path]:
     return copies
 
 
-def test_one_file_named_twice_is_refused_not_counted_twice(trained_run, tmp_path):
+def test_one_file_named_twice_is_refused_not_counted_twice(trained_run, tmp_path, capsys):
     """Before: "averaged 2 checkpoints" of one file, whether named twice or as last.pt and the
-    step_*.pt it is a hard link to."""
+    step_*.pt it is a hard link to. The first case from the command line (one line, exit 2),
+    the others in this process (each python -m costs seconds of imports)."""
     ckpts = trained_run[0] / "checkpoints"
     step = step_checkpoints(ckpts)[-1]
     assert (ckpts / "last.pt").samefile(step)
     copy = tmp_path / "copy.pt"  # the probe's case: a byte-for-byte copy counted twice
     shutil.copyfile(step, copy)
+    out = tmp_path / "avg.pt"
+    proc = run_cli("translate.average", f"checkpoints=[{step},{step}]", f"output={out}")
+    assert_one_line_error(proc, f"name {step} twice", "name each checkpoint once")
+    assert not out.exists() and "averaged" not in proc.stdout
     for listed, said in (
-        ([step, step], f"name {step} twice"),
         ([ckpts / "last.pt", step], f"name {ckpts / 'last.pt'} and {step}, one checkpoint"),
         ([step, copy], f"name {step} and {copy}, one checkpoint"),
     ):
-        out = tmp_path / "avg.pt"
-        proc = run_cli(
-            "translate.average", f"checkpoints=[{','.join(map(str, listed))}]", f"output={out}"
-        )
-        assert_one_line_error(proc, said, "name each checkpoint once")
-        assert not out.exists() and "averaged" not in proc.stdout
+        overrides = [f"checkpoints=[{','.join(map(str, listed))}]", f"output={out}"]
+        with pytest.raises(UserError) as err:
+            average(compose_config("average", overrides))
+        assert said in str(err.value) and "name each checkpoint once" in str(err.value)
+        assert "\n" not in str(err.value)
+        assert not out.exists() and "averaged" not in capsys.readouterr().out
 
 
 def test_averaging_two_gives_the_mean_and_keeps_the_newest_ones_metadata(tmp_path):
