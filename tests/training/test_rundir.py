@@ -150,11 +150,10 @@ def test_a_failed_resume_changes_nothing_and_says_why_in_one_line(finished, cach
     assert snapshot(run) == before
 
 
-def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_to_do(tmp_path, cache_dir):
+def test_a_full_disk_keeps_the_last_checkpoint_and_says_what_to_do(finished, cache_dir):
     """A real refused write inside torch's zip writer: the run resumes under a file-size limit
     (RLIMIT_FSIZE) that its logs fit in and a checkpoint (1.1 MB) does not."""
-    run = tmp_path / "run"
-    train(config(run, cache_dir))
+    run, _ = finished
     ckpts = run / "checkpoints"
     before = snapshot(ckpts)
     args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
