@@ -5,14 +5,29 @@ trained 2 heads under a ``.hydra/config.yaml`` and ``overrides.yaml`` that said 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 import yaml
-from conftest import SHORT, SHORT_DECODE, TINY, assert_one_line_error, run_cli, snapshot
+from conftest import SHORT, SHORT_DECODE, TINY, assert_one_line_error, built_once, run_cli, snapshot
 
 
 def _overrides(run: Path) -> list[str]:
     return yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory, cache_dir) -> Path:
+    """A finished 4-step heads=2 run trained from the command line, with the .hydra/ record it
+    made: trained once for the test run (conftest.built_once); the tests take a copy."""
+
+    def build(folder: Path) -> None:
+        args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={folder / 'run'}"]
+        proc = run_cli("translate.train", *args, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+
+    return built_once(tmp_path_factory, "record-cli-run", build) / "run"
 
 
 def test_a_refused_train_leaves_no_record_and_the_next_run_is_recorded(tmp_path, cache_dir):
@@ -32,10 +47,11 @@ def test_a_refused_train_leaves_no_record_and_the_next_run_is_recorded(tmp_path,
     assert not (run / ".hydra" / "runs").exists()
 
 
-def test_a_refused_resume_leaves_the_runs_record_and_a_good_one_adds_its_own(tmp_path, cache_dir):
-    run = tmp_path / "run"
+def test_a_refused_resume_leaves_the_runs_record_and_a_good_one_adds_its_own(
+    cli_run, tmp_path, cache_dir
+):
+    run = Path(shutil.copytree(cli_run, tmp_path / "run"))
     args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
-    assert run_cli("translate.train", *args, timeout=300).returncode == 0
     record = snapshot(run / ".hydra")
     proc = run_cli("translate.train", *args, "trainer.resume=true", "model.d_model=64")
     assert_one_line_error(proc, "model.d_model=32 in the checkpoint, 64 here")
@@ -63,16 +79,18 @@ def test_a_refused_evaluate_leaves_no_record(trained_run, tmp_path):
     assert not (out / ".hydra" / "runs").exists()
 
 
-def test_an_overwrite_makes_the_record_its_own_and_sets_the_old_one_aside(tmp_path, cache_dir):
-    """trainer.overwrite=true over a heads=4 run (before: .hydra/config.yaml still said heads 4,
-    the run replaced, and a later refusal pointed there): the new run's record is the top one;
-    the old one is kept under .hydra/runs/<time>_replaced/."""
-    run = tmp_path / "run"
+def test_an_overwrite_makes_the_record_its_own_and_sets_the_old_one_aside(
+    cli_run, tmp_path, cache_dir
+):
+    """trainer.overwrite=true heads=4 over a heads=2 run (before: .hydra/config.yaml still said
+    heads 2, the run replaced, and a later refusal pointed there): the new run's record is the
+    top one; the old one is kept under .hydra/runs/<time>_replaced/."""
+    run = Path(shutil.copytree(cli_run, tmp_path / "run"))
     args = [*TINY, *SHORT, f"data.cache_dir={cache_dir}", f"hydra.run.dir={run}"]
-    assert run_cli("translate.train", *args, "heads=4", timeout=300).returncode == 0
     old = (run / ".hydra" / "config.yaml").read_bytes()
-    proc = run_cli("translate.train", *args, "heads=2", "trainer.overwrite=true", timeout=300)
+    assert yaml.safe_load(old)["heads"] == 2
+    proc = run_cli("translate.train", *args, "heads=4", "trainer.overwrite=true", timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["heads"] == 2
+    assert yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["heads"] == 4
     (aside,) = (run / ".hydra" / "runs").iterdir()
     assert aside.name.endswith("_replaced") and (aside / "config.yaml").read_bytes() == old
