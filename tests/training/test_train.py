@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
-from conftest import SHORT_DECODE, assert_one_line_error, compose_config, run_cli, short_config
+from conftest import (
+    SHORT_DECODE,
+    TINY,
+    assert_one_line_error,
+    compose_config,
+    run_cli,
+    short_config,
+)
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -273,21 +281,39 @@ def test_optim_cooldown_reaches_the_optimizer(tiny_train_cfg, tmp_path):
     assert step_3["optimizer"]["param_groups"][0]["lr"] == pytest.approx(tiny_train_cfg().optim.lr)
 
 
+# Short decodes: an untrained model decodes to the length limit, and the test split's BLEU is
+# compared, not read.
+RESUMED = ["trainer.val_every_n_steps=3", "model.dropout=0.1", "trainer.keep_last_checkpoints=2"]
+RESUMED += SHORT_DECODE
+
+
+@pytest.fixture(scope="module")
+def straight_and_stopped(tmp_path_factory, cache_dir):
+    """``(results, run dir)`` of an uninterrupted 6-update run, and the dir of the same run
+    stopped after 3: trained once for both resume modes, which each resume a copy of it."""
+    root = tmp_path_factory.mktemp("resume")
+
+    def run(name: str, steps: int):
+        base = [*TINY, f"run_dir={root / name}", f"data.cache_dir={cache_dir}", *RESUMED]
+        return train(compose_config("train", [*base, f"trainer.max_steps={steps}"]))
+
+    straight = run("a", 6)
+    run("b", 3)
+    return straight, root / "a", root / "b"
+
+
 @pytest.mark.parametrize("mode", ["true", "auto"])
-def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode):
-    common = ["trainer.val_every_n_steps=3", "model.dropout=0.1", "trainer.keep_last_checkpoints=2"]
-    straight = train(tiny_train_cfg(*common, "trainer.max_steps=6", run_dir=tmp_path / "a"))
-    train(tiny_train_cfg(*common, "trainer.max_steps=3", run_dir=tmp_path / "b"))
-    first = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")
+def test_resume_matches_an_uninterrupted_run(straight_and_stopped, tiny_train_cfg, tmp_path, mode):
+    straight, straight_dir, stopped = straight_and_stopped
+    run = shutil.copytree(stopped, tmp_path / "b")
+    first = load_checkpoint(run / "checkpoints" / "last.pt")
     lr_at_3 = first["optimizer"]["param_groups"][0]["lr"]
     resumed = train(
-        tiny_train_cfg(
-            *common, "trainer.max_steps=6", f"trainer.resume={mode}", run_dir=tmp_path / "b"
-        )
+        tiny_train_cfg(*RESUMED, "trainer.max_steps=6", f"trainer.resume={mode}", run_dir=run)
     )
     assert resumed["steps"] == 6
-    a = load_checkpoint(tmp_path / "a" / "checkpoints" / "last.pt")
-    b = load_checkpoint(tmp_path / "b" / "checkpoints" / "last.pt")
+    a = load_checkpoint(straight_dir / "checkpoints" / "last.pt")
+    b = load_checkpoint(run / "checkpoints" / "last.pt")
     for name, tensor in a["model"].items():
         torch.testing.assert_close(b["model"][name], tensor, msg=name)
     # The learning-rate curve continues: the resumed run's first update used step 3's lr.
@@ -295,7 +321,7 @@ def test_resume_matches_an_uninterrupted_run(tiny_train_cfg, tmp_path, mode):
     peak = tiny_train_cfg().optim.lr
     assert lr_at_3 == pytest.approx(peak * Schedule(warmup)(3))
     assert resumed["bleu"] == pytest.approx(straight["bleu"])
-    assert len(list((tmp_path / "b" / "checkpoints").glob("step_*.pt"))) == 2
+    assert len(list((run / "checkpoints").glob("step_*.pt"))) == 2
 
 
 @pytest.mark.parametrize(
