@@ -1,7 +1,7 @@
 """``python -m translate.serve`` in a process of its own, as the benchmark and the tests run
 it: on a free port, ready once its start line names the URL (its socket already listens, so
-a request sent then waits in the backlog), and JSON clients for it: one connection per request,
-or one kept connection, as HTTP clients and browsers use a server."""
+a request sent then waits in the backlog), and a JSON client for it that keeps its connection,
+as HTTP clients and browsers do."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -39,17 +37,10 @@ class ServerProcess:
         return code
 
     def post(self, path: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
-        """``(status, answer)`` of a JSON request, a 4xx or 5xx included."""
-        request = urllib.request.Request(
-            self.url + path.lstrip("/"),
-            data=json.dumps(body).encode("utf-8"),
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                return answer.status, json.load(answer)
-        except urllib.error.HTTPError as err:
-            return err.code, json.load(err)
+        """``(status, answer)`` of a JSON request on a connection of its own, a 4xx or 5xx
+        included."""
+        with contextlib.closing(KeptConnection(self.url, timeout)) as client:
+            return client.post(path, body)
 
 
 class KeptConnection:
@@ -64,25 +55,21 @@ class KeptConnection:
 
     def post(self, path: str, body: dict) -> tuple[int, dict]:
         """``(status, answer)`` of a JSON request, a 4xx or 5xx included."""
-        data = json.dumps(body).encode("utf-8")
+        data, reused = json.dumps(body).encode("utf-8"), self.used
         try:
             return self._post(path, data)
         except ConnectionError:
-            self.connection.close()
-            if not self.used:
+            if not reused:
                 raise
-            self.used = False
-            return self._post(path, data)
+            return self._post(path, data)  # on a new connection: the server closed the old
 
     def _post(self, path: str, data: bytes) -> tuple[int, dict]:
         try:
             self.connection.request("POST", path, data, {"Content-Type": "application/json"})
             answer = self.connection.getresponse()
             status, body = answer.status, json.loads(answer.read())
-        except ConnectionError:
-            raise
         except (OSError, http.client.HTTPException):
-            self.connection.close()
+            self.connection.close()  # the next request opens a new one
             self.used = False
             raise
         self.used = self.connection.sock is not None  # None: the server closed it
