@@ -8,7 +8,7 @@ import pytest
 import sentencepiece as spm
 from conftest import listing
 
-from translate.data.tokenizer import Tokenizer, train_or_load_tokenizer
+from translate.data.tokenizer import POOLED, Tokenizer, train_or_load_tokenizer
 from translate.errors import UserError
 
 TEXTS = [
@@ -44,6 +44,17 @@ def test_encode_has_no_specials_and_decode_round_trips(tmp_path):
     ids = tok.encode(["Der Mann liest das Buch.", "The dog."])
     assert all(i not in (tok.PAD, tok.BOS, tok.EOS) for seq in ids for i in seq)
     assert tok.decode(ids) == ["Der Mann liest das Buch.", "The dog."]
+
+
+def test_a_few_texts_encode_and_decode_as_a_pooled_batch_does(tmp_path):
+    # Under POOLED texts go one call each (no thread pool for a served sentence): same ids.
+    tok, _ = train(tmp_path)
+    many = [f"{t} {n}" for n, t in enumerate(TEXTS * 3)] + [""]
+    assert len(many) >= POOLED
+    pooled = tok.encode(many)
+    assert [tok.encode([t])[0] for t in many] == pooled
+    hyps = [[tok.BOS, *ids, tok.EOS, 7] for ids in pooled]
+    assert [tok.decode([h])[0] for h in hyps] == tok.decode(hyps)
 
 
 def test_decode_stops_at_eos_and_drops_pad_and_bos(tmp_path):
