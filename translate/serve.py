@@ -2,7 +2,7 @@
 export: ``engine=ctranslate2 model_dir=<dir> [checkpoint=<path> for /attention]``.
 
 Loads the model once; ``POST /translate``, ``POST /attention`` and a page at ``/``
-(:mod:`translate.serving`, docs/serve.md). Needs the ``serve`` extra (FastAPI, uvicorn).
+(:mod:`translate.serving`, docs/serve.md). Needs the ``serve`` extra (Starlette, uvicorn).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ BACKLOG = 2048  # uvicorn's default
 
 
 def import_web():
-    """The web stack (FastAPI, uvicorn), an optional extra."""
+    """The web stack (Starlette, uvicorn), an optional extra."""
     try:
         import uvicorn
 

@@ -1,4 +1,4 @@
-"""The server's endpoints through FastAPI's TestClient (no port): answers, attention, and every
+"""The server's endpoints through Starlette's TestClient (no port): answers, attention, and every
 bad request a 4xx with one line, the server answering the next good one."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 import pytest
 from conftest import compose_config
 
-pytest.importorskip("fastapi", reason='no serve extra: pip install -e ".[serve]"')
-from fastapi.testclient import TestClient  # noqa: E402
+pytest.importorskip("starlette", reason='no serve extra: pip install -e ".[serve]"')
+from starlette.testclient import TestClient  # noqa: E402
 
 from translate.decoding.translator import load_translator  # noqa: E402
 from translate.schema.commands import ServeCommand  # noqa: E402

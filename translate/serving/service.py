@@ -46,43 +46,43 @@ class Service:
     def translator(self) -> Translator:
         return self.loaded.translator
 
-    def truncated(self, texts: list[str]) -> list[str]:
-        """A warning for each text over the model's source cap, as ``translate`` prints them."""
-        cap = self.translator.max_src_len
-        if cap is None:
-            return []
-        ids = self.translator.tokenizer.encode([t.strip() for t in texts])
-        return [
-            f"sentence {n} has {len(i)} subword tokens; truncated to the first {cap - 1} "
-            f"({self.translator.cap_note})"
-            for n, i in enumerate(ids, 1)
-            if len(i) > cap - 1
-        ]
-
     def translate(
         self, texts: list[str], alignments: bool = False, nbest: int | None = None
-    ) -> list[dict]:
-        """Each text's translation; with ``nbest`` its ``nbest`` best with their scores, with
-        ``alignments`` the word alignment of its best-aligning head."""
+    ) -> dict:
+        """``/translate``'s answer: each text's translation, with ``nbest`` its ``nbest`` best
+        with their scores, with ``alignments`` the word alignment of its best-aligning head; and
+        a warning for each text over the model's source cap."""
         self._check(alignments, nbest)
+        ids = self.translator.tokenizer.encode([text.strip() for text in texts])
+        src = [_capped(i, self.translator) for i in ids]
         with self.lock:
-            if not alignments and nbest is None:
-                return [{"translation": t} for t in self.translator.translate(texts)]
-            src = [self._source(text) for text in texts]
             if nbest is None:
-                hyps = [[(None, ids)] for ids in self.translator.translate_ids(src)]
+                hyps = [[(None, h)] for h in self.translator.translate_ids(src)]
             else:
                 hyps = self.translator.engine.nbest(src, self.translator.decode, nbest)
-            return [self._answer(s, h, alignments, nbest) for s, h in zip(src, hyps)]
+            answers = [self._answer(s, h, alignments, nbest) for s, h in zip(src, hyps)]
+        return {"translations": answers, "warnings": self._cut(ids)}
 
     def attention(self, text: str) -> dict:
         """One sentence's translation and every head's attention over it."""
         self._check(alignments=True, nbest=None)
+        ids = self.translator.tokenizer.encode([text.strip()])
+        src_ids = _capped(ids[0], self.translator)
         with self.lock:
-            src_ids = self._source(text)
             hyp_ids = self.translator.translate_ids([src_ids])[0]
             translation = self.translator.tokenizer.decode([hyp_ids])[0]
-            return {"translation": translation, **self._heads(translation, src_ids, hyp_ids)}
+            seen = self._heads(translation, src_ids, hyp_ids)
+        return {"translation": translation, **seen, "warnings": self._cut(ids)}
+
+    def _cut(self, ids: list[list[int]]) -> list[str]:
+        """A warning for each text over the model's source cap, as ``translate`` prints them."""
+        cap = self.translator.max_src_len
+        return [
+            f"sentence {n} has {len(i)} subword tokens; truncated to the first {cap - 1} "
+            f"({self.translator.cap_note})"
+            for n, i in enumerate(ids, 1)
+            if cap is not None and len(i) > cap - 1
+        ]
 
     def _check(self, alignments: bool, nbest: int | None) -> None:
         if alignments and self.heads is None:
@@ -97,10 +97,6 @@ class Service:
                 f"nbest={nbest} is more than the server's beam keeps (decode.beam_size={beam}); "
                 f"ask for at most {beam}, or start the server with decode.beam_size={nbest}"
             )
-
-    def _source(self, text: str) -> list[int]:
-        """``text``'s ids as the translator decodes them: cut to the cap, room for the EOS."""
-        return _capped(self.translator.tokenizer.encode([text.strip()])[0], self.translator)
 
     def _answer(self, src_ids: list[int], hyps: list, alignments: bool, nbest: int | None) -> dict:
         """One sentence's answer from its hypotheses ``[(score, ids), ...]``, best first."""
