@@ -131,13 +131,13 @@ def test_commands_apply_the_runtime_group_before_loading(monkeypatch, keep):
     from conftest import compose_config
 
     from translate.decoding import engine_switch
-    from translate.schema import runtime
+    from translate.runtime import memory
     from translate.schema.commands import EngineCommand
     from translate.settings import command_settings
 
     calls = []
-    monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append("kept"))
-    monkeypatch.setattr(runtime.torch, "set_num_threads", lambda n: calls.append(f"threads {n}"))
+    monkeypatch.setattr(memory, "keep_freed_memory", lambda: calls.append("kept"))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(f"threads {n}"))
     monkeypatch.setitem(engine_switch.ENGINES, "torch", lambda *args: calls.append("loaded"))
     for command in ("translate", "evaluate"):
         overrides = [f"runtime.keep_freed_memory={keep}", "runtime.num_threads=3"]

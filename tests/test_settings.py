@@ -100,7 +100,7 @@ def test_from_run_names_every_decode_setting():
         ("kv_heads=3", "kv_heads=3 must be >= 1 and divide heads=2"),
         ("kv_heads=0", "kv_heads=0 must be >= 1 and divide heads=2"),
         ("kv_heads=4", "kv_heads=4 must be >= 1 and divide heads=2"),
-        # The model's own rule (nn.attention.check_heads), worded with the config's keys.
+        # The model's own rule (nn.config.check_heads), worded with the config's keys.
         ("heads=3", "model.d_model=32 is not divisible by heads=3; pick heads from the divisors"),
         ("heads=0", "heads=0 must be >= 1"),
         ("runtime.precision=fp8", "runtime.precision=fp8 is unknown; choose one of auto, bf16"),

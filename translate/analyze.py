@@ -13,7 +13,6 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from translate.analysis.head_report import OUTPUTS, analyze_heads
 from translate.cli import exit_on_user_error, own_output_dir, run_command
 from translate.schema.commands import AnalyzeCommand
 from translate.settings import command_settings
@@ -22,6 +21,8 @@ from translate.settings import command_settings
 def analyze(cfg: DictConfig) -> dict:
     """Run every diagnostic, write the outputs; returns the ``analysis.json`` dict."""
     command = command_settings(AnalyzeCommand, cfg)
+    from translate.analysis.head_report import OUTPUTS, analyze_heads
+
     with own_output_dir(Path(command.output_dir), OUTPUTS, "analyze") as out_dir:
         return analyze_heads(command, command.analysis, command.split, out_dir, command.data)
 

@@ -17,7 +17,6 @@ from translate.cli import exit_on_user_error, run_command
 from translate.errors import UserError
 from translate.schema.commands import AverageCommand
 from translate.settings import command_settings
-from translate.training.averaging import average_into, check_output, last_step_checkpoints
 
 
 def _inputs(command: AverageCommand) -> tuple[list[Path], Path]:
@@ -28,6 +27,8 @@ def _inputs(command: AverageCommand) -> tuple[list[Path], Path]:
         if missing:
             raise UserError(f"checkpoint not found: {missing[0]} (from checkpoints=)")
         return paths, Path(command.output)
+    from translate.training.averaging import last_step_checkpoints
+
     run_dir, n = Path(command.run_dir), command.n
     default = run_dir / "checkpoints" / f"averaged_last{n}.pt"
     return last_step_checkpoints(run_dir, n), Path(command.output or default)
@@ -36,6 +37,8 @@ def _inputs(command: AverageCommand) -> tuple[list[Path], Path]:
 def average(cfg: DictConfig) -> dict:
     """Average and write; returns ``{"output", "averaged_from", "step"}``."""
     paths, output = _inputs(command_settings(AverageCommand, cfg))
+    from translate.training.averaging import average_into, check_output
+
     output = check_output(output, paths)
     averaged = average_into(paths, output)
     print(f"averaged {len(paths)} checkpoints: {', '.join(str(p) for p in paths)}")

@@ -12,23 +12,23 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
 
 from translate import io
 from translate.cli import exit_on_user_error, own_output_dir, run_command
-from translate.data.corpus import load_raw_split
 from translate.data.sources import read_input_lines
-from translate.decoding.ct2 import MODEL_BIN
 from translate.decoding.engine_switch import describe_decode, load_engine
-from translate.decoding.translator import Loaded
 from translate.errors import UserError
 from translate.io import file_sha256
 from translate.metrics import score
-from translate.runtime.provenance import provenance
 from translate.schema.commands import ENGINE_SOURCES, EngineCommand, EvaluateCommand
 from translate.settings import command_settings, decode_overrides
+
+if TYPE_CHECKING:
+    from translate.decoding.translator import Loaded
 
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")
@@ -38,6 +38,8 @@ def _texts(command: EvaluateCommand, loaded) -> tuple[str, list[str], list[str]]
     """``(name, sources, references)``: the ``src=``/``ref=`` files, or the test split."""
     src, ref = command.src, command.ref
     if src is None:
+        from translate.data.corpus import load_raw_split
+
         return load_raw_split(loaded.data, "test")
     # Lines end at \n (or \r\n) only, as in translate; surrounding spaces do not count.
     sources = [line.strip() for line in read_input_lines(Path(src))]
@@ -56,6 +58,8 @@ def _weights(command: EngineCommand) -> Path:
     """The file whose bytes are the scored model: the checkpoint, or the export's model.bin."""
     if command.engine == "torch":
         return Path(command.checkpoint)
+    from translate.decoding.ct2 import MODEL_BIN
+
     return Path(command.model_dir) / MODEL_BIN
 
 
@@ -103,6 +107,8 @@ def _write_outputs(out_dir: Path, hyps: list[str], result: dict) -> None:
 
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
+    from translate.runtime.provenance import provenance  # torch's versions: once it runs
+
     command = command_settings(EvaluateCommand, cfg)
     overrides = decode_overrides(command.decode)
     with own_output_dir(Path(command.output_dir), OUTPUTS, "evaluate") as out_dir:

@@ -15,7 +15,6 @@ import hydra
 from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, run_command
-from translate.decoding.ct2_export import export_checkpoint
 from translate.errors import override_word
 from translate.schema.commands import ExportCommand
 from translate.settings import command_settings
@@ -26,6 +25,8 @@ from translate.training.signals import Stopped, StopRequest
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
     command = command_settings(ExportCommand, cfg)
+    from translate.decoding.ct2_export import export_checkpoint
+
     try:
         # SIGINT/SIGTERM raise Stopped, so the export removes its partial folder on the way out.
         with StopRequest(immediate=True):

@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, run_command
 from translate.decoding.engine_switch import describe_decode, load_engine
-from translate.decoding.translator import load_translator
 from translate.errors import UserError
 from translate.schema.commands import ServeCommand
-from translate.serving.service import NO_HEADS, Service
 from translate.settings import analysis_settings, command_settings, decode_overrides
+
+if TYPE_CHECKING:
+    from translate.serving.service import Service
 
 INSTALL = 'pip install -e ".[serve]"'
 BACKLOG = 2048  # uvicorn's default
@@ -39,6 +41,9 @@ def import_web():
 
 def load_service(command: ServeCommand) -> Service:
     """The :class:`~translate.serving.service.Service` of the command's model(s)."""
+    from translate.decoding.translator import load_translator
+    from translate.serving.service import NO_HEADS, Service
+
     overrides = decode_overrides(command.decode)
     loaded = load_engine(command, overrides)
     print(describe_decode(loaded.translator.decode, overrides), file=sys.stderr)

@@ -27,7 +27,6 @@ from omegaconf.errors import (
 )
 
 from translate.data.registry import SOURCES, source
-from translate.decoding.generate import STRATEGIES
 from translate.errors import UserError, choice
 from translate.nn.config import doc, out_of_range
 from translate.schema import (
@@ -148,12 +147,16 @@ def _in_one_line(err: OmegaConfBaseException, name: str) -> str:
     return f"{key or 'config'}: {str(err.msg).strip().splitlines()[0]}"
 
 
+def _check_strategy(decode: DecodeSettings) -> None:
+    # The searches import torch: only a command that decodes pays for it, not --help.
+    from translate.decoding.generate import STRATEGIES
+
+    choice("decode.strategy", decode.strategy, STRATEGIES)
+
+
 # The checks of a group against the layers above translate.schema, which it does not import:
 # the searches (translate.decoding) and the data sources (translate.data).
-_CHECKS_ABOVE = {
-    DecodeSettings: lambda decode: choice("decode.strategy", decode.strategy, STRATEGIES),
-    DataSettings: lambda data: source(data.source),
-}
+_CHECKS_ABOVE = {DecodeSettings: _check_strategy, DataSettings: lambda data: source(data.source)}
 
 
 def _check(settings, name: str) -> None:

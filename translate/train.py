@@ -3,6 +3,8 @@
 ``train(cfg) -> dict`` is the whole job as a plain function (tests call it through Hydra's
 ``compose``); ``main`` only wraps it for the command line. Everything is written under
 ``cfg.run_dir``: ``checkpoints/``, ``tensorboard/``, ``test.hyp.txt`` and ``results.json``.
+The training machinery (and torch) is imported once the settings are read, so that ``--help``
+and a refused setting answer in half a second (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 import shlex
 import signal
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
@@ -19,13 +22,11 @@ from translate.cli import exit_on_user_error, run_command, sweep_job, task_overr
 from translate.errors import UserError, override_word
 from translate.io import WriteFailed, mapped_write_errors
 from translate.record import accept as accept_record
-from translate.runtime.rng import refuse_nondeterministic
 from translate.settings import TrainSettings, train_settings
-from translate.training.loop import fit, nonfinite_causes
-from translate.training.report import finish_run
-from translate.training.resume import finished_results
-from translate.training.run import Run, setup
 from translate.training.signals import Stopped, StopRequest
+
+if TYPE_CHECKING:
+    from translate.training.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ def train(cfg: DictConfig) -> dict:
     the ``results.json`` dict. Resuming a finished run only reports its results."""
     _refuse_several_processes()
     settings = train_settings(cfg, sweep_job())
+    from translate.training.resume import finished_results
+
     done = finished_results(settings)
     if done is not None:
         log.info(
@@ -63,6 +66,10 @@ def _refuse_several_processes() -> None:
 
 
 def _train(settings: TrainSettings) -> dict:
+    from translate.runtime.rng import refuse_nondeterministic
+    from translate.training.loop import fit
+    from translate.training.run import setup
+
     run = None
     try:
         run = setup(settings)
@@ -124,6 +131,8 @@ def _say_if_cut_short(run: Run, stop_reason: str) -> None:
 def _say_if_updates_skipped(run: Run) -> None:
     """A run that skipped updates for a NaN/Inf loss or gradient says how many, last: fewer
     than trainer.max_bad_steps in a row never stops it, so they could pass unnoticed."""
+    from translate.training.loop import nonfinite_causes
+
     skipped, p = run.progress.skipped_updates, run.progress
     if skipped:
         log.warning(
@@ -139,6 +148,8 @@ def _say_if_updates_skipped(run: Run) -> None:
 
 def _score(run: Run) -> dict:
     """The end-of-run scoring; a failure says how to finish it from the saved checkpoint."""
+    from translate.training.report import finish_run
+
     try:
         with StopRequest(immediate=True):
             return finish_run(run)

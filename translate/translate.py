@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
@@ -21,10 +22,12 @@ from omegaconf import DictConfig
 from translate.cli import exit_on_user_error, run_command
 from translate.data.sources import decode_input, read_input_lines
 from translate.decoding.engine_switch import describe_decode, load_engine
-from translate.decoding.translator import Translator
 from translate.io import STDOUT, check_output_file
 from translate.schema.commands import TranslateCommand
 from translate.settings import command_settings, decode_overrides
+
+if TYPE_CHECKING:
+    from translate.decoding.translator import Translator
 
 STDIN = "/dev/stdin"  # the file standard input reads, where it is one
 

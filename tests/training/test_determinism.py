@@ -87,7 +87,9 @@ def _without_a_deterministic_kernel():
 def test_an_operation_without_a_deterministic_kernel_is_one_line_naming_the_setting(
     tmp_path, cache_dir, monkeypatch
 ):
-    monkeypatch.setattr("translate.train.fit", lambda run: _without_a_deterministic_kernel())
+    monkeypatch.setattr(
+        "translate.training.loop.fit", lambda run: _without_a_deterministic_kernel()
+    )
     with pytest.raises(UserError) as err:
         train(short_config(tmp_path / "run", cache_dir, "trainer.deterministic=true"))
     message = str(err.value)

@@ -4,16 +4,19 @@ split the pairs kept and dropped, subword length statistics and where the tokeni
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import hydra
 import numpy as np
 from omegaconf import DictConfig
 
 from translate.cli import exit_on_user_error, run_command
-from translate.data.corpus import Corpus, load_corpus
 from translate.schema import DataSettings
 from translate.schema.commands import InspectDataCommand
 from translate.settings import command_settings
+
+if TYPE_CHECKING:
+    from translate.data.corpus import Corpus
 
 
 def describe(corpus: Corpus, data: DataSettings, seconds: float | None = None) -> str:
@@ -58,6 +61,8 @@ def _stats(lengths: np.ndarray) -> str:
 @exit_on_user_error
 def main(cfg: DictConfig) -> None:
     data = command_settings(InspectDataCommand, cfg).data
+    from translate.data.corpus import load_corpus
+
     start = time.perf_counter()
     corpus = load_corpus(data)
     print(describe(corpus, data, time.perf_counter() - start))

@@ -1,21 +1,31 @@
 """The engine switch of ``translate`` and ``evaluate``: ``engine=torch checkpoint=<ckpt>`` (our
 model) or ``engine=ctranslate2 model_dir=<dir>`` (an export), chosen here and nowhere after.
+
+Each engine's module (and torch) is imported when the engine loads: the commands' ``--help``
+and their refused keys answer without them (tests/test_architecture.py).
 """
 
 from __future__ import annotations
 
-from translate.decoding.ct2 import load_exported
-from translate.decoding.translator import Loaded, load_translator
+from typing import TYPE_CHECKING
+
 from translate.schema import DecodeSettings
 from translate.schema.commands import EngineCommand
 
+if TYPE_CHECKING:
+    from translate.decoding.translator import Loaded
+
 
 def _torch(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
+    from translate.decoding.translator import load_translator
+
     r = command.runtime
     return load_translator(command.checkpoint, r.device, r.precision, decode, data_overrides)
 
 
 def _ctranslate2(command: EngineCommand, decode: DecodeSettings | dict, data_overrides) -> Loaded:
+    from translate.decoding.ct2 import load_exported
+
     return load_exported(command.model_dir, command.runtime.device, decode, data_overrides)
 
 

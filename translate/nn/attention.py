@@ -29,13 +29,13 @@ import torch
 from torch import Tensor, nn
 
 from translate.nn.cache import AttentionCache
+from translate.nn.config import IMPLS, check_heads
 from translate.nn.derived import DerivedWeight, Linear, linear_t, stacked, transposed, uses_derived
 from translate.nn.dropout import dropout
 from translate.nn.sdpa import fused_attention, masked_fused_attention
 
 log = logging.getLogger(__name__)
 
-IMPLS = ("manual", "sdpa")
 _logged_weights_fallback = False  # log the sdpa -> manual switch once per process
 
 
@@ -290,33 +290,6 @@ class MultiHeadAttention(nn.Module):
             if bias:
                 ours.out_proj.bias.copy_(module.out_proj.bias)
         return ours
-
-
-def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
-    """``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1`` divides ``num_heads``."""
-    if num_heads < 1:
-        raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
-    if embed_dim % num_heads != 0:
-        raise HeadLayoutError(
-            "embed_dim",
-            f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
-            f"choose a head count that divides it",
-        )
-    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
-        raise HeadLayoutError(
-            "num_kv_heads",
-            f"num_kv_heads={num_kv_heads} must be >= 1 and divide num_heads={num_heads} "
-            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)",
-        )
-
-
-class HeadLayoutError(ValueError):
-    """``argument`` names the one at fault, so that a caller with its own names for them
-    (``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
-
-    def __init__(self, argument: str, message: str) -> None:
-        super().__init__(message)
-        self.argument = argument
 
 
 def _query_group(B: int, B_kv: int, attn_mask: Tensor | None, is_causal: bool) -> int:

@@ -11,12 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import torch.nn.functional as F
-
-from translate.nn.attention import IMPLS
-
-# The feed-forward activations a config may name.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+# The feed-forward activations a config may name (torch.nn.functional's, by their names there),
+# and the attention paths (translate.nn.attention). Names only: settings are read and checked
+# without importing torch, so that --help and a refused key answer at once.
+ACTIVATIONS = ("relu", "gelu")
+IMPLS = ("manual", "sdpa")
 
 
 @dataclass(frozen=True)
@@ -120,3 +119,30 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:  # so readers always see the number
             object.__setattr__(self, "num_kv_heads", self.num_heads)
+
+
+def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
+    """``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1`` divides ``num_heads``."""
+    if num_heads < 1:
+        raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
+    if embed_dim % num_heads != 0:
+        raise HeadLayoutError(
+            "embed_dim",
+            f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}; "
+            f"choose a head count that divides it",
+        )
+    if num_kv_heads < 1 or num_heads % num_kv_heads != 0:
+        raise HeadLayoutError(
+            "num_kv_heads",
+            f"num_kv_heads={num_kv_heads} must be >= 1 and divide num_heads={num_heads} "
+            f"(1: multi-query, {num_heads}: multi-head, a divisor between: grouped-query)",
+        )
+
+
+class HeadLayoutError(ValueError):
+    """``argument`` names the one at fault, so that a caller with its own names for them
+    (``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument

@@ -12,10 +12,11 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from translate.nn.attention import MultiHeadAttention
 from translate.nn.cache import AttentionCache
-from translate.nn.config import ACTIVATIONS, TransformerConfig
+from translate.nn.config import TransformerConfig
 from translate.nn.derived import Linear
 from translate.nn.dropout import Dropout
 
@@ -52,7 +53,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = Linear(config.d_model, config.d_ff)
         self.fc2 = Linear(config.d_ff, config.d_model)
-        self.activation = ACTIVATIONS[config.activation]
+        self.activation = getattr(F, config.activation)  # one of ACTIVATIONS
         self.dropout = Dropout(config.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:

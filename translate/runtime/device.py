@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import torch
 
 from translate.errors import UserError
+from translate.schema.runtime import check_precision
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "bf16", "fp16", "32")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -27,14 +27,6 @@ def resolve_device(name: str, key: str = "runtime.device") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"{key}={name} but no CUDA GPU is visible; use {key}=cpu")
     return device
-
-
-def check_precision(name: str, key: str = "runtime.precision") -> str:
-    """``name`` as one of :data:`PRECISIONS` (a config may give ``32`` as a number)."""
-    name = str(name)
-    if name not in PRECISIONS:
-        raise UserError(f"{key}={name} is unknown; choose one of {', '.join(PRECISIONS)}")
-    return name
 
 
 def cpu_bf16_units() -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from translate.errors import UserError, choice
-from translate.nn.attention import IMPLS, HeadLayoutError, check_heads
-from translate.nn.config import ACTIVATIONS, TransformerConfig
-from translate.nn.model import Seq2SeqTransformer
+from translate.nn.config import ACTIVATIONS, IMPLS, HeadLayoutError, TransformerConfig, check_heads
+
+if TYPE_CHECKING:
+    from translate.nn.model import Seq2SeqTransformer
 
 
 @dataclass(frozen=True)
@@ -18,10 +20,10 @@ class ModelSettings(TransformerConfig):
     def validate(self) -> None:
         self._check_heads()
         choice("model.attention_impl", self.attention_impl, IMPLS)
-        choice("model.activation", self.activation, tuple(ACTIVATIONS))
+        choice("model.activation", self.activation, ACTIVATIONS)
 
     def _check_heads(self) -> None:
-        """The model's own head layout rule (:func:`~translate.nn.attention.check_heads`),
+        """The model's own head layout rule (:func:`~translate.nn.config.check_heads`),
         worded with the config's keys and the fix."""
         h, kv, d = self.num_heads, self.num_kv_heads, self.d_model
         try:
@@ -38,4 +40,6 @@ class ModelSettings(TransformerConfig):
             ) from None
 
     def build(self, vocab_size: int, pad_id: int) -> Seq2SeqTransformer:
+        from translate.nn.model import Seq2SeqTransformer  # torch, only once a model is built
+
         return Seq2SeqTransformer(vocab_size, self, pad_id)

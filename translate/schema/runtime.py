@@ -7,16 +7,14 @@ import os
 import re
 from dataclasses import dataclass
 
-import torch
-
-from translate.errors import counted
+from translate.errors import UserError, counted
 from translate.nn.config import Check, doc
-from translate.runtime.device import PRECISIONS, check_precision
-from translate.runtime.memory import keep_freed_memory
 
 # The keys that were trainer.* in training before this group: the heads study's report still
 # ignores them by those names too (translate.ablation.results).
 MOVED_KEYS = ("device", "precision", "num_threads", "keep_freed_memory")
+
+PRECISIONS = ("auto", "bf16", "fp16", "32")
 
 # torch accepts any device type it knows of (meta, mps, xpu, ...): a model on one of those cannot
 # be trained or decoded here, and fails deep in the first step with a traceback.
@@ -83,7 +81,19 @@ class RuntimeSettings:
         """What this process takes from the group before a command loads anything: torch's CPU
         threads (None: torch's default) and glibc's allocator; the device and precision are
         the caller's to resolve (translate.runtime.device)."""
+        import torch  # here, when the command starts: its settings are checked without torch
+
+        from translate.runtime.memory import keep_freed_memory
+
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         if self.keep_freed_memory:
             keep_freed_memory()
+
+
+def check_precision(name: str, key: str = "runtime.precision") -> str:
+    """``name`` as one of :data:`PRECISIONS` (a config may give ``32`` as a number)."""
+    name = str(name)
+    if name not in PRECISIONS:
+        raise UserError(f"{key}={name} is unknown; choose one of {', '.join(PRECISIONS)}")
+    return name
