@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.record import recorded
+from translate.schema.help import group_type
 from translate.settings import COMMANDS
 from translate.training.rundir import RunLock, training_run_marks
 
@@ -62,6 +63,7 @@ def run_command(main: Callable[[], object], config_name: str) -> None:
     with interrupt_in_one_line():
         check_command_line()
         _refuse_keys_of_an_unpicked_group(config_name)
+        _refuse_unknown_keys(config_name)
         try:
             with refused_stdout_in_one_line():
                 main()
@@ -208,6 +210,49 @@ def _refuse_keys_of_an_unpicked_group(config_name: str) -> None:
                 f"{key}= sets a key of the {group} group, which only {group}=<name> brings in "
                 f"(conf/{group}/): add {group}=<name>"
             )
+
+
+def _refuse_unknown_keys(config_name: str) -> None:
+    """``trainer.lr=1`` (the key is ``optim.lr``): Hydra would refuse it in five lines that
+    suggest ``+trainer.lr=1``, which the settings then refuse too. A key within one of the
+    command's settings groups is checked here: one line, with where that name is a key."""
+    schema = COMMANDS[config_name]
+    for arg in sys.argv[1:]:
+        key, eq, _ = arg.partition("=")
+        if eq and "." in key and not arg.startswith(("-", "+", "~", "hydra.")):
+            found = _unknown_key(schema, key.split("."))
+            if found is not None:
+                group, known = found
+                leaf = key.rsplit(".", 1)[1]
+                elsewhere = [k for k in _keys(schema) if k.rsplit(".", 1)[-1] == leaf]
+                hint = f" ({' or '.join(elsewhere)}?)" if elsewhere else ""
+                fail(f"unknown key {key}{hint}; the keys of {group} are {', '.join(known)}")
+
+
+def _unknown_key(schema, parts: list[str]) -> tuple[str, list[str]] | None:
+    """``(group, its keys)`` where ``parts`` leave ``schema``'s groups; None when they name
+    one of its keys, or a top-level name (Hydra's to check: ``heads``, ``experiment``)."""
+    cls = schema
+    for n, part in enumerate(parts):
+        keys = [f.name for f in dataclasses.fields(cls) if f.metadata.get("key", True)]
+        if part not in keys:
+            return (".".join(parts[:n]), keys) if n else None
+        cls = group_type(typing.get_type_hints(cls)[part])
+        if cls is None:  # a value (or a dict's entries) from here on
+            return None
+    return None
+
+
+def _keys(schema, prefix: str = "") -> list[str]:
+    """Every dotted key of ``schema``'s groups."""
+    keys = []
+    for field in dataclasses.fields(schema):
+        group = group_type(typing.get_type_hints(schema)[field.name])
+        if group is not None:
+            keys += _keys(group, f"{prefix}{field.name}.")
+        elif prefix and field.metadata.get("key", True):
+            keys.append(prefix + field.name)
+    return keys
 
 
 def _top_key(override: str) -> str:

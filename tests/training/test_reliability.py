@@ -45,6 +45,9 @@ def checkpoint(trained_run) -> Path:
         (["data=multi30k", "data.dir=/nonexistent/m30k"], ["/nonexistent/m30k"]),
         (["runtime.device=meta"], ["runtime.device=meta must be auto, cpu, cuda or cuda:N"]),
         (["runtime.num_threads=100000"], ["runtime.num_threads=100000 must be in 1.."]),
+        # A key in the wrong group: Hydra's five lines suggested +trainer.lr, refused in turn.
+        (["trainer.lr=1e-3"], ["unknown key trainer.lr (optim.lr?); the keys of trainer are"]),
+        (["analysis.degenerate.max=1"], ["the keys of analysis.degenerate are uniform_entropy"]),
     ],
 )
 def test_train_cli_rejects_bad_input_with_one_line(overrides, fragments, tmp_path):
