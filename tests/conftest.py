@@ -87,10 +87,10 @@ def run_cli(
     if cwd != ROOT:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+    command = [sys.executable, "-m", module, *args]
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd, input=data, capture_output=True, timeout=timeout, env=env,
-    )  # fmt: skip
+        command, cwd=cwd, input=data, capture_output=True, timeout=timeout, env=env
+    )
     proc.stdout = proc.stdout.decode("utf-8", errors="replace")
     proc.stderr = proc.stderr.decode("utf-8", errors="replace")
     return proc
