@@ -97,7 +97,7 @@ def test_a_stopped_rung_stops_the_ladder_with_its_signal(capsys):
 
 def test_a_failed_rung_is_one_line_naming_the_training_error(tmp_path):
     argv = ["--quick", "--out", str(tmp_path / "ladder"), "model.nope=3"]
-    with pytest.raises(UserError, match=r"min0\.1_seed1: .* exited 1: Could not override"):
+    with pytest.raises(UserError, match=r"min0\.1_seed1: .* exited 2: unknown key model\.nope"):
         ladder.main(argv)
 
 
