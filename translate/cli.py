@@ -234,7 +234,7 @@ def _unknown_key(schema, parts: list[str]) -> tuple[str, list[str]] | None:
     one of its keys, or a top-level name (Hydra's to check: ``heads``, ``experiment``)."""
     cls = schema
     for n, part in enumerate(parts):
-        keys = [f.name for f in dataclasses.fields(cls) if f.metadata.get("key", True)]
+        keys = [f.name for f in dataclasses.fields(cls) if f.metadata["key"]]
         if part not in keys:
             return (".".join(parts[:n]), keys) if n else None
         cls = group_type(typing.get_type_hints(cls)[part])
@@ -245,12 +245,12 @@ def _unknown_key(schema, parts: list[str]) -> tuple[str, list[str]] | None:
 
 def _keys(schema, prefix: str = "") -> list[str]:
     """Every dotted key of ``schema``'s groups."""
-    keys = []
+    hints, keys = typing.get_type_hints(schema), []
     for field in dataclasses.fields(schema):
-        group = group_type(typing.get_type_hints(schema)[field.name])
+        group = group_type(hints[field.name])
         if group is not None:
             keys += _keys(group, f"{prefix}{field.name}.")
-        elif prefix and field.metadata.get("key", True):
+        elif prefix and field.metadata["key"]:
             keys.append(prefix + field.name)
     return keys
 

@@ -107,9 +107,9 @@ def _write_outputs(out_dir: Path, hyps: list[str], result: dict) -> None:
 
 def evaluate(cfg: DictConfig) -> dict:
     """Decode and score; returns ``{"bleu", "chrf", "bleu_signature", ...}``."""
+    command = command_settings(EvaluateCommand, cfg)
     from translate.runtime.provenance import provenance  # torch's versions: once it runs
 
-    command = command_settings(EvaluateCommand, cfg)
     overrides = decode_overrides(command.decode)
     with own_output_dir(Path(command.output_dir), OUTPUTS, "evaluate") as out_dir:
         loaded, scored = _load(command, overrides, command.data)

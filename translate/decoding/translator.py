@@ -69,7 +69,7 @@ class Translator:
         self, src_ids: list[list[int]], beam_size: int | None = None, progress: bool = False
     ) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in src_ids]
-        lengths = [len(ids[: self._max_src]) + 1 for ids in src_ids]  # + EOS
+        lengths = [len(self.capped(ids)) + 1 for ids in src_ids]  # + EOS
         decode = self.decode
         if beam_size is not None:  # a beam of that size (1: greedy) whatever the strategy
             decode = replace(decode, strategy="beam", beam_size=beam_size)
@@ -84,7 +84,7 @@ class Translator:
         ) as bar:
             for batch in length_sorted_batches(lengths, None, self.max_tokens):
                 # Within max_src_len tokens once the engine appends the EOS.
-                sources = [src_ids[i][: self._max_src] for i in batch]
+                sources = [self.capped(src_ids[i]) for i in batch]
                 for i, hyp in zip(batch, self.engine.generate(sources, decode)):
                     out[i] = hyp
                 bar.update(len(batch))
@@ -101,10 +101,18 @@ class Translator:
             out[i] = text
         return out
 
-    def _warn_cut(self, src_ids: list[list[int]]) -> None:
+    def capped(self, ids: list[int]) -> list[int]:
+        """``ids`` as they are decoded: cut at the cap, room left for the EOS."""
+        return ids[: self._max_src]
+
+    def over_cap(self, src_ids: list[list[int]]) -> list[tuple[int, int]]:
+        """``(n, length)`` of each source the cap cuts, ``n`` counted from 1."""
         if self._max_src is None:
-            return
-        cut = [(n, len(ids)) for n, ids in enumerate(src_ids, 1) if len(ids) > self._max_src]
+            return []
+        return [(n, len(ids)) for n, ids in enumerate(src_ids, 1) if len(ids) > self._max_src]
+
+    def _warn_cut(self, src_ids: list[list[int]]) -> None:
+        cut = self.over_cap(src_ids)
         for n, length in cut[:WARN_LINES]:
             print(
                 f"warning: line {n} has {length} subword tokens; truncated to the first "

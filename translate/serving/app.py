@@ -2,8 +2,8 @@
 
 Bodies are read and checked here, so that every bad request is one ``{"error": "..."}`` line
 with a 4xx status: too big (413, before it is all read), not UTF-8, not JSON, not the expected
-keys. Decoding runs in one worker thread of its own, so the event
-loop keeps answering; requests decode one at a time in arrival order.
+keys. Decoding runs in one worker thread of its own, so the event loop keeps answering;
+requests decode one at a time in arrival order.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class Service:
         a warning for each text over the model's source cap."""
         self._check(alignments, nbest)
         ids = self.translator.tokenizer.encode([text.strip() for text in texts])
-        src = [_capped(i, self.translator) for i in ids]
+        src = [self.translator.capped(i) for i in ids]
         with self.lock:
             if nbest is None:
                 hyps = [[(None, h)] for h in self.translator.translate_ids(src)]
@@ -67,7 +67,7 @@ class Service:
         """One sentence's translation and every head's attention over it."""
         self._check(alignments=True, nbest=None)
         ids = self.translator.tokenizer.encode([text.strip()])
-        src_ids = _capped(ids[0], self.translator)
+        src_ids = self.translator.capped(ids[0])
         with self.lock:
             hyp_ids = self.translator.translate_ids([src_ids])[0]
             translation = self.translator.tokenizer.decode([hyp_ids])[0]
@@ -76,12 +76,11 @@ class Service:
 
     def _cut(self, ids: list[list[int]]) -> list[str]:
         """A warning for each text over the model's source cap, as ``translate`` prints them."""
-        cap = self.translator.max_src_len
+        tr = self.translator
         return [
-            f"sentence {n} has {len(i)} subword tokens; truncated to the first {cap - 1} "
-            f"({self.translator.cap_note})"
-            for n, i in enumerate(ids, 1)
-            if cap is not None and len(i) > cap - 1
+            f"sentence {n} has {length} subword tokens; truncated to the first "
+            f"{tr.max_src_len - 1} ({tr.cap_note})"
+            for n, length in tr.over_cap(ids)
         ]
 
     def _check(self, alignments: bool, nbest: int | None) -> None:
@@ -121,7 +120,7 @@ class Service:
         if heads.tokenizer.model_proto != self.translator.tokenizer.model_proto:
             source = self.translator.tokenizer.decode([src_ids])[0]
             src_ids, hyp_ids = heads.tokenizer.encode([source, translation])
-            src_ids = _capped(src_ids, heads)
+            src_ids = heads.capped(src_ids)
         return sentence_attention(
             heads.model,
             heads.tokenizer,
@@ -131,8 +130,3 @@ class Service:
             heads.precision,
             self.thresholds,
         )
-
-
-def _capped(ids: list[int], translator: Translator) -> list[int]:
-    cap = translator.max_src_len
-    return ids if cap is None else ids[: cap - 1]  # room for the EOS
