@@ -91,6 +91,29 @@ def test_hydras_own_errors_under_help_are_one_line(module, override, fragment):
     assert "Config search path" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "module,overrides,fragment",
+    [
+        ("translate.train", ["experiment=nonexistent"], "Could not find 'experiment/nonexistent'"),
+        ("translate.evaluate", ["runtime=nope"], "Available options in 'runtime': default"),
+        # A key of the schema that the picked group (data=iwslt2017) lacks: Hydra would suggest
+        # +data.dir=x, which the hub reader then ignores.
+        (
+            "translate.train",
+            ["data.dir=x"],
+            "data.dir is not a key of the data config in use; data=jsonl, multi30k and sample "
+            "have it: pick one with data=<name>",
+        ),
+        ("translate.train", ["data=multi30k", "data.path=x"], "data=iwslt2017 has it"),
+    ],
+)
+def test_a_config_hydra_cannot_compose_is_one_line(module, overrides, fragment):
+    """Without --help Hydra printed these itself: five to eight lines and exit 1."""
+    proc = run_cli(module, *overrides)
+    assert_one_line_error(proc, fragment)
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 # Every command a user runs with --help but those whose --help the tests above and below read
 # (plain_help): the ablation study's report and speed build their own parser
 # (translate/ablation/report.py, speed.py).

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
@@ -32,6 +33,7 @@ from translate.settings import COMMANDS
 from translate.training.rundir import RunLock, training_run_marks
 
 T = TypeVar("T")
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # the commands' config_path
 
 
 def in_multirun() -> bool:
@@ -65,12 +67,69 @@ def run_command(main: Callable[[], object], config_name: str) -> None:
         _refuse_keys_of_an_unpicked_group(config_name)
         _refuse_unknown_keys(config_name)
         try:
-            with refused_stdout_in_one_line():
+            with refused_stdout_in_one_line(), _composition_errors_raised():
                 main()
         except (HydraException, OmegaConfBaseException) as err:
             if debug_enabled():
                 raise
-            fail(hydra_message(err))
+            fail(_missing_key_message(err) or hydra_message(err))
+
+
+# Set by _composition_errors_raised while Hydra composes; the command's own start unsets it.
+_RAISING = "HYDRA_FULL_ERROR"
+_raising_set = False
+
+
+@contextlib.contextmanager
+def _composition_errors_raised() -> Iterator[None]:
+    """Hydra reports a config it cannot compose (``data=foo``, a key the picked group lacks)
+    itself, in five to eight lines and exit 1, unless ``HYDRA_FULL_ERROR=1`` makes it raise the
+    error: set while it composes, so that :func:`run_command` says it in one line. Once the
+    command starts (:func:`exit_on_user_error`) its own failures are reported as before."""
+    global _raising_set
+    _raising_set = os.environ.get(_RAISING) != "1"
+    if _raising_set:
+        os.environ[_RAISING] = "1"
+    try:
+        yield
+    finally:
+        _composed()
+
+
+def _composed() -> None:
+    global _raising_set
+    if _raising_set:
+        os.environ.pop(_RAISING, None)
+        _raising_set = False
+
+
+def _missing_key_message(err: Exception) -> str | None:
+    """``data.dir=x`` where the picked data group has no ``dir`` (``data=iwslt2017``): which
+    of ``conf/data/`` have it, where Hydra would suggest ``+data.dir=x``, which the source
+    would then ignore."""
+    found = re.match(r"Could not override '([\w.]+)'", str(err))
+    if not (isinstance(err, HydraException) and found and "." in found[1]):
+        return None
+    key = found[1]
+    group, _, rest = key.partition(".")
+    folder = CONF_DIR / group
+    if not folder.is_dir():
+        return None
+    having = [p.stem for p in sorted(folder.glob("*.yaml")) if _has_key(p, rest.split("."))]
+    where = f"no conf/{group}/ config has it"
+    if having:
+        names = ", ".join(having[:-1]) + " and " * (len(having) > 1) + having[-1]
+        where = f"{group}={names} {'have' if len(having) > 1 else 'has'} it"
+    return f"{key} is not a key of the {group} config in use; {where}: pick one with {group}=<name>"
+
+
+def _has_key(path: Path, parts: list[str]) -> bool:
+    node = yaml.safe_load(path.read_text())
+    for part in parts:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def run_plain_command(main: Callable[[], object]) -> NoReturn:
@@ -160,6 +219,7 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        _composed()
         try:
             with recorded(args[0] if args else None):  # .hydra/, once the command is accepted
                 refuse_unused_keys(args[0] if args else None)
