@@ -156,7 +156,7 @@ def _check_strategy(decode: DecodeSettings) -> None:
 
 # The checks of a group against the layers above translate.schema, which it does not import:
 # the searches (translate.decoding) and the data sources (translate.data).
-_CHECKS_ABOVE = {DecodeSettings: _check_strategy, DataSettings: lambda data: source(data.source)}
+_CHECKS_ABOVE = {DecodeSettings: _check_strategy, DataSettings: lambda d: source(d.source).check(d)}
 
 
 def _check(settings, name: str) -> None:

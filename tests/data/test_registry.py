@@ -37,6 +37,23 @@ def test_an_unknown_source_is_one_line_naming_the_known_ones():
     )
 
 
+@pytest.mark.parametrize(
+    "name,key,readers",
+    [("iwslt2017", "dir", "multi30k, jsonl, sample"), ("sample", "path", "iwslt2017")],
+)
+def test_a_key_of_another_source_is_refused_not_ignored(name, key, readers):
+    """``+data.dir=x`` on the hub's IWSLT: the reader would load the hub as if it were absent."""
+    cfg = data_config(name)
+    OmegaConf.set_struct(cfg, False)
+    cfg[key] = "x"
+    with pytest.raises(UserError) as err:
+        data_settings(cfg)
+    assert str(err.value) == (
+        f"data={name} does not read data.{key}: leave it out, or pick the source that does "
+        f"(data.{key} is for {readers})"
+    )
+
+
 def test_a_new_source_is_one_reader_and_one_entry(monkeypatch):
     def read_toy(data, names, langs):
         rows = {"train": ["ein Hund", "a dog"], "test": ["", ""]}

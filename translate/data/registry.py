@@ -33,6 +33,16 @@ class Source:
     # None: ``data=<source>``.
     where: Callable[[DataSettings, str, str], str] | None = None
     origin: str = ""  # where the data set comes from, told when its folder is not given or found
+    # The keys of other sources this one does not read: set, they would be ignored.
+    unread: tuple[str, ...] = ("path", "hub")
+
+    def check(self, data: DataSettings) -> None:
+        for key in self.unread:
+            if getattr(data, key) is not None:
+                raise UserError(
+                    f"data={data.source} does not read data.{key}: leave it out, or pick the "
+                    f"source that does (data.{key} is for {', '.join(readers(key))})"
+                )
 
     def describe(self, data: DataSettings, name: str, lang: str) -> str:
         return f"data={data.source}" if self.where is None else self.where(data, name, lang)
@@ -92,11 +102,16 @@ MULTI30K_ORIGIN = (
     "(the files of data/task1/raw/)"
 )
 SOURCES: dict[str, Source] = {
-    "iwslt2017": Source(read_iwslt, iwslt_where),
+    "iwslt2017": Source(read_iwslt, iwslt_where, unread=("dir",)),
     "multi30k": in_folder(read_text_pair, "{split}.{lang}", origin=MULTI30K_ORIGIN),
     "jsonl": in_folder(read_jsonl, "{split}.jsonl"),
     "sample": in_folder(read_text_pair, "{split}.{lang}", default=sample_dir),
 }
+
+
+def readers(key: str) -> list[str]:
+    """The sources that read ``data.<key>``."""
+    return [name for name, src in SOURCES.items() if key not in src.unread]
 
 
 def source(name: str) -> Source:
