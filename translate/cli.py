@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.record import recorded
-from translate.schema.help import group_type
+from translate.schema.help import group_type, leaf_fields
 from translate.settings import COMMANDS
 from translate.training.rundir import RunLock, training_run_marks
 
@@ -270,8 +270,9 @@ def _refuse_unknown_keys(config_name: str) -> None:
             found = _unknown_key(schema, key.split("."))
             if found is not None:
                 group, known = found
-                leaf = key.rsplit(".", 1)[1]
-                elsewhere = [k for k in _keys(schema) if k.rsplit(".", 1)[-1] == leaf]
+                leaf = "." + key.rsplit(".", 1)[1]
+                keys = [k for k, field in leaf_fields(schema) if field.metadata["key"]]
+                elsewhere = [k for k in keys if k.endswith(leaf)]
                 hint = f" ({' or '.join(elsewhere)}?)" if elsewhere else ""
                 fail(f"unknown key {key}{hint}; the keys of {group} are {', '.join(known)}")
 
@@ -288,17 +289,6 @@ def _unknown_key(schema, parts: list[str]) -> tuple[str, list[str]] | None:
         if cls is None:  # a value (or a dict's entries) from here on
             return None
     return None
-
-
-def _keys(schema, prefix: str = "") -> list[str]:
-    hints, keys = typing.get_type_hints(schema), []
-    for field in dataclasses.fields(schema):
-        group = group_type(hints[field.name])
-        if group is not None:
-            keys += _keys(group, f"{prefix}{field.name}.")
-        elif prefix and field.metadata["key"]:
-            keys.append(prefix + field.name)
-    return keys
 
 
 def _top_key(override: str) -> str:

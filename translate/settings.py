@@ -47,7 +47,7 @@ from translate.schema.commands import (
     TranslateCommand,
 )
 from translate.schema.decoding import DecodeOverrides
-from translate.schema.help import group_type, settings_help
+from translate.schema.help import group_type, leaf_fields, settings_help
 
 # ------------------------------------------------------------------------ reading and typing
 
@@ -236,17 +236,11 @@ class TrainSettings:
     )
 
 
-def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
+def mechanics_keys() -> tuple[str, ...]:
     """The dotted keys marked ``doc(..., mechanics=True)``: how a job runs, not what it trains.
     A resume may change them unremarked; a sweep job's dir name leaves them out (``exclude_keys``
     in ``conf/hydra/default.yaml``, through this resolver)."""
-    hints, keys = typing.get_type_hints(cls), []
-    for field in dataclasses.fields(cls):
-        if field.metadata["mechanics"]:
-            keys.append(prefix + field.name)
-        elif dataclasses.is_dataclass(hints[field.name]):
-            keys += mechanics_keys(hints[field.name], f"{prefix}{field.name}.")
-    return tuple(keys)
+    return tuple(key for key, field in leaf_fields(TrainSettings) if field.metadata["mechanics"])
 
 
 # Registered on import: every command imports this module before Hydra composes its config.
