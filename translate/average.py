@@ -1,9 +1,7 @@
 """Average checkpoints: ``python -m translate.average checkpoints='[a.pt,b.pt]' output=avg.pt``,
-or ``python -m translate.average run_dir=<run> n=5 [output=<file>]`` for a run's newest ``n``
-``checkpoints/step_*.pt`` (written to ``<run>/checkpoints/averaged_last<n>.pt`` by default).
-
-The element-wise mean of the model weights (:mod:`translate.training.averaging`), written
-atomically as an inference checkpoint; every problem is one line before anything is written.
+or ``run_dir=<run> n=5 [output=<file>]`` for a run's newest ``n`` ``checkpoints/step_*.pt``
+(into ``<run>/checkpoints/averaged_last<n>.pt`` by default): the element-wise mean of the
+weights (:mod:`translate.training.averaging`) as an inference checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from translate.settings import command_settings
 
 
 def _inputs(command: AverageCommand) -> tuple[list[Path], Path]:
-    """The checkpoints to average, each checked to exist, and the file to write."""
     if command.checkpoints is not None:
         paths = [Path(str(p)) for p in command.checkpoints]
         missing = [p for p in paths if not p.is_file()]
@@ -35,7 +32,6 @@ def _inputs(command: AverageCommand) -> tuple[list[Path], Path]:
 
 
 def average(cfg: DictConfig) -> dict:
-    """Average and write; returns ``{"output", "averaged_from", "step"}``."""
     paths, output = _inputs(command_settings(AverageCommand, cfg))
     from translate.training.averaging import average_into, check_output
 

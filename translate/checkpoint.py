@@ -1,6 +1,5 @@
-"""The checkpoint file: self-contained (weights, training state, the resolved config and the
-SentencePiece model), of tensors and plain values only, read with ``weights_only=True`` so
-opening one someone sent you never runs code from it."""
+"""The checkpoint file: self-contained (weights, training state, resolved config, SentencePiece
+model), of tensors and plain values only, read with ``weights_only=True``: never runs code."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ _LOAD_ERRORS = (UnpicklingError, RuntimeError, EOFError, BadZipFile, ValueError,
 
 
 def save_checkpoint(state: dict, path: Path, kind: str = CHECKPOINT, adopt: bool = False) -> None:
-    """``torch.save`` through :func:`translate.io.write`; a full disk is one line naming the
-    space needed and what is still intact."""
+    """``torch.save`` through :func:`translate.io.write`; a full disk: one line with the size."""
     try:
         io.write(path, lambda f: torch.save(state, f), kind, adopt=adopt)
     except WriteFailed as err:
@@ -80,7 +78,7 @@ class _ByteCount:  # a file that only counts the bytes written into it
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    """Load a checkpoint safely; every way it can be bad is one UserError line."""
+    """Every way a checkpoint can be bad is one UserError line."""
     path = Path(path)
     if not path.is_file():
         raise UserError(
@@ -149,8 +147,7 @@ def _shown(value) -> str:
 
 
 def _check_crcs(path: Path) -> None:
-    """Refuse a zip entry that fails its CRC: torch.load does not check them, and damaged bytes
-    load as wrong weights. A file that is no zip at all is left to torch.load."""
+    """Refuse a zip entry that fails its CRC (torch.load does not check them: wrong weights)."""
     try:
         archive = zipfile.ZipFile(path)
     except BadZipFile:
@@ -162,7 +159,6 @@ def _check_crcs(path: Path) -> None:
 
 
 def non_finite(weights: dict) -> str | None:
-    """The first floating-point tensor in ``weights`` holding NaN or infinity (and how many
-    do), or None: weights no command may train, average, export or decode with."""
+    """The first float tensor in ``weights`` holding NaN or infinity (and how many do), or None."""
     bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
     return None if not bad else bad[0] + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")

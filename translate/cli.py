@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 from translate import io
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, interrupt_in_one_line
 from translate.record import recorded
-from translate.schema.help import group_type
+from translate.schema.help import group_type, leaf_fields
 from translate.settings import COMMANDS
 from translate.training.rundir import RunLock, training_run_marks
 
@@ -41,8 +41,7 @@ def in_multirun() -> bool:
 
 
 def sweep_job() -> str | None:
-    """A multirun job's name, its overrides as its dir is named (``heads=4,seed=2``); None
-    outside a multirun."""
+    """A multirun job's overrides as its dir is named (``heads=4,seed=2``); None outside one."""
     if not in_multirun():
         return None
     job = HydraConfig.get().job
@@ -57,11 +56,9 @@ def task_overrides() -> list[str]:
 
 
 def run_command(main: Callable[[], object], config_name: str) -> None:
-    """A command's ``python -m`` entry: the command line checked before Hydra starts, then
-    ``main`` (its ``hydra.main``), with Ctrl-C anywhere one line and exit 130.
-
-    Hydra reports a bad override itself when it runs a command, but under ``--help``,
-    ``--hydra-help`` or ``--info`` its exception escapes, a 40-line traceback: here one line."""
+    """A command's ``python -m`` entry: the command line checked, then ``main`` (its
+    ``hydra.main``); Ctrl-C is one line and exit 130, and so is a bad override under ``--help``
+    or ``--info``, where Hydra's exception would escape as a 40-line traceback."""
     with interrupt_in_one_line():
         check_command_line()
         _refuse_keys_of_an_unpicked_group(config_name)
@@ -82,10 +79,9 @@ _raising_set = False
 
 @contextlib.contextmanager
 def _composition_errors_raised() -> Iterator[None]:
-    """Hydra reports a config it cannot compose (``data=foo``, a key the picked group lacks)
-    itself, in five to eight lines and exit 1, unless ``HYDRA_FULL_ERROR=1`` makes it raise the
-    error: set while it composes, so that :func:`run_command` says it in one line. Once the
-    command starts (:func:`exit_on_user_error`) its own failures are reported as before."""
+    """``HYDRA_FULL_ERROR=1`` while Hydra composes: it then raises a config it cannot compose
+    (``data=foo``), which :func:`run_command` says in one line, instead of reporting it in five
+    to eight lines and exit 1. Unset once the command starts (:func:`exit_on_user_error`)."""
     global _raising_set
     _raising_set = os.environ.get(_RAISING) != "1"
     if _raising_set:
@@ -104,9 +100,8 @@ def _composed() -> None:
 
 
 def _missing_key_message(err: Exception) -> str | None:
-    """``data.dir=x`` where the picked data group has no ``dir`` (``data=iwslt2017``): which
-    of ``conf/data/`` have it, where Hydra would suggest ``+data.dir=x``, which the source
-    would then ignore."""
+    """``data.dir=x`` where the picked group has no ``dir``: which ``conf/data/`` configs have
+    it (Hydra would suggest ``+data.dir=x``, which the source would then ignore)."""
     found = re.match(r"Could not override '([\w.]+)'", str(err))
     if not (isinstance(err, HydraException) and found and "." in found[1]):
         return None
@@ -133,9 +128,8 @@ def _has_key(path: Path, parts: list[str]) -> bool:
 
 
 def run_plain_command(main: Callable[[], object]) -> NoReturn:
-    """The ``python -m`` entry of a command without Hydra (the benchmarks, the ablation
-    study's): a :class:`UserError`, Ctrl-C and a refused standard output each one line; exits
-    with ``main``'s status when it returns one."""
+    """The ``python -m`` entry of a command without Hydra (benchmarks, ablation): a
+    :class:`UserError`, Ctrl-C and a refused stdout each one line; exits with ``main``'s status."""
     with interrupt_in_one_line(), refused_stdout_in_one_line():
         try:
             status = main()
@@ -147,10 +141,9 @@ def run_plain_command(main: Callable[[], object]) -> NoReturn:
 
 
 class _QuietStdout:
-    """Standard output that keeps the first write the system refuses (``> /dev/full``, a full
-    disk) instead of raising it wherever it lands: in a ``print``, a log handler (which would
-    print its own traceback) or Python's flush at exit. From then on fd 1 is /dev/null, so
-    nothing more is refused; the command finishes its files and then says it in one line."""
+    """Standard output that keeps the first write the system refuses (``> /dev/full``) instead
+    of raising it wherever it lands (a ``print``, a log handler, the flush at exit); fd 1 is then
+    /dev/null, and the command finishes its files before saying it in one line."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -177,10 +170,9 @@ class _QuietStdout:
 
 @contextlib.contextmanager
 def refused_stdout_in_one_line() -> Iterator[None]:
-    """Run the block with :class:`_QuietStdout`; a refused write to standard output ends it,
-    once its own work (its files) is done, with one line and exit 2. A reader that stopped
-    reading (``| head``) is no error: exit 141 without a word, as a shell tool killed by
-    SIGPIPE does."""
+    """The block with :class:`_QuietStdout`; a refused write to stdout ends it, once its files
+    are done, with one line and exit 2. A reader that stopped (``| head``) is no error: exit 141
+    without a word, as a shell tool killed by SIGPIPE does."""
     stdout = sys.stdout = _QuietStdout(sys.stdout)
     succeeded = False
     try:
@@ -199,8 +191,7 @@ def refused_stdout_in_one_line() -> Iterator[None]:
 
 
 def hydra_message(err: Exception) -> str:
-    """Hydra's message on one line, without the config search path it appends: a list of
-    options (indented lines) joined by commas after its heading."""
+    """Hydra's message on one line, without its config search path; indented options joined."""
     segments: list[str] = []
     for line in str(err).split("\nConfig search path:")[0].splitlines():
         if not line.strip():
@@ -213,9 +204,8 @@ def hydra_message(err: Exception) -> str:
 
 
 def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
-    """Wrap a command's body: a :class:`UserError` (keys the command does not use among them)
-    prints ``error: <message>`` and exits 2. In a multirun it is logged and re-raised instead,
-    so that Hydra marks only that job as failed and the sweep's other jobs still run."""
+    """A command's body: a :class:`UserError` prints ``error: <message>`` and exits 2; in a
+    multirun it is logged and re-raised, so that Hydra fails only that job."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -236,11 +226,9 @@ def exit_on_user_error(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 def refuse_unused_keys(cfg: DictConfig | None) -> None:
-    """Refuse command-line overrides of keys the command does not read: Hydra adds any ``+key=``
-    (``evaluate +model=transformer model.d_model=64``), and the command would run as if it were
-    not there. It reads its settings' keys (:data:`translate.settings.COMMANDS`) and what its
-    config defines (train's ``heads``, its ``experiment`` group); keys within a group it reads
-    (``+decode.x=1``) are refused by the settings it builds from the group."""
+    """Refuse overrides of keys the command does not read (Hydra adds any ``+key=``, and the
+    command would run as if it were not there): it reads its settings' keys
+    (:data:`translate.settings.COMMANDS`) and what its config defines (train's ``heads``)."""
     if cfg is None or not HydraConfig.initialized():
         return
     hydra_cfg = HydraConfig.get()
@@ -258,8 +246,8 @@ def refuse_unused_keys(cfg: DictConfig | None) -> None:
 
 
 def _refuse_keys_of_an_unpicked_group(config_name: str) -> None:
-    """``data.dir=x`` without ``data=<name>``: an optional group (evaluate's data, null: the
-    checkpoint's) is absent until picked, and Hydra would refuse its key in a 6-line report."""
+    """``data.dir=x`` without ``data=<name>``: an optional group is absent until picked, and
+    Hydra would refuse its key in a 6-line report."""
     hints = typing.get_type_hints(COMMANDS[config_name])
     keys = [arg.partition("=")[0] for arg in sys.argv[1:]]
     for key in keys:
@@ -273,9 +261,8 @@ def _refuse_keys_of_an_unpicked_group(config_name: str) -> None:
 
 
 def _refuse_unknown_keys(config_name: str) -> None:
-    """``trainer.lr=1`` (the key is ``optim.lr``): Hydra would refuse it in five lines that
-    suggest ``+trainer.lr=1``, which the settings then refuse too. A key within one of the
-    command's settings groups is checked here: one line, with where that name is a key."""
+    """``trainer.lr=1`` (the key is ``optim.lr``) in one line naming where it is a key, not
+    Hydra's five lines suggesting ``+trainer.lr=1``, which the settings would refuse too."""
     schema = COMMANDS[config_name]
     for arg in sys.argv[1:]:
         key, eq, _ = arg.partition("=")
@@ -283,8 +270,9 @@ def _refuse_unknown_keys(config_name: str) -> None:
             found = _unknown_key(schema, key.split("."))
             if found is not None:
                 group, known = found
-                leaf = key.rsplit(".", 1)[1]
-                elsewhere = [k for k in _keys(schema) if k.rsplit(".", 1)[-1] == leaf]
+                leaf = "." + key.rsplit(".", 1)[1]
+                keys = [k for k, field in leaf_fields(schema) if field.metadata["key"]]
+                elsewhere = [k for k in keys if k.endswith(leaf)]
                 hint = f" ({' or '.join(elsewhere)}?)" if elsewhere else ""
                 fail(f"unknown key {key}{hint}; the keys of {group} are {', '.join(known)}")
 
@@ -303,34 +291,20 @@ def _unknown_key(schema, parts: list[str]) -> tuple[str, list[str]] | None:
     return None
 
 
-def _keys(schema, prefix: str = "") -> list[str]:
-    """Every dotted key of ``schema``'s groups."""
-    hints, keys = typing.get_type_hints(schema), []
-    for field in dataclasses.fields(schema):
-        group = group_type(hints[field.name])
-        if group is not None:
-            keys += _keys(group, f"{prefix}{field.name}.")
-        elif prefix and field.metadata["key"]:
-            keys.append(prefix + field.name)
-    return keys
-
-
 def _top_key(override: str) -> str:
     """``model`` of ``+model.d_model=64``."""
     return re.split(r"[.@=/]", override.lstrip("+~"), maxsplit=1)[0]
 
 
 def fail(message: str) -> NoReturn:
-    """Stop as every user error stops a command."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(EXIT_USER_ERROR)
 
 
 @contextlib.contextmanager
 def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Iterator[Path]:
-    """Hold ``out_dir`` while ``command`` writes there. A training run's dir, or one that
-    already holds ``outputs``, is refused: writing would replace or mix with them; so is a dir
-    inside a run or a sweep, whose report would take it for one of its jobs."""
+    """Hold ``out_dir`` while ``command`` writes there; refused: a training run's dir, one
+    holding ``outputs``, or one inside a run or sweep (whose report would take it for a job)."""
     marks = training_run_marks(out_dir)
     if marks:
         raise UserError(
@@ -360,8 +334,8 @@ def own_output_dir(out_dir: Path, outputs: tuple[str, ...], command: str) -> Ite
 
 
 def check_command_line() -> None:
-    """Stop before Hydra starts (whose mkdir or log file would fail with a traceback) at a
-    ``hydra.run.dir=`` or ``hydra.sweep.dir=`` it could not make or write into."""
+    """Stop at a ``hydra.run.dir=`` or ``hydra.sweep.dir=`` Hydra could not make or write into,
+    before its mkdir or log file fails with a traceback."""
     parser = OverridesParser.create()
     for arg in sys.argv[1:]:
         key = arg.lstrip("+~").partition("=")[0]
@@ -378,8 +352,7 @@ def check_command_line() -> None:
 
 def check_run_dir(key: str, path: Path) -> None:
     """Stop in one line at a run or sweep dir that cannot be a folder (a file in the way, a
-    symbolic link to a missing folder) or written (it, or the nearest folder that exists, is
-    read-only or not ours)."""
+    link to a missing folder) or written (it, or the nearest existing folder above)."""
     for link in (path, *path.parents):
         if link.is_symlink() and not link.exists():
             target = os.path.realpath(link)  # the end of the chain: the folder to create
@@ -404,8 +377,8 @@ def check_run_dir(key: str, path: Path) -> None:
 
 
 class RunDirCheck(Callback):
-    """:func:`check_run_dir` on the dir Hydra resolved (the default one, or a preset's, which
-    the command line does not show), before it makes it and opens its log there."""
+    """:func:`check_run_dir` on the dir Hydra resolved (also a default or a preset's), before
+    it makes it and opens its log there."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         check_run_dir("hydra.run.dir", Path(str(config.hydra.run.dir)))

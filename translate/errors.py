@@ -1,9 +1,8 @@
 """User-facing errors: one readable line, a non-zero exit, no traceback.
 
-Code raises :class:`UserError` for anything the user can fix (config, data, checkpoints,
-network); the entry points catch it (:func:`translate.cli.exit_on_user_error`), or show the
-traceback under ``HYDRA_FULL_ERROR=1`` or ``TRANSLATE_DEBUG=1``. Ctrl-C ends a command with
-one line and exit 130 wherever it lands (:func:`interrupt_in_one_line`).
+Code raises :class:`UserError` for anything the user can fix; the entry points catch it
+(:func:`translate.cli.exit_on_user_error`), or show the traceback under ``HYDRA_FULL_ERROR=1``
+or ``TRANSLATE_DEBUG=1``. Ctrl-C ends a command with one line and exit 130.
 """
 
 from __future__ import annotations
@@ -48,10 +47,9 @@ def _interrupted(*_) -> NoReturn:
 
 
 def stop_in_one_line_while_starting() -> None:
-    """Ctrl-C while a ``python -m translate.<command>`` loads (``import torch`` takes seconds),
-    before any of its code can catch KeyboardInterrupt: one line and exit 130, not the
-    traceback of whichever import it hit. Nothing is written before the command starts, which
-    then takes Ctrl-C back (:func:`interrupt_in_one_line`)."""
+    """Ctrl-C while a command loads (``import torch`` takes seconds): one line and exit 130, not
+    the traceback of whichever import it hit. Nothing is written before the command starts,
+    which then takes Ctrl-C back (:func:`interrupt_in_one_line`)."""
     # Not when SIGINT is ignored: a shell starts a background job so, and so it stays.
     if debug_enabled() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return
@@ -60,10 +58,9 @@ def stop_in_one_line_while_starting() -> None:
 
 @contextlib.contextmanager
 def interrupt_in_one_line() -> Iterator[None]:
-    """Ctrl-C anywhere in the block (where no handler of a command's own waits for a step
-    boundary) stops the command with one line and exit 130. Every file is written under a
-    temporary name and renamed when complete (:mod:`translate.io`): none is left half-written.
-    Call it in the main thread, as a command's entry."""
+    """Ctrl-C in the block (where no handler of the command's waits for a step boundary) stops
+    it with one line and exit 130; :mod:`translate.io` leaves no file half-written. Call it in
+    the main thread, as a command's entry."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # from the start's handler
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -75,19 +72,17 @@ def interrupt_in_one_line() -> Iterator[None]:
 
 
 def hydra_quoted(text: str) -> str:
-    """``text`` as a Hydra override value that reads back as exactly ``text``, whatever it
-    holds (job dirs of sweeps hold '=' and ','; a user's folder may hold quotes, spaces,
-    backslashes or ``${``): single-quoted, with quotes, the backslashes before them or at the
-    end, and interpolations escaped."""
+    """``text`` as a Hydra override value that reads back as exactly ``text`` (sweep job dirs
+    hold '=' and ','; a folder may hold quotes, backslashes or ``${``): single-quoted, with
+    quotes, the backslashes before them or at the end, and interpolations escaped."""
     text = re.sub(r"(\\*)'", lambda m: m[1] * 2 + "\\'", text)
     text = re.sub(r"(\\+)$", lambda m: m[1] * 2, text)
     return "'" + text.replace("${", "\\${") + "'"
 
 
 def override_word(key: str, value: str) -> str:
-    """``key=value`` as one shell word (a command printed to paste) that Hydra reads back as
-    exactly ``value``: quoted only where Hydra or the shell needs it (``model_dir=deploy/de-en``
-    as it is)."""
+    """``key=value`` as one shell word (to paste) that Hydra reads back as exactly ``value``,
+    quoted only where Hydra or the shell needs it."""
     plain = _PLAIN.fullmatch(value) and not _reads_as_a_scalar(value)
     word = f"{key}={value if plain else hydra_quoted(value)}"
     if shlex.quote(word) != word and not re.search(r"[\"$`\\!]", word):
@@ -95,8 +90,7 @@ def override_word(key: str, value: str) -> str:
     return shlex.quote(word)
 
 
-# Characters Hydra reads unquoted as part of a string (no spaces, quotes, '=', ',', '$' or
-# brackets).
+# Characters Hydra reads unquoted as part of a string (no spaces, quotes, '=', ',', '$', brackets).
 _PLAIN = re.compile(r"[\w./-]+", re.ASCII)
 
 
@@ -110,13 +104,11 @@ def _reads_as_a_scalar(value: str) -> bool:
 
 
 def plain_text(doc: str) -> str:
-    """A docstring as ``--help`` prints it: reST literals and roles (``x``, :mod:`x`) as
-    plain words."""
+    """A docstring as ``--help`` prints it: reST literals and roles (:mod:`x`) as plain words."""
     return re.sub(r":\w+:`~?([^`]*)`", r"\1", doc).replace("``", "")
 
 
 def counted(n: int | None, noun: str) -> str:
-    """``1 thread``, ``2 threads``, ``2 processes``, in messages and logs; ``? threads`` for a
-    count that was not recorded."""
+    """``1 thread``, ``2 threads``, ``2 processes``; ``? threads`` for a count not recorded."""
     plural = noun + ("es" if noun.endswith("s") else "s")
     return f"1 {noun}" if n == 1 else f"{'?' if n is None else n} {plural}"

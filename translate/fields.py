@@ -1,9 +1,6 @@
-"""The fields of a JSON file a command reads back (an export's manifest), each checked against
-what the command that wrote it writes there, so that a hand-edited or damaged file is refused
-in one line naming the field.
-
-A field is named by its dotted path (``tokenizer.vocab_size``); one inside an object that is
-absent is not looked at (the object's own field says whether it must be there).
+"""The fields of a JSON file a command reads back (an export's manifest), each checked so that
+a hand-edited or damaged file is refused in one line naming the field (``tokenizer.vocab_size``;
+one inside an absent object is not looked at: the object's own field says if it must be there).
 """
 
 from __future__ import annotations
@@ -33,8 +30,8 @@ def of_type(kind: type) -> Check:
 
 
 def field_problem(data: dict, fields: dict[str, Field]) -> str | None:
-    """What is wrong with ``data`` for the first field of ``fields`` that fails, in words that
-    name it (``field 'step' is "abc", not a whole number >= 0``); None when all pass."""
+    """The first failing field of ``fields`` in words (``field 'step' is "abc", not a whole
+    number >= 0``); None when all pass."""
     for name, field in fields.items():
         parent, _, key = name.rpartition(".")
         holder = data

@@ -76,27 +76,13 @@ def _os_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def _write_failed(path: Path, err: OSError) -> WriteFailed:
-    where, todo = "", "write elsewhere or fix the permissions, then run the command again"
-    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        todo = "free some space (or write elsewhere) and run the command again"
-        with contextlib.suppress(OSError):
-            free = shutil.disk_usage(path.parent).free / 2**20
-            where = f" ({free:,.1f} MiB free in {path.parent})"
-    return WriteFailed(
-        f"could not write {path}: {write_error_reason(err)}{where}; nothing was replaced; {todo}",
-        err.errno,
-    )
-
-
 def write_error_reason(err: OSError) -> str:
     return _WRITE_ERRORS.get(err.errno, err.strerror or str(err))
 
 
 @contextlib.contextmanager
 def mapped_write_errors(path: Path) -> Iterator[None]:
-    """A write the system refuses (an ``OSError`` in the exception's chain) as
-    :class:`WriteFailed`."""
+    """A write the system refuses (an ``OSError`` in the chain) as :class:`WriteFailed`."""
     try:
         yield
     except WriteFailed:
@@ -105,7 +91,17 @@ def mapped_write_errors(path: Path) -> Iterator[None]:
         err = _os_error(exc)
         if err is None or err.errno not in _WRITE_ERRORS:
             raise
-        raise _write_failed(path, err) from None
+        where, todo = "", "write elsewhere or fix the permissions, then run the command again"
+        if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            todo = "free some space (or write elsewhere) and run the command again"
+            with contextlib.suppress(OSError):
+                free = shutil.disk_usage(path.parent).free / 2**20
+                where = f" ({free:,.1f} MiB free in {path.parent})"
+        raise WriteFailed(
+            f"could not write {path}: {write_error_reason(err)}{where}; nothing was replaced; "
+            f"{todo}",
+            err.errno,
+        ) from None
 
 
 def write(
@@ -118,26 +114,17 @@ def write(
     adopt: bool = False,
 ) -> Path:
     """Write ``data`` (bytes, text as UTF-8, or a function writing into a binary file) to
-    ``path`` as an output of ``kind``, by this module's rule. ``key`` names the setting that
-    chose the path (for the refusal); ``adopt``: an unmarked or changed file there is an earlier
-    copy of this output, but one marked as another kind is still refused."""
+    ``path`` as an output of ``kind``. ``key``: the setting that chose the path (for the
+    refusal); ``adopt``: an unmarked or changed file there is an earlier copy of this output."""
     path = Path(path)
-    # First without the lock, which makes the marks folder: a refusal leaves nothing behind.
-    # Whether a marked file changed is asked once, under the lock: its marks folder is there.
-    _check_replace(path, kind, inputs, key, adopt, content=False)
-    with _marks_locked(path.parent) as marks:
-        _check_replace(path, kind, inputs, key, adopt)  # again: another writer may have come
-        digest = _atomic(path, data)
-        _mark(marks, path, kind, digest)
+    with _claimed(path, kind, inputs, key, adopt):
+        _mark(path, kind, _atomic(path, data))
     return path
 
 
 def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
-    """Make ``dst`` the same file as ``src`` (a hard link, else a copy), by :func:`write`'s
-    rule."""
-    _check_replace(dst, kind, (), None, adopt, content=False)
-    with _marks_locked(dst.parent) as marks:
-        _check_replace(dst, kind, (), None, adopt)
+    """Make ``dst`` the same file as ``src`` (a hard link, else a copy), by :func:`write`'s rule."""
+    with _claimed(dst, kind, adopt=adopt):
         tmp = dst.with_name(f".{dst.name}.link.tmp")
         with mapped_write_errors(dst):
             tmp.unlink(missing_ok=True)
@@ -146,7 +133,7 @@ def link(src: Path, dst: Path, kind: str, adopt: bool = False) -> None:
             except OSError:
                 shutil.copyfile(src, tmp)
             os.replace(tmp, dst)
-        _mark(marks, dst, kind, file_sha256(dst))
+        _mark(dst, kind, file_sha256(dst))
 
 
 def move(src: Path, dst: Path) -> None:
@@ -169,7 +156,7 @@ def remove(path: Path) -> None:
 
 def check(path: Path, kind: str) -> None:
     """Refuse what :func:`write` would: for a writer that checks all its files first."""
-    _check_replace(Path(path), kind, (), None, False)
+    _check_replace(Path(path), kind)
 
 
 def written_here(path: Path) -> bool:
@@ -184,7 +171,7 @@ def written_here(path: Path) -> bool:
 
 
 def _check_replace(
-    path: Path, kind: str, inputs: Iterable, key: str | None, adopt: bool, content: bool = True
+    path: Path, kind: str, inputs: Iterable = (), key=None, adopt=False, content=True
 ) -> None:
     """``content=False`` leaves out whether a marked file changed (a read of the whole file)."""
     if path.is_symlink():
@@ -228,14 +215,21 @@ def _what_is(path: Path) -> str:
     return "a file this command did not write (delete it first to replace it)"
 
 
-@contextlib.contextmanager
-def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, Path]]:
+def _atomic(path: Path, data: Data) -> str:
+    """Write ``data`` to a temporary file beside ``path``, fsynced, renamed over it; its SHA-256."""
     with mapped_write_errors(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
-                yield f, Path(tmp)
+                if callable(data):
+                    data(f)
+                    f.flush()
+                    digest = file_sha256(tmp)
+                else:
+                    payload = data.encode("utf-8") if isinstance(data, str) else data
+                    f.write(payload)
+                    digest = hashlib.sha256(payload).hexdigest()
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; shared caches should be readable
@@ -243,17 +237,7 @@ def _temp_beside(path: Path) -> Iterator[tuple[BinaryIO, Path]]:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-
-
-def _atomic(path: Path, data: Data) -> str:
-    with _temp_beside(path) as (f, tmp):
-        if callable(data):
-            data(f)
-            f.flush()
-            return file_sha256(tmp)
-        payload = data.encode("utf-8") if isinstance(data, str) else data
-        f.write(payload)
-        return hashlib.sha256(payload).hexdigest()
+    return digest
 
 
 def _mark_path(path: Path) -> Path:
@@ -261,21 +245,25 @@ def _mark_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _marks_locked(folder: Path) -> Iterator[Path]:
-    marks = folder / MARKS
+def _claimed(path: Path, kind: str, inputs: Iterable = (), key=None, adopt=False) -> Iterator:
+    """The lock on ``path``'s marks folder, held once ``path`` may be replaced."""
+    # First without the lock, which makes the marks folder: a refusal leaves nothing behind.
+    # Whether a marked file changed is asked once, under the lock: its marks folder is there.
+    _check_replace(path, kind, inputs, key, adopt, content=False)
+    marks = path.parent / MARKS
     with mapped_write_errors(marks):
         marks.mkdir(parents=True, exist_ok=True)
         fd = os.open(marks / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield marks
+        _check_replace(path, kind, inputs, key, adopt)  # again: another writer may have come
+        yield
     finally:
         os.close(fd)
 
 
-def _mark(marks: Path, path: Path, kind: str, digest: str) -> None:
-    with _temp_beside(marks / f"{path.name}.json") as (f, _):
-        f.write(json.dumps({"kind": kind, "sha256": digest}).encode())
+def _mark(path: Path, kind: str, digest: str) -> None:
+    _atomic(_mark_path(path), json.dumps({"kind": kind, "sha256": digest}))
 
 
 def _read_mark(path: Path) -> dict | None:
@@ -305,30 +293,26 @@ class Output:
 
     def write(self, data: str | bytes) -> None:
         payload = data.encode("utf-8") if isinstance(data, str) else data
-        if self.path is None:
-            _write_stdout(payload)
-        elif self.through:
+        if self.path is not None and not self.through:
+            write(self.path, payload, self.kind, inputs=self.inputs, key=self.key)
+            return
+        if self.through:
             with mapped_write_errors(self.path), open(self.path, "wb") as f:
                 f.write(payload)
-        else:
-            write(self.path, payload, self.kind, inputs=self.inputs, key=self.key)
-
-
-def _write_stdout(payload: bytes) -> None:
-    try:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(payload)
-        sys.stdout.flush()
-    except OSError as err:
-        # Nothing more can reach stdout: so Python's own flush at exit prints no second error.
-        point_at_devnull(sys.stdout)
-        why = write_error_reason(err)
-        raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
+            return
+        try:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(payload)
+            sys.stdout.flush()
+        except OSError as err:
+            # Nothing more can reach stdout: so Python's own flush at exit prints no second error.
+            point_at_devnull(sys.stdout)
+            why = write_error_reason(err)
+            raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
 
 
 def point_at_devnull(stream) -> None:
-    """Point ``stream``'s file descriptor at /dev/null: after the system refused a write
-    there, nothing more is refused."""
+    """Point ``stream``'s fd at /dev/null: after the system refused a write, nothing more is."""
     with contextlib.suppress(OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, stream.fileno())
@@ -348,7 +332,7 @@ def check_output_file(
     given, inputs = Path(path), tuple(inputs)
     if given.exists() and stat.S_ISFIFO(given.stat().st_mode) and not given.is_symlink():
         return Output(given, kind, key, inputs, through=True)
-    _check_replace(given, kind, inputs, key, False)
+    _check_replace(given, kind, inputs, key)
     if not given.parent.is_dir():
         raise UserError(f"{key}={given}: the folder {given.parent} does not exist; create it first")
     if not os.access(given.parent, os.W_OK):
@@ -362,7 +346,10 @@ def write_folder(path: Path, fill: Callable[[str], dict[str, bytes | str]], key:
     renamed to ``path``."""
     check_output_folder(path, key)
     make_folder(path.parent, key)
-    _remove_stale_partials(path)
+    for found in path.parent.iterdir():  # the partial folders of writers that died
+        match = _PARTIAL.fullmatch(found.name)
+        if match and match[1] == path.name and not _alive(int(match[2])):
+            shutil.rmtree(found, ignore_errors=True)
     partial = path.parent / f".{path.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)  # left by an earlier process with our pid
     try:
@@ -379,14 +366,6 @@ def write_folder(path: Path, fill: Callable[[str], dict[str, bytes | str]], key:
 
 # Where process PID writes folder NAME until it is complete: .NAME.partial-PID.
 _PARTIAL = re.compile(r"\.(.+)\.partial-([0-9]{1,9})")
-
-
-def _remove_stale_partials(path: Path) -> None:
-    """Remove the partial folders of ``path``'s writers that died (a live one's is kept)."""
-    for found in path.parent.iterdir():
-        match = _PARTIAL.fullmatch(found.name)
-        if match and match[1] == path.name and not _alive(int(match[2])):
-            shutil.rmtree(found, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

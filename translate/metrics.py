@@ -42,8 +42,8 @@ def score(hypotheses: list[str], references: list[str]) -> dict:
 
 @contextmanager
 def _sacrebleu_test(seed: int) -> Iterator[None]:
-    """Around one sacreBLEU significance test: its seed, which it reads from ``SACREBLEU_SEED``
-    only, and its INFO lines muted (three per test; the ablation report runs one per job)."""
+    """One sacreBLEU significance test's seed (read from ``SACREBLEU_SEED`` only), its INFO
+    lines muted (three per test; the ablation report runs one per job)."""
     previous = os.environ.get("SACREBLEU_SEED")
     os.environ["SACREBLEU_SEED"] = str(seed)
     logger = logging.getLogger("sacrebleu")
@@ -60,7 +60,6 @@ def _sacrebleu_test(seed: int) -> Iterator[None]:
 
 
 def _same_bleu_statistics(a: list[str], b: list[str], references: list[str]) -> bool:
-    """Whether every sentence of ``a`` and ``b`` has the same BLEU sufficient statistics."""
     bleu = BLEU(effective_order=True)  # only for sentence_score's statistics; no warning
     for hyp_a, hyp_b, ref in zip(a, b, references):
         if hyp_a != hyp_b:
@@ -77,13 +76,11 @@ def paired_bootstrap(
     n_samples: int = 1000,
     seed: int = 12345,
 ) -> dict[str, dict]:
-    """BLEU of each of ``systems`` (name -> hypotheses) against ``baseline``, with the p-value
-    of ``sacrebleu --paired-bs`` (Koehn 2004) over ``n_samples`` resamples, and the mean and
-    95% half-width of the system's resampled BLEU.
-
-    One correction: when the system's BLEU statistics equal the baseline's on every sentence
-    (e.g. identical output), every resampled difference is 0, sacreBLEU's strict ``>`` gives
-    ``p = 1 / (n_samples + 1)``, "significant": there is no difference to test, so ``p = 1.0``.
+    """BLEU of each of ``systems`` (name -> hypotheses) against ``baseline``: the p-value of
+    ``sacrebleu --paired-bs`` (Koehn 2004) over ``n_samples`` resamples, and the mean and 95%
+    half-width of the resampled BLEU. Where a system's BLEU statistics equal the baseline's on
+    every sentence, sacreBLEU's strict ``>`` gives ``p = 1 / (n_samples + 1)``, "significant":
+    there is no difference to test, so ``p = 1.0``.
     """
     _check_lengths(references, baseline=baseline, **systems)
     if seed < 1:

@@ -1,13 +1,12 @@
 """A command's record in its run dir (``.hydra/``), made once the command is accepted.
 
-Hydra writes its record before the command has checked anything, so a refused ``heads=3`` and
-then ``heads=2`` into the same dir trained a 2-head run whose ``.hydra/config.yaml`` said 3.
-Here Hydra writes nothing (``hydra.output_subdir`` resolves to null), the record is held as
-Hydra would have written it, and :func:`accept` writes it: a training run once it has claimed
-its dir and checked its checkpoints, any other command when it has done its work. A command
-that stops before leaves its run dir as it found it: no record, no empty log, no folder it
-made. In a multirun the record is written as the job starts: the sweep's report names a failed
-job by it. Entry-point layer: it imports Hydra.
+Hydra writes its record before the command has checked anything (a refused ``heads=3``, then
+``heads=2`` into the same dir, left a 2-head run whose ``.hydra/config.yaml`` said 3). Here
+Hydra writes none (``hydra.output_subdir`` resolves to null); the record is held and
+:func:`accept` writes it: a training run once it has claimed its dir and checked its
+checkpoints, any other command when its work is done, a multirun job as it starts (the sweep's
+report names a failed job by it). A command that stops before leaves its run dir as it found
+it. Entry-point layer: it imports Hydra.
 """
 
 from __future__ import annotations
@@ -45,22 +44,20 @@ _before: _Before | None = None
 _pending: _Pending | None = None
 
 
-# ``hydra.output_subdir`` of the commands that keep a record (conf/hydra/default.yaml): null, so
-# that Hydra writes none itself; the run dir is noted for recorded(). Registered on import:
-# every entry point imports this module (through translate.cli) before Hydra composes.
+# ``hydra.output_subdir`` of the commands that keep a record (conf/hydra/default.yaml): null,
+# the run dir noted for recorded(). Every entry point imports this module before Hydra composes.
 OmegaConf.register_new_resolver(
     "translate_record_dir", lambda run_dir: _wanted.add(run_dir), use_cache=True, replace=True
 )
 
 
 def stamp() -> str:
-    """Now, to the microsecond, as the names of records set beside a run's own are made."""
+    """Now, to the microsecond: the names of records set beside a run's own."""
     return f"{dt.datetime.now():%Y-%m-%d_%H-%M-%S_%f}"
 
 
 class RecordCallback(Callback):
-    """Notes what a single run's dir held before Hydra makes it (``on_run_start`` comes before
-    Hydra's mkdir and its log file)."""
+    """Notes what a single run's dir held before Hydra's mkdir and log file (``on_run_start``)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         global _before
@@ -74,8 +71,19 @@ class RecordCallback(Callback):
 def recorded(cfg: DictConfig | None) -> Iterator[None]:
     """Around a command's body: its record is written when it returns, or earlier through
     :func:`accept`; if it stops before, what it added to its run dir is removed."""
-    _hold(cfg)
-    if _pending is not None and HydraConfig.get().mode == RunMode.MULTIRUN:
+    global _pending
+    _pending = None
+    hydra_cfg = HydraConfig.get() if cfg is not None and HydraConfig.initialized() else None
+    if hydra_cfg is not None and hydra_cfg.runtime.output_dir in _wanted:
+        _pending = _Pending(
+            Path(hydra_cfg.runtime.output_dir),
+            {
+                "config.yaml": OmegaConf.to_yaml(cfg),
+                "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
+                "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
+            },
+        )
+    if _pending is not None and hydra_cfg.mode == RunMode.MULTIRUN:
         accept()
     try:
         yield
@@ -83,24 +91,6 @@ def recorded(cfg: DictConfig | None) -> Iterator[None]:
         _withdraw()
         raise
     accept()
-
-
-def _hold(cfg: DictConfig | None) -> None:
-    global _pending
-    _pending = None
-    if cfg is None or not HydraConfig.initialized():
-        return
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.runtime.output_dir not in _wanted:
-        return
-    _pending = _Pending(
-        Path(hydra_cfg.runtime.output_dir),
-        {
-            "config.yaml": OmegaConf.to_yaml(cfg),
-            "hydra.yaml": OmegaConf.to_yaml(HydraConfig.instance().cfg),
-            "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
-        },
-    )
 
 
 def accept(replacing: bool = False) -> None:
@@ -122,8 +112,8 @@ def accept(replacing: bool = False) -> None:
 
 
 def _withdraw() -> None:
-    """Drop the record of a command that stopped before it was accepted, the empty files it
-    added to a single run's dir (Hydra's log) and the folders Hydra made for it if empty."""
+    """Drop the record of a command stopped before it was accepted, the empty files it added
+    to a single run's dir (Hydra's log), and the folders Hydra made for it if empty."""
     global _pending, _before
     pending, before, _pending, _before = _pending, _before, None, None
     if pending is None or before is None or before.path != pending.run_dir:

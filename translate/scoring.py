@@ -25,10 +25,9 @@ def batch_loss(
     label_smoothing: float = 0.0,
     row_multiple: int = 1,
 ) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed loss and summed NLL of ``batch``, with logits for its real target
-    positions only. ``forward``: the model, or what wraps it (``torch.compile``).
-    ``row_multiple``: logits for a multiple of that many rows, the extra ones (copies of the
-    first position) given the pad target, so that they count in neither sum."""
+    """Summed label-smoothed loss and summed NLL of ``batch``, logits for its real target
+    positions only; ``forward``: the model or its wrapper (``torch.compile``). ``row_multiple``:
+    extra rows (copies of the first position, pad targets, in neither sum) up to a multiple."""
     index = batch.target_index(pad_id)  # (N,), found on the host
     extra = -index.numel() % row_multiple
     index = to_device(torch.cat([index, index.new_zeros(extra)]) if extra else index, device)

@@ -1,10 +1,9 @@
 """The one place configuration becomes typed settings: every group, every command.
 
-The composed OmegaConf nodes (or the plain dict a checkpoint stores) become frozen dataclasses
-before any work starts: OmegaConf checks each value's type, unknown keys and missing ones
-against them (structured configs), this module each range and the rules across values, and
-every problem is one line naming the key and the fix (``model.d_model=512 is not divisible by
-heads=3``). The library packages receive these dataclasses and never read configuration.
+The composed config (or a checkpoint's dict) becomes frozen dataclasses before any work starts:
+OmegaConf checks types, unknown and missing keys, this module each range and the rules across
+values, each problem one line naming the key and the fix. The library packages receive these
+dataclasses and never read configuration.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from translate.schema.commands import (
     TranslateCommand,
 )
 from translate.schema.decoding import DecodeOverrides
-from translate.schema.help import group_type, settings_help
+from translate.schema.help import group_type, leaf_fields, settings_help
 
 # ------------------------------------------------------------------------ reading and typing
 
@@ -70,8 +69,7 @@ def _key(group: str, key: str) -> str:
 
 def build(cls, node: Any, name: str):
     """``cls`` (a settings dataclass) from a config node or dict of the group ``name`` (``""``:
-    a command's own keys), checked by OmegaConf (types, unknown and missing keys), then by
-    :func:`_check`."""
+    a command's own keys), checked by OmegaConf, then by :func:`_check`."""
     values = _plain(node, name)
     if not isinstance(values, dict):
         raise UserError(f"config {name} must be a group of keys, not {values!r}")
@@ -124,20 +122,16 @@ _WANTED = {
 }
 
 
-def _data_origin(err: MissingMandatoryValue, key: str) -> str:
-    """Where the data set comes from, for a data folder not given: a newcomer's first question."""
-    data = err.parent_node
-    if key != "data.dir" or not isinstance(data, DictConfig):
-        return ""
-    return SOURCES[data.source].origin if data.get("source") in SOURCES else ""
-
-
 def _in_one_line(err: OmegaConfBaseException, name: str) -> str:
     """OmegaConf's complaint about the group ``name`` in our words."""
     full = err.full_key
     key = full if full == name or full.startswith(f"{name}.") else _key(name, full)
     if isinstance(err, MissingMandatoryValue):
-        return f"{key} is not set: add {key}=<value> to the command{_data_origin(err, key)}"
+        # For a data folder not given, where the data set comes from: a newcomer's first question.
+        data, origin = err.parent_node, ""
+        if key == "data.dir" and isinstance(data, DictConfig) and data.get("source") in SOURCES:
+            origin = SOURCES[data.source].origin
+        return f"{key} is not set: add {key}=<value> to the command{origin}"
     if isinstance(err, ConfigKeyError) and dataclasses.is_dataclass(err.object_type):
         known = ", ".join(sorted(field.name for field in dataclasses.fields(err.object_type)))
         return f"unknown key {key}; known keys: {known}"
@@ -182,12 +176,9 @@ def _check(settings, name: str) -> None:
 # ------------------------------------------------------------------------ commands
 
 
-def model_settings(node: Any) -> ModelSettings:
-    return build(ModelSettings, node, "model")
-
-
-def decode_settings(node: Any) -> DecodeSettings:
-    return build(DecodeSettings, node, "decode")
+model_settings = functools.partial(build, ModelSettings, name="model")
+decode_settings = functools.partial(build, DecodeSettings, name="decode")
+analysis_settings = functools.partial(build, AnalysisSettings, name="analysis")
 
 
 # evaluate's and translate's decode group: every key null, "as the run decoded" (DecodeOverrides);
@@ -205,15 +196,10 @@ def decode_overrides(decode: DecodeOverrides) -> dict:
 
 
 def decode_over(stored: dict, overrides: DecodeSettings | dict | None) -> DecodeSettings:
-    """The decode settings a command uses: a run's ``stored`` ones, with ``overrides`` (the
-    keys a command set, or whole settings) in their place."""
+    """A run's ``stored`` decode settings, with ``overrides`` (keys, or whole settings) in place."""
     if isinstance(overrides, DecodeSettings):
         return overrides
     return decode_settings({**stored, **(overrides or {})})
-
-
-def analysis_settings(node: Any) -> AnalysisSettings:
-    return build(AnalysisSettings, node, "analysis")
 
 
 def data_settings(node: Any, overrides: DataSettings | None = None) -> DataSettings:
@@ -250,17 +236,11 @@ class TrainSettings:
     )
 
 
-def mechanics_keys(cls=TrainSettings, prefix: str = "") -> tuple[str, ...]:
-    """The dotted keys of the fields marked ``doc(..., mechanics=True)``: how a job runs, not
-    what it trains. A resume may change them unremarked and a sweep job's directory name leaves
-    them out (``exclude_keys`` in ``conf/hydra/default.yaml``, through this resolver)."""
-    hints, keys = typing.get_type_hints(cls), []
-    for field in dataclasses.fields(cls):
-        if field.metadata["mechanics"]:
-            keys.append(prefix + field.name)
-        elif dataclasses.is_dataclass(hints[field.name]):
-            keys += mechanics_keys(hints[field.name], f"{prefix}{field.name}.")
-    return tuple(keys)
+def mechanics_keys() -> tuple[str, ...]:
+    """The dotted keys marked ``doc(..., mechanics=True)``: how a job runs, not what it trains.
+    A resume may change them unremarked; a sweep job's dir name leaves them out (``exclude_keys``
+    in ``conf/hydra/default.yaml``, through this resolver)."""
+    return tuple(key for key, field in leaf_fields(TrainSettings) if field.metadata["mechanics"])
 
 
 # Registered on import: every command imports this module before Hydra composes its config.
@@ -325,9 +305,9 @@ OmegaConf.register_new_resolver("translate_command_help", command_help, replace=
 
 
 def _config_value(root: DictConfig, key: str) -> tuple[Any, str] | None:
-    """The value at the dotted ``key`` of ``root`` as plain values, and for an interpolation
-    (``${heads}``) how it is written: as written where it cannot be resolved here (``???``).
-    None where the config lacks the key."""
+    """The value at the dotted ``key`` of ``root`` and how an interpolation (``${heads}``) is
+    written; the written text as the value where it cannot be resolved here (``???``); None:
+    no such key."""
     parent_key, _, name = key.rpartition(".")
     parent = OmegaConf.select(root, parent_key, default=None) if parent_key else root
     written = OmegaConf.to_container(parent, resolve=False) if OmegaConf.is_config(parent) else {}

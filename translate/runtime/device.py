@@ -30,8 +30,7 @@ def resolve_device(name: str, key: str = "runtime.device") -> torch.device:
 
 
 def cpu_bf16_units() -> str:
-    """What this CPU computes bf16 matmuls with, as torch's dispatch reads it: ``amx``,
-    ``avx512_bf16`` or ``none`` (emulated through fp32, slower than fp32)."""
+    """This CPU's bf16 matmul units as torch reads them: ``amx``, ``avx512_bf16`` or ``none``."""
     cpu = torch.cpu
     if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
         return "amx"
@@ -43,8 +42,7 @@ def cpu_bf16_units() -> str:
 def resolve_precision(
     name: str, device: torch.device, key: str = "runtime.precision", training: bool = False
 ) -> str:
-    """``auto`` -> ``bf16`` on a GPU that supports it, and for ``training`` on a CPU with AMX,
-    else ``32``. fp16 needs a GPU; emulated bf16 runs with a warning."""
+    """``auto``: ``bf16`` on a GPU that has it and for ``training`` on an AMX CPU, else ``32``."""
     name = check_precision(name, key)
     if name == "auto":
         gpu = device.type == "cuda"
@@ -86,8 +84,8 @@ def autocast(device: torch.device, precision: str):
 
 @contextlib.contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """``model`` in eval mode for the block, then back. One already in eval mode is left alone:
-    switching walks every submodule, which costs a batch-1 decode more than a step."""
+    """``model`` in eval mode for the block, then back; left alone if already (switching walks
+    every submodule, which costs a batch-1 decode more than a step)."""
     if not model.training:
         yield model
         return

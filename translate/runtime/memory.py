@@ -17,11 +17,9 @@ _keeping_freed_memory = False
 
 
 def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed memory for reuse: no allocation gets its own ``mmap``, the
-    heap is not trimmed. By default a large tensor made at every step faults in every page
-    each time; kept memory makes beam search 15% faster, CPU training 10% (docs/benchmarks.md),
-    at the price of holding the peak until exit. Returns whether it took effect (not glibc:
-    False)."""
+    """Have glibc's malloc keep freed memory (no ``mmap`` per allocation, no trimming) rather
+    than fault in a large tensor's pages at every step: beam search 15% faster, CPU training
+    10% (docs/benchmarks.md), the peak held until exit. Whether it took effect (glibc only)."""
     global _keeping_freed_memory
     if not _keeping_freed_memory:
         try:
@@ -36,7 +34,6 @@ def keep_freed_memory() -> bool:
 
 
 def keeps_freed_memory() -> bool:
-    """Whether :func:`keep_freed_memory` has taken effect in this process."""
     return _keeping_freed_memory
 
 
@@ -44,8 +41,7 @@ _PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    """Start a new peak-memory window. On Linux writing 5 to ``/proc/self/clear_refs`` resets
-    ``VmHWM``, so each job of a multirun (one process) reports its own peak."""
+    """Start a new peak-memory window (on Linux ``VmHWM``: each job of a multirun its own)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return

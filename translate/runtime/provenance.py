@@ -43,10 +43,9 @@ def _git(folder: Path, *args: str) -> str | None:
 
 @functools.cache
 def git_state(folder: Path = _PACKAGE_DIR) -> tuple[str | None, bool | None]:
-    """``(commit, dirty)`` of the code in ``folder`` (untracked files do not count).
-    ``(None, None)`` unless git tracks this very file there (an installed copy inside a
-    repository's venv has no checkout). Read once per process: it runs the modules it imported
-    at its start, whatever the checkout does later."""
+    """``(commit, dirty)`` of the code in ``folder`` (untracked files do not count); ``(None,
+    None)`` unless git tracks this very file there (not an installed copy in a repository's
+    venv). Read once: the process runs the modules it imported, whatever the checkout does."""
     if _git(folder, "ls-files", "--error-unmatch", "--", _THIS_FILE) is None:
         return None, None
     commit = _git(folder, "rev-parse", "HEAD")
@@ -73,8 +72,7 @@ _MATH_LIBRARIES = re.compile(r"Math Kernel Library|MKL-DNN|oneDNN|OpenBLAS|OpenM
 
 
 def torch_build() -> dict:
-    """The CPU kernels torch runs (instruction set, BLAS, math libraries, bf16 units): other
-    kernels sum in another order, so they give other last bits."""
+    """The CPU kernels torch runs: other kernels sum in another order, so give other last bits."""
     shown = torch.__config__.show()
     blas = re.search(r"BLAS_INFO=([^,\s]+)", shown)
     return {
@@ -90,8 +88,7 @@ def torch_build() -> dict:
 
 
 def provenance(device: torch.device) -> dict:
-    """What produced a result, recorded beside it: floating-point results depend on all of it
-    (docs/training.md, "Reproducibility")."""
+    """What produced a result: its floating-point bits depend on all of it (docs/training.md)."""
     commit, dirty = git_state()
     cpu = cpu_model()
     return {

@@ -42,8 +42,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def use_deterministic_algorithms(on: bool) -> None:
-    """``trainer.deterministic``, set either way: the flag is global, and the jobs of a
-    multirun share one process."""
+    """Set either way: the flag is global, and the jobs of a multirun share one process."""
     if on:
         # cuBLAS is deterministic only with a fixed workspace, read when it starts (a GPU's
         # first GEMM, after this).
@@ -52,8 +51,7 @@ def use_deterministic_algorithms(on: bool) -> None:
 
 
 def refuse_nondeterministic(err: RuntimeError, key: str = "trainer.deterministic") -> None:
-    """Raise a one-line UserError for torch's error about an operation without a deterministic
-    kernel; return for others."""
+    """A one-line UserError for torch's error about an op without a deterministic kernel."""
     message = str(err)
     if not (torch.are_deterministic_algorithms_enabled() and "deterministic" in message):
         return

@@ -1,8 +1,6 @@
-"""The typed settings of every config group, one module each: frozen dataclasses of plain
-values whose fields say what they mean, their unit and range (:func:`~translate.nn.config.doc`;
-``--help`` lists them, :mod:`.help`). :mod:`translate.settings` builds them from the composed
-config; defaults live in ``conf/``, the model's in :class:`~translate.nn.config.TransformerConfig`.
-"""
+"""The typed settings of every config group, one module each: frozen dataclasses whose fields
+say what they mean, their unit and range (:func:`~translate.nn.config.doc`); defaults live in
+``conf/``, the model's in :class:`~translate.nn.config.TransformerConfig`."""
 
 from translate.schema.analysis import (
     AnalysisSettings,

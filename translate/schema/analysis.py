@@ -1,5 +1,4 @@
-"""The ``analysis`` group: per-head diagnostics (``python -m translate.analyze`` and the summary
-at the end of every training run)."""
+"""The ``analysis`` group: per-head diagnostics (translate.analyze, the end of training)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The settings of each command but train (:class:`~translate.settings.TrainSettings`): the keys
-it reads, each declared once with what it means, its unit and range, so that ``--help`` lists
-them (:mod:`.help`) and :func:`translate.settings.command_settings` builds them; ``validate``
-holds the rules across a command's keys."""
+"""The settings of each command but train: the keys it reads, each declared once with what it
+means, its unit and range (``--help`` lists them); ``validate`` holds the rules across keys."""
 
 from __future__ import annotations
 
@@ -34,8 +32,6 @@ def _decode_doc():
 
 @dataclass(frozen=True)
 class CheckpointCommand:
-    """What ``evaluate``, ``translate`` and ``analyze`` share: a checkpoint and where to run."""
-
     checkpoint: str | None = doc(
         "the checkpoint to load", "file", "<run_dir>/checkpoints/best.pt or another .pt"
     )
@@ -66,9 +62,6 @@ _SOURCE_HINTS = {
 
 @dataclass(frozen=True)
 class EngineCommand:
-    """What ``evaluate`` and ``translate`` decode with: ``engine=torch checkpoint=<ckpt>`` (our
-    model) or ``engine=ctranslate2 model_dir=<dir>`` (an exported one), and where."""
-
     engine: str = doc(
         "what decodes: our model, or its CTranslate2 export", "name", " | ".join(ENGINE_SOURCES)
     )
@@ -84,7 +77,6 @@ class EngineCommand:
 
     @property
     def source(self) -> str:
-        """The checkpoint or model folder the engine loads."""
         return getattr(self, ENGINE_SOURCES[self.engine])
 
     def validate(self) -> None:

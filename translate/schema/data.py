@@ -1,8 +1,5 @@
-"""The ``data`` group: where the text comes from, its tokenizer, its filter and its batches.
-
-Which sources there are is the data layer's table (:mod:`translate.data.registry`), checked by
-:func:`translate.settings.data_settings`: this module sits below the data layer.
-"""
+"""The ``data`` group: where the text comes from, its tokenizer, its filter and its batches
+(the sources are :mod:`translate.data.registry`'s, checked by :mod:`translate.settings`)."""
 
 from __future__ import annotations
 
@@ -175,6 +172,5 @@ class DataSettings:
                 )
 
     @property
-    def split_names(self) -> dict[str, str]:
-        """``{role: split name}`` of the roles in use."""
+    def split_names(self) -> dict[str, str]:  # the roles in use
         return {str(r): str(n) for r, n in self.splits.items() if n is not None}

@@ -1,8 +1,6 @@
-"""What ``python -m translate.<command> --help`` lists: every key the command reads, with its
-value in the composed config, what it means, its unit and its range, all read from the settings
-dataclasses' :func:`~translate.nn.config.doc` fields (so the list cannot drift from the code).
-The composed config reaches :func:`settings_help` as a lookup (``translate.settings`` reads
-OmegaConf; this module never does).
+"""What ``python -m translate.<command> --help`` lists: every key the command reads, its value
+in the composed config (a lookup: this module never reads OmegaConf), meaning, unit and range,
+all from the settings dataclasses' :func:`~translate.nn.config.doc` fields: it cannot drift.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ import dataclasses
 import json
 import textwrap
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # A dotted key -> (its value, the interpolation it is written as, or ""); None: not in the config.
@@ -19,10 +17,8 @@ Lookup = Callable[[str], "tuple[Any, str] | None"]
 
 
 def settings_help(cls, value_of: Lookup, prefix: str = "") -> list[str]:
-    """Every config key of ``cls`` (a settings dataclass): ``key=value`` as ``value_of`` gives
-    it (the field's default where the config lacks it), what it means, its unit and its range;
-    a base class's keys and groups first, then the class's own (``EvaluateCommand``: the
-    engine's, then evaluate's)."""
+    """Every config key of ``cls``: ``key=value`` as ``value_of`` gives it (else the field's
+    default), meaning, unit and range; a base class's keys and groups first, then its own."""
     bases = [base for base in cls.__bases__ if dataclasses.is_dataclass(base)]
     inherited = {field.name for base in bases for field in dataclasses.fields(base)}
     lines = [line for base in bases for line in settings_help(base, value_of, prefix)]
@@ -45,6 +41,17 @@ def settings_help(cls, value_of: Lookup, prefix: str = "") -> list[str]:
     return lines + keys + groups
 
 
+def leaf_fields(cls, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
+    """``(dotted key, field)`` of each field of ``cls`` that holds a value, its groups walked."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        group = group_type(hints[field.name])
+        if group is None:
+            yield prefix + field.name, field
+        else:
+            yield from leaf_fields(group, f"{prefix}{field.name}.")
+
+
 def group_type(hint: Any):
     """The settings dataclass a field of type ``hint`` holds (also when optional), or None."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
@@ -52,7 +59,6 @@ def group_type(hint: Any):
 
 
 def _shown(value: Any) -> str:
-    """A value as a command-line override writes it."""
     if isinstance(value, (list, dict)) or value is None or isinstance(value, bool):
         return json.dumps(value)
     return str(value)

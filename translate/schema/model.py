@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ModelSettings(TransformerConfig):
-    """The model's config (its fields, defaults and help are :class:`TransformerConfig`'s),
-    checked with the command's keys."""
+    """:class:`TransformerConfig` (fields, defaults, help), checked with the command's keys."""
 
     def validate(self) -> None:
         self._check_heads()
@@ -23,8 +22,7 @@ class ModelSettings(TransformerConfig):
         choice("model.activation", self.activation, ACTIVATIONS)
 
     def _check_heads(self) -> None:
-        """The model's own head layout rule (:func:`~translate.nn.config.check_heads`),
-        worded with the config's keys and the fix."""
+        """:func:`~translate.nn.config.check_heads`, worded with the config's keys and the fix."""
         h, kv, d = self.num_heads, self.num_kv_heads, self.d_model
         try:
             check_heads(d, h, kv)

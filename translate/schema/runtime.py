@@ -1,5 +1,4 @@
-"""The ``runtime`` group: where and how a command computes on this machine. Every command that
-runs a model reads it (train, evaluate, translate, analyze), from ``conf/runtime/default.yaml``."""
+"""The ``runtime`` group: where and how a command that runs a model computes on this machine."""
 
 from __future__ import annotations
 
@@ -78,9 +77,8 @@ class RuntimeSettings:
         check_precision(self.precision)
 
     def apply_to_process(self) -> None:
-        """What this process takes from the group before a command loads anything: torch's CPU
-        threads (None: torch's default) and glibc's allocator; the device and precision are
-        the caller's to resolve (translate.runtime.device)."""
+        """Torch's CPU threads and glibc's allocator, set before a command loads anything (the
+        device and precision are the caller's to resolve: translate.runtime.device)."""
         import torch  # here, when the command starts: its settings are checked without torch
 
         from translate.runtime.memory import keep_freed_memory
