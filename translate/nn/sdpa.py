@@ -73,8 +73,8 @@ def sdpa_backend(
     masked: bool,
     num_kv_heads: int | None = None,
 ) -> str:
-    """The kernel SDPA picks for our calls of this shape (causal, or with a padding mask), e.g.
-    ``"flash_attention"``, for a run's log: torch's private dispatcher, else ``"unknown"``."""
+    """The kernel SDPA picks for our calls of this shape (causal, or with a padding mask), for
+    a run's log: torch's private dispatcher's ``"flash_attention"``..., else ``"unknown"``."""
     kv_heads = num_heads if num_kv_heads is None or not SUPPORTS_ENABLE_GQA else num_kv_heads
     q = torch.zeros(2, num_heads, 8, head_dim, device=device, dtype=dtype)  # (B, H, T, Dh)
     kv = torch.zeros(2, kv_heads, 8, head_dim, device=device, dtype=dtype)  # (B, Hkv, S, Dh)
