@@ -51,8 +51,7 @@ def xml_file(name: str, pair: str, lang: str) -> str:
 
 class IwsltRelease:
     """The official release: ``de-en.tgz``, ``de-en.zip`` or the folder they extract to.
-    Splits: ``train``, ``validation`` (dev2010), ``test`` (:data:`TEST_SETS`) or one set alone.
-    """
+    Splits: ``train``, ``validation`` (dev2010), ``test`` (:data:`TEST_SETS`) or one set alone."""
 
     def __init__(self, path: Path, pair: str = "de-en"):
         self.path, self.pair = Path(path), pair

@@ -154,30 +154,25 @@ def train_or_load_tokenizer(
         write(path, proto, "tokenizer cache", adopt=True)  # a path named by its key
         return Tokenizer(proto)
 
-    reuse = functools.partial(_reuse, path, settings["vocab_size"])
-    return _built_once(path, reuse, train), path
+    load = functools.partial(_load_cached, path, settings["vocab_size"])
+    unusable = "tokenizer: unusable cache file (%s); training it again"
+    return _built_once(path, load, train, unusable), path
 
 
-def _reuse(path: Path, vocab_size: int, warn: bool) -> Tokenizer | None:
-    if not path.is_file():
-        return None
-    tokenizer, why = _load_cached(path, vocab_size)
-    if tokenizer is not None:
-        log.info("tokenizer: reusing %s", path)
-    elif warn:
-        # Left in place, a damaged file would fail every later run with the same settings.
-        log.warning("tokenizer: unusable cache file (%s); training it again", why)
-    return tokenizer
-
-
-def _built_once(path: Path, reuse: Callable[[bool], T | None], build: Callable[[], T]) -> T:
-    """What ``reuse(warn)`` finds cached at ``path``, else what ``build()`` writes there; looked
-    up again (with ``warn``) once the lock is held: another process may have built it."""
-    found = reuse(False)
+def _built_once(
+    path: Path, load: Callable[[], tuple[T | None, str]], build: Callable[[], T], *warning
+) -> T:
+    """What ``load()`` (``(value, why not)``) finds cached at ``path``, else what ``build()``
+    writes there. Looked up again once the lock is held (another process may have built it), an
+    unusable file is then logged (``warning``'s format and arguments, then why) and replaced:
+    left in place, a damaged file would fail every later run with the same settings."""
+    found = load()[0] if path.is_file() else None
     if found is not None:
         return found
     with _building(path):
-        found = reuse(True)
+        found, why = load() if path.is_file() else (None, "")
+        if found is None and why:
+            log.warning(*warning, why)
         return build() if found is None else found
 
 
@@ -230,6 +225,7 @@ def _load_cached(path: Path, vocab_size: int) -> tuple[Tokenizer | None, str]:
         return None, str(err)
     if tokenizer.vocab_size != vocab_size:
         return None, f"{path} has vocab size {tokenizer.vocab_size}, expected {vocab_size}"
+    log.info("tokenizer: reusing %s", path)
     return tokenizer, ""
 
 
@@ -291,23 +287,14 @@ def encode_cached(
     path = cache_dir / f"encoded-{key[:24]}.npz"
     arrays = _built_once(
         path,
-        functools.partial(_reuse_encoded, path, key, columns),
+        functools.partial(_load_encoded, path, key, columns),
         functools.partial(_encode_all, tokenizer, columns, key, path),
+        "tokenizer: cache file %s is unusable (%s); encoding it again",
+        path,
     )
     return {
         lang: np.split(arrays[f"{lang}.ids"], arrays[f"{lang}.offsets"][1:-1]) for lang in columns
     }
-
-
-def _reuse_encoded(
-    path: Path, key: str, columns: Mapping[str, list[str]], warn: bool
-) -> dict[str, np.ndarray] | None:
-    if not path.is_file():
-        return None
-    arrays, why = _load_encoded(path, key, columns)
-    if arrays is None and warn:
-        log.warning("tokenizer: cache file %s is unusable (%s); encoding it again", path, why)
-    return arrays
 
 
 def _encode_all(
