@@ -38,8 +38,8 @@ def parse_overrides(lines) -> dict[str, str]:
 
 
 class RunLock:
-    """An exclusive ``flock`` on ``<run_dir>/.lock``, which names its holder. ``key`` is the
-    override that gives a command another dir, named when the dir is in use."""
+    """An exclusive ``flock`` on ``<run_dir>/.lock``, which names its holder (``key``: the
+    override that gives a command another dir)."""
 
     def __init__(self, run_dir: Path, key: str = "hydra.run.dir") -> None:
         self.path = Path(run_dir) / LOCK_NAME
@@ -118,8 +118,7 @@ def training_run_marks(directory: Path) -> list[str]:
 
 
 def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
-    """A run that trains from scratch needs a dir without another run's outputs: stop with one
-    line offering the three ways on, or clear them when ``overwrite`` says so."""
+    """A fresh run needs a dir without another run's outputs: refused, or cleared by overwrite."""
     if resume:
         return
     found = run_outputs(run_dir)

@@ -26,14 +26,7 @@ class CheckpointManager:
         self.directory = Path(directory)
         self.keep_last = keep_last
         self.around_best = around_best
-
-    @property
-    def last(self) -> Path:
-        return self.directory / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.directory / "best.pt"
+        self.last, self.best = self.directory / "last.pt", self.directory / "best.pt"
 
     def save(self, state: dict, step: int, is_best: bool, best_step: int | None = None) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
@@ -62,8 +55,7 @@ def checkpoint_state(
     tokenizer: Tokenizer,
     fingerprints: dict[str, str],
 ) -> dict:
-    """Everything a resumed run restores, as tensors and plain values. ``fingerprints`` tell the
-    same data read from elsewhere from other data."""
+    """Everything a resumed run restores; ``fingerprints`` tell data moved from other data."""
     return {
         "format_version": FORMAT_VERSION,
         **trainer.state_dict(),
