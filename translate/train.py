@@ -124,8 +124,7 @@ def _say_if_cut_short(run: Run, stop_reason: str) -> None:
 
 
 def _say_if_updates_skipped(run: Run) -> None:
-    """Said last: updates skipped for a NaN/Inf loss or gradient, fewer than
-    trainer.max_bad_steps in a row each time, could pass unnoticed."""
+    """Said last: skipped updates, fewer than trainer.max_bad_steps in a row, go unnoticed."""
     from translate.training.loop import nonfinite_causes
 
     skipped, p = run.progress.skipped_updates, run.progress

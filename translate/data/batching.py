@@ -35,8 +35,7 @@ def cut_batches(
 def length_sorted_batches(
     src_lens: Sequence[int], tgt_lens: Sequence[int] | None, max_tokens: int
 ) -> list[list[int]]:
-    """Indices sorted by length (target, then source; stable) and cut by :func:`cut_batches`;
-    ``tgt_lens=None`` for sources alone (decoding)."""
+    """Indices sorted by target, then source length (stable), cut; ``tgt_lens=None``: decoding."""
     src = np.asarray(src_lens, dtype=np.int64)
     tgt = np.zeros_like(src) if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
     order = np.lexsort((src, tgt)).tolist()
@@ -106,8 +105,7 @@ class Batch:
         return (self.tgt_out.reshape(-1) != pad_id).nonzero().squeeze(1)  # (N,)
 
     def padded(self, multiple: int, pad_id: int = Tokenizer.PAD) -> Batch:
-        """Both sides padded to a multiple of ``multiple`` positions: padding, masked as keys,
-        behind the causal mask and outside the loss."""
+        """Both sides padded to a multiple of ``multiple`` positions (masked, outside the loss)."""
 
         def wider(t: torch.Tensor, value) -> torch.Tensor:  # (B, L) -> (B, L rounded up)
             extra = -t.size(1) % multiple
@@ -189,8 +187,8 @@ def padding_ratio(
     src_lens: Sequence[int] | None = None,
     tgt_lens: Sequence[int] | None = None,
 ) -> dict[str, float]:
-    """Real tokens over padded positions of ``batches`` (collated, or index batches with their
-    lengths): ``{"src": ..., "tgt": ..., "all": ...}``, NaN when there are none."""
+    """Real tokens over padded positions (``src``, ``tgt``, ``all``; NaN for none) of ``batches``
+    (collated, or index batches with their lengths)."""
     src = None if src_lens is None else np.asarray(src_lens, dtype=np.int64)
     tgt = None if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
     real, padded = np.zeros(2, np.int64), np.zeros(2, np.int64)  # [source, target]

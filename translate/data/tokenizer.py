@@ -1,14 +1,13 @@
-"""One joint SentencePiece model for both languages, with fixed special ids, cached on disk.
-
-The model is cached under a key of the data source, its training text's fingerprint and the
-tokenizer settings, never the model settings: the jobs of a sweep share one file. Checkpoints
-embed :attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
+"""One joint SentencePiece model for both languages, with fixed special ids, cached on disk
+under a key of the data source, its training text's fingerprint and the tokenizer settings,
+never the model settings: the jobs of a sweep share one file. Checkpoints embed
+:attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
 :func:`encode_cached` caches a split's ids the same way.
 
 A cache file that is damaged or not what it is named for is built again and written over, with
 a warning, so one bad file never fails every later run. One process at a time builds a file
-(:func:`_building`): the jobs of a sweep started together wait for the first to build the
-tokenizer and encodings instead of each training its own (minutes at IWSLT2017's size).
+(:func:`_building`): the jobs of a sweep started together wait for the first one's build
+instead of each training its own (minutes at IWSLT2017's size).
 """
 
 from __future__ import annotations
@@ -91,17 +90,11 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
         """Text of each id sequence: cut at the first EOS, PAD and BOS dropped."""
-        specials = (self.PAD, self.BOS)
         kept = []
         for seq in ids:
-            out = []
-            for i in seq:
-                i = int(i)
-                if i == self.EOS:
-                    break
-                if i not in specials:
-                    out.append(i)
-            kept.append(out)
+            seq = [int(i) for i in seq]
+            end = seq.index(self.EOS) if self.EOS in seq else len(seq)
+            kept.append([i for i in seq[:end] if i not in (self.PAD, self.BOS)])
         if len(kept) < POOLED:
             return [self._sp.decode(seq) for seq in kept]
         return self._sp.decode(kept, num_threads=_threads())
@@ -163,9 +156,8 @@ def _built_once(
     path: Path, load: Callable[[], tuple[T | None, str]], build: Callable[[], T], *warning
 ) -> T:
     """What ``load()`` (``(value, why not)``) finds cached at ``path``, else what ``build()``
-    writes there. Looked up again once the lock is held (another process may have built it), an
-    unusable file is then logged (``warning``'s format and arguments, then why) and replaced:
-    left in place, a damaged file would fail every later run with the same settings."""
+    writes there; looked up again under the lock (another process may have built it), where an
+    unusable file is logged (``warning``'s format and arguments, then why)."""
     found = load()[0] if path.is_file() else None
     if found is not None:
         return found
@@ -316,8 +308,7 @@ def _encode_all(
 def _load_encoded(
     path: Path, key: str, columns: Mapping[str, list[str]]
 ) -> tuple[dict[str, np.ndarray] | None, str]:
-    """``(arrays, "")`` when ``path`` holds the ids for ``key`` of ``columns``, else
-    ``(None, why not)``."""
+    """``(arrays, "")`` if ``path`` holds ``columns``' ids for ``key``, else ``(None, why)``."""
     try:
         with np.load(path) as stored:
             arrays = {name: stored[name] for name in stored.files}

@@ -156,13 +156,9 @@ class MultiHeadAttention(nn.Module):
         """Queries ``(B / r, H, r * T, Dh)``, keys and values ``(B / r, Hkv, S_total, Dh)``,
         the cached length before this call, and ``r``, the query rows per key row."""
         B, T, _ = query.shape
-        if (
-            cache is not None
-            and not cache.static
-            and key is query
-            and value is query
-            and uses_derived(self.q_proj.weight)
-        ):  # a decoding step's self-attention, without autograd
+        # A decoding step's self-attention, without autograd: one GEMM.
+        self_step = cache is not None and not cache.static and key is query and value is query
+        if self_step and uses_derived(self.q_proj.weight):
             return *self._project_step(query, cache), 1
         filled = cache is not None and cache.static and cache.k is not None
         r = _query_group(B, (cache.k if filled else key).size(0), attn_mask, is_causal)
@@ -226,12 +222,8 @@ class MultiHeadAttention(nn.Module):
         use_manual = self.impl == "manual" or need_weights
         if need_weights and self.impl == "sdpa":
             _log_weights_fallback()
-        if (
-            not use_manual
-            and key_padding_mask is None
-            and attn_mask is None
-            and (not causal or past == 0)
-        ):
+        unmasked = key_padding_mask is None and attn_mask is None and (not causal or past == 0)
+        if not use_manual and unmasked:
             # Mask-free or plain causal: let SDPA pick its fastest kernel (Flash where available).
             return fused_attention(q, k, v, dropout_p=dropout_p, is_causal=causal), None
         B, _, T, _ = q.shape

@@ -17,8 +17,7 @@ from torch import Tensor
 
 @dataclass
 class AttentionCache:
-    """``static=True``: cross-attention, the encoder's keys/values stored once (:meth:`store`);
-    otherwise each step's are added by :meth:`append`."""
+    """``static=True``: cross-attention, stored once (:meth:`store`); else :meth:`append`-ed."""
 
     static: bool = False
     _k: Tensor | None = None  # (B, Hkv, length, Dh)

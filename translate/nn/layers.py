@@ -71,8 +71,7 @@ def attention(config: TransformerConfig) -> MultiHeadAttention:
 
 
 class _Sublayer(nn.Module):
-    """Pre-norm ``x + dropout(f(norm(x)))`` or post-norm ``norm(x + dropout(f(x)))``, as
-    ``x = block.post(x, f(block.pre(x)))``."""
+    """``x + dropout(f(norm(x)))`` or post-norm ``norm(x + dropout(f(x)))``, by pre and post."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()

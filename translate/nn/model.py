@@ -104,8 +104,7 @@ class AttentionMaps:
 
 
 class Seq2SeqTransformer(nn.Module):
-    """Built from a :class:`TransformerConfig`, or without one from the fields that differ
-    from its defaults (``d_model=32``); ``vocab_size`` is the tokenizer's."""
+    """Built from a :class:`TransformerConfig`, or from the fields that differ from its defaults."""
 
     def __init__(
         self, vocab_size: int, config: TransformerConfig | None = None, pad_id: int = 0, **fields
@@ -140,20 +139,13 @@ class Seq2SeqTransformer(nn.Module):
     def reset_parameters(self) -> None:
         init_weights(self)
 
-    def _head_mask(
-        self, head_mask: dict[str, Tensor] | None, key: str, layer: int
-    ) -> Tensor | None:
-        return None if head_mask is None or key not in head_mask else head_mask[key][layer]
-
     def _encode(
         self, src: Tensor, src_padding_mask: Tensor | None, need_weights: bool, head_mask
     ) -> tuple[Tensor, list[Tensor]]:
         x = self.embedding(src)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(
-                x, src_padding_mask, need_weights, self._head_mask(head_mask, "encoder", i)
-            )
+            x, w = layer(x, src_padding_mask, need_weights, _head_mask(head_mask, "encoder", i))
             weights.append(w)
         return self.encoder_norm(x), weights
 
@@ -178,8 +170,8 @@ class Seq2SeqTransformer(nn.Module):
                 self_cache=None if cache is None else cache.self_attn[i],
                 cross_cache=None if cache is None else cache.cross_attn[i],
                 need_weights=need_weights,
-                self_head_mask=self._head_mask(head_mask, "decoder_self", i),
-                cross_head_mask=self._head_mask(head_mask, "decoder_cross", i),
+                self_head_mask=_head_mask(head_mask, "decoder_self", i),
+                cross_head_mask=_head_mask(head_mask, "decoder_cross", i),
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
@@ -248,6 +240,10 @@ class Seq2SeqTransformer(nn.Module):
     def num_layers(self) -> dict[str, int]:
         n_enc, n_dec = len(self.encoder_layers), len(self.decoder_layers)
         return {"encoder": n_enc, "decoder_self": n_dec, "decoder_cross": n_dec}
+
+
+def _head_mask(head_mask: dict[str, Tensor] | None, key: str, layer: int) -> Tensor | None:
+    return None if head_mask is None or key not in head_mask else head_mask[key][layer]
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

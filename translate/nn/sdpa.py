@@ -52,8 +52,7 @@ def fused_attention(
 def masked_fused_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float = 0.0
 ) -> Tensor:
-    """:func:`fused_attention` with ``nn.MultiheadAttention``'s mask convention; rows whose keys
-    are all excluded give zeros, as the manual path's do, not NaN."""
+    """:func:`fused_attention` with ``nn.MultiheadAttention``'s masks; fully masked rows give 0."""
     if mask.dtype == torch.bool:
         fully_masked = mask.all(dim=-1, keepdim=True)
         allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend

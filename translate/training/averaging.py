@@ -70,8 +70,7 @@ def _what_to_pass(found: int) -> str:
 
 
 def check_output(output: str | Path, inputs: list[Path]) -> Path:
-    """Where an average may be written: a name training does not own, a new file or an earlier
-    average."""
+    """Where an average may go: a new file or an earlier average, not a training checkpoint."""
     output = Path(output)
     if output.name in _RESERVED or _STEP_FILE.fullmatch(output.name):
         raise UserError(
@@ -120,8 +119,7 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
 
 
 def _refuse_repeats(paths: list[Path]) -> None:
-    """Refuse two of ``paths`` that hold one checkpoint (one name, a hard link or a copy): the
-    mean of fewer is not what was asked."""
+    """Refuse a checkpoint named twice (or linked, or copied): the mean of fewer was not asked."""
     seen: dict[str, Path] = {}
     for path in paths:
         identity = file_sha256(path)

@@ -39,8 +39,7 @@ ETA_AFTER_STEPS = 200  # updates before the log says when the budget will end
 
 
 class TrainBatches:
-    """The training split's batches in an order fixed by ``(seed, epoch)``: a resumed run skips
-    exactly the micro-batches it already trained on."""
+    """Batches in an order fixed by ``(seed, epoch)``: a resumed run skips the ones it trained."""
 
     def __init__(self, split: EncodedSplit, max_tokens: int, seed: int) -> None:
         self.split = split
@@ -257,8 +256,7 @@ def _validate(run: Run) -> bool:
 
 
 def _never_best(run: Run, dev_loss: float) -> str | None:
-    """Why the model may not become best.pt whatever its BLEU (a NaN model can still decode to
-    a BLEU above the best); None when it may."""
+    """Why the model may not become best.pt whatever its BLEU (a NaN one can decode); or None."""
     broken = non_finite(run.model.state_dict())
     if broken:
         return f"weights {broken} are not finite"

@@ -122,8 +122,7 @@ def _choose_checkpoint(run: Run) -> Scored:
 
 
 def _average_last(run: Run) -> Scored | None:
-    """Average step checkpoints into averaged.pt, loaded and scored on the dev prefix; None when
-    off or too few."""
+    """averaged.pt, loaded into the model and scored on the dev prefix; None: off or too few."""
     t, best = run.settings.trainer, run.progress.best_step
     n = t.average_last_n
     if not n:

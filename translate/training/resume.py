@@ -217,8 +217,7 @@ def _checkpoint_files(directory: Path) -> list[Path]:
 
 
 def finished_results(settings: TrainSettings) -> dict | None:
-    """The results of a resumed run already done (its last checkpoint reached a limit, and
-    ``results.json`` is of that step), checked to be this experiment's."""
+    """The results of a resumed run already done, checked to be this experiment's."""
     run_dir, t = Path(settings.run_dir), settings.trainer
     results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
     if not (t.resume and results_file.is_file() and last.is_file()):

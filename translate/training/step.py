@@ -38,8 +38,7 @@ class StepResult:
 
 
 class Trainer:
-    """Owns the model's optimisation, run through ``compiled_model`` if given, else ``model``;
-    ``schedule`` defaults to ``optim``'s, without a cooldown."""
+    """Owns the model's optimisation; trains through ``compiled_model`` if given."""
 
     def __init__(
         self,
@@ -69,8 +68,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     def step(self, batches: list[Batch]) -> StepResult:
-        """One optimizer update over ``batches`` (gradient accumulation), loss normalised by
-        the total number of target tokens so accumulation equals one large batch."""
+        """One update over ``batches``, normalised by their target tokens: as one large batch."""
         self.model.train()
         total_tgt = sum(b.num_tgt_tokens for b in batches)
         tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
