@@ -73,8 +73,7 @@ class Corpus:
     max_tokens: int = 4096  # data.max_tokens: training batch size in (padded) tokens
     eval_max_tokens: int = 8192  # data.eval_max_tokens
     eval_max_len: int | None = None  # data.eval_max_len (counts the EOS/BOS)
-    # role -> text_fingerprint of the split as read: checkpoints store it, so data read from
-    # another place can be recognised as the same text.
+    # role -> text_fingerprint, stored in checkpoints: data moved elsewhere is the same text.
     fingerprints: dict[str, str] = field(default_factory=dict)
 
 

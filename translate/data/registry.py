@@ -25,8 +25,7 @@ Reader = Callable[[DataSettings, list[str], Langs], "dict[str, datasets.Dataset]
 @dataclass(frozen=True)
 class Source:
     read: Reader
-    # (data, split name, lang) -> where that side of the split is read from, for messages;
-    # None: ``data=<source>``.
+    # (data, split name, lang) -> where that side is read from, for messages (None: the source).
     where: Callable[[DataSettings, str, str], str] | None = None
     origin: str = ""  # where the data set comes from, told when its folder is not given or found
     # The keys of other sources this one does not read: set, they would be ignored.

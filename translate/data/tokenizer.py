@@ -108,11 +108,6 @@ def _threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def tokenizer_key(key_parts: Mapping[str, object], settings: Mapping[str, object]) -> str:
-    blob = json.dumps({"data": dict(key_parts), "settings": dict(settings)}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
 def train_or_load_tokenizer(
     train_texts: Callable[[], Iterable[str]],
     *,
@@ -135,7 +130,8 @@ def train_or_load_tokenizer(
         "input_sentence_size": int(input_sentence_size),
         "seed": int(seed),
     }
-    key = tokenizer_key(key_parts, settings)
+    blob = json.dumps({"data": dict(key_parts), "settings": settings}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()
     name = str(key_parts.get("source", "data"))
     path = Path(cache_dir) / f"spm-{name}-{model_type}{vocab_size}-{key[:16]}.model"
 

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# The feed-forward activations a config may name (torch.nn.functional's, by their names there),
-# and the attention paths (translate.nn.attention). Names only: settings are read and checked
-# without importing torch, so that --help and a refused key answer at once.
+# The feed-forward activations (torch.nn.functional's names) and attention paths a config may
+# name; names only: settings are checked without importing torch, so --help answers at once.
 ACTIVATIONS = ("relu", "gelu")
 IMPLS = ("manual", "sdpa")
 

@@ -73,13 +73,6 @@ class DecoderCache:
     self_attn: list[AttentionCache] = field(default_factory=list)
     cross_attn: list[AttentionCache] = field(default_factory=list)
 
-    @classmethod
-    def empty(cls, num_layers: int) -> DecoderCache:
-        return cls(
-            [AttentionCache() for _ in range(num_layers)],
-            [AttentionCache(static=True) for _ in range(num_layers)],
-        )
-
     @property
     def length(self) -> int:  # target positions already decoded
         return self.self_attn[0].length
@@ -234,7 +227,9 @@ class Seq2SeqTransformer(nn.Module):
         return AttentionMaps(enc_w, self_w, cross_w)
 
     def new_cache(self) -> DecoderCache:
-        return DecoderCache.empty(len(self.decoder_layers))
+        n = len(self.decoder_layers)
+        self_attn = [AttentionCache() for _ in range(n)]
+        return DecoderCache(self_attn, [AttentionCache(static=True) for _ in range(n)])
 
     @property
     def num_layers(self) -> dict[str, int]:

@@ -30,9 +30,8 @@ class CheckpointManager:
 
     def save(self, state: dict, step: int, is_best: bool, best_step: int | None = None) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
-        # These names are this manager's own: a fresh run starts only in a dir without
-        # checkpoints and a resume has found each one that loads this experiment's, so what
-        # they hold may be replaced (cut short by a crash), but no other kind of output.
+        # This manager's own names: a fresh run starts without checkpoints and a resume found
+        # each one this experiment's, so they may be replaced, but no other kind of output.
         save_checkpoint(state, path, adopt=True)
         io.link(path, self.last, CHECKPOINT, adopt=True)
         if is_best:

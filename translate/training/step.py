@@ -13,10 +13,9 @@ from translate.schema import OptimSettings
 from translate.scoring import batch_loss
 from translate.training.optim import Schedule, make_optimizer
 
-# oneDNN, which runs a CPU's bf16 matmuls, builds and caches a kernel for every matrix shape,
-# and Multi30k's token batches almost never repeat one: a bf16 step built kernels for as long
-# as AMX saved. Positions padded to a multiple of 8 and the loss rows to one of 64 leave few
-# shapes: 20,020 tokens/s against 14,838 unpadded on an Intel Xeon with AMX (fp32: 14,652, and
+# oneDNN builds a kernel for every shape of a CPU's bf16 matmuls, and Multi30k's token batches
+# almost never repeat one. Positions padded to a multiple of 8 and loss rows to one of 64 leave
+# few shapes: 20,020 tokens/s against 14,838 unpadded on an Intel Xeon with AMX (fp32: 14,652,
 # 13,230 padded, so fp32 never pads; docs/benchmarks.md, "bf16 on the CPU").
 SEQ_MULTIPLE, ROW_MULTIPLE = 8, 64
 STATES = ("model", "optimizer", "scheduler", "scaler")  # a checkpoint's, in this order
