@@ -165,9 +165,8 @@ def resume_command(run_dir: str) -> str:
 
 
 def _exit(run: Run, what: str, sig: int) -> None:
-    """Say what a signal stopped and how to resume; exit 128 + signal. The signal's Python
-    handler from before training (hydra-submitit-launcher's, which requeues a preempted SLURM
-    job) is called first: the checkpoint it resumes from is saved."""
+    """Say what a signal stopped and how to resume; exit 128 + signal, after the handler it had
+    before training (hydra-submitit-launcher's requeues a preempted SLURM job, now saved)."""
     log.warning("%s %s. Resume with:\n  %s", what, run.ckpts.last, resume_command(str(run.run_dir)))
     previous = signal.getsignal(sig)
     if callable(previous) and previous is not signal.default_int_handler:

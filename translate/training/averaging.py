@@ -84,9 +84,8 @@ def check_output(output: str | Path, inputs: list[Path]) -> Path:
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict:
-    """The element-wise mean of the ``model`` weights of ``paths`` as a loadable checkpoint.
-    Floats are summed in float64 and cast back, so N copies of one checkpoint give exactly its
-    weights; other entries must be equal in every input."""
+    """The mean of ``paths``' ``model`` weights as a checkpoint: floats summed in float64 and cast
+    back (N copies of one give exactly its weights), other entries equal in every input."""
     paths = [Path(p) for p in paths]
     _refuse_repeats(paths)
     first = newest = load_checkpoint(paths[0])

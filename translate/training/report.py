@@ -271,9 +271,8 @@ def _sortable(value: str, spec: str) -> str:
 
 
 def swept_overrides(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """``({key: value}, {key: the sweep's value})`` of the job's overrides
-    (``.hydra/overrides.yaml``) whose value its sweep (``multirun.yaml``) does not set for every
-    job (there ``heads=1,4,8,16``); empty for a single run."""
+    """``({key: value}, {key: the sweep's value})`` of the job's overrides (``.hydra/``) that its
+    sweep (``multirun.yaml``) varies, as ``heads=1,4,8,16``; empty for a single run."""
     try:
         job = parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
         sweep = yaml.safe_load((run_dir.parent / "multirun.yaml").read_text())

@@ -18,9 +18,8 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointManager:
-    """Writes ``step_<N>.pt``, keeps the newest ``keep_last`` (and with ``around_best=N`` the N
-    around the best one's, for averaging), and points ``last.pt`` (and ``best.pt`` on request)
-    at the newest file."""
+    """Writes ``step_<N>.pt``, keeps the newest ``keep_last`` (and ``around_best`` around the
+    best one's, for averaging), and links ``last.pt`` (and ``best.pt`` if asked) to it."""
 
     def __init__(self, directory: Path, keep_last: int, around_best: int = 0) -> None:
         self.directory = Path(directory)
