@@ -1,10 +1,9 @@
 """Train a Transformer: ``python -m translate.train heads=8`` (see README.md).
 
 ``train(cfg) -> dict`` is the whole job as a plain function (tests call it through Hydra's
-``compose``); ``main`` only wraps it for the command line. Everything is written under
-``cfg.run_dir``: ``checkpoints/``, ``tensorboard/``, ``test.hyp.txt`` and ``results.json``.
-The training machinery (and torch) is imported once the settings are read, so that ``--help``
-and a refused setting answer in half a second (tests/test_architecture.py).
+``compose``); ``main`` wraps it for the command line. The training machinery (and torch) is
+imported once the settings are read, so that ``--help`` and a refused setting answer in half a
+second (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ CUT_SHORT = 0.9  # a run that ends on max_minutes below this share of max_steps 
 
 
 def train(cfg: DictConfig) -> dict:
-    """Train, validate, checkpoint, then score the best checkpoint on the test split; returns
-    the ``results.json`` dict. Resuming a finished run only reports its results."""
+    """Train, then score the best checkpoint on the test split; returns ``results.json``'s dict.
+    Resuming a finished run only reports its results."""
     _refuse_several_processes()
     settings = train_settings(cfg, sweep_job())
     from translate.training.resume import finished_results
@@ -54,8 +53,7 @@ def train(cfg: DictConfig) -> dict:
 
 
 def _refuse_several_processes() -> None:
-    """Under ``torchrun --nproc_per_node=N`` (``WORLD_SIZE`` > 1) every process would train
-    the same model alone into the same run dir: refused, naming what to run instead."""
+    """Under ``torchrun`` each of ``WORLD_SIZE`` processes would train the same run alone."""
     world = os.environ.get("WORLD_SIZE", "1")
     if world.isdigit() and int(world) > 1:
         raise UserError(
@@ -73,7 +71,7 @@ def _train(settings: TrainSettings) -> dict:
     run = None
     try:
         run = setup(settings)
-        # Claimed and checked: the run's .hydra/ record (over another run's, set aside).
+        # The run's .hydra/ record, claimed and checked (over another run's, set aside).
         accept_record(replacing=settings.trainer.overwrite and not settings.trainer.resume)
         # A refused write of TensorBoard's events (checkpoints map their own): one line.
         with mapped_write_errors(run.run_dir / "tensorboard"):
@@ -93,11 +91,8 @@ def _train(settings: TrainSettings) -> dict:
     except Stopped as stop:  # a second signal during training
         if run is None:
             raise SystemExit(128 + stop.signum) from None
-        _exit(
-            run,
-            f"second {stop}: stopped at once, without saving; the last checkpoint is",
-            stop.signum,
-        )
+        what = f"second {stop}: stopped at once, without saving; the last checkpoint is"
+        _exit(run, what, stop.signum)
     except WriteFailed as err:  # a full disk, a read-only one, a quota, while training
         if run is None:
             raise
@@ -111,8 +106,8 @@ def _train(settings: TrainSettings) -> dict:
 
 
 def _say_if_cut_short(run: Run, stop_reason: str) -> None:
-    """A run that ended on its clock long before its step budget says so, last: its scores
-    are those of fewer updates than the recipe names, and another machine makes more."""
+    """Said last: a run that its clock ended long before its step budget is scored on fewer
+    updates than the recipe names, and another machine makes more."""
     t, p = run.settings.trainer, run.progress
     if stop_reason.startswith("max_minutes") and p.step < CUT_SHORT * t.max_steps:
         log.warning(
@@ -129,8 +124,7 @@ def _say_if_cut_short(run: Run, stop_reason: str) -> None:
 
 
 def _say_if_updates_skipped(run: Run) -> None:
-    """A run that skipped updates for a NaN/Inf loss or gradient says how many, last: fewer
-    than trainer.max_bad_steps in a row never stops it, so they could pass unnoticed."""
+    """Said last: skipped updates, fewer than trainer.max_bad_steps in a row, go unnoticed."""
     from translate.training.loop import nonfinite_causes
 
     skipped, p = run.progress.skipped_updates, run.progress
@@ -165,20 +159,14 @@ def _score(run: Run) -> dict:
 
 def resume_command(run_dir: str) -> str:
     """The command that resumes the run in ``run_dir``, ready to paste into a shell."""
-    return " ".join(
-        [
-            "python -m translate.train",
-            *(shlex.quote(o) for o in task_overrides()),
-            override_word("hydra.run.dir", str(run_dir)),
-            "trainer.resume=true",
-        ]
-    )
+    overrides = [shlex.quote(o) for o in task_overrides()]
+    where = override_word("hydra.run.dir", str(run_dir))
+    return " ".join(["python -m translate.train", *overrides, where, "trainer.resume=true"])
 
 
 def _exit(run: Run, what: str, sig: int) -> None:
-    """Say what a signal stopped and how to resume; exit 128 + signal. A Python handler the
-    signal had before training (hydra-submitit-launcher's, which requeues a preempted SLURM
-    job) is called first: the checkpoint it resumes from is saved."""
+    """Say what a signal stopped and how to resume; exit 128 + signal, after the handler it had
+    before training (hydra-submitit-launcher's requeues a preempted SLURM job, now saved)."""
     log.warning("%s %s. Resume with:\n  %s", what, run.ckpts.last, resume_command(str(run.run_dir)))
     previous = signal.getsignal(sig)
     if callable(previous) and previous is not signal.default_int_handler:

@@ -1,9 +1,6 @@
 """Batching: token-bounded batches of similar length, and padding them into tensors.
-
 :func:`cut_batches` is the one rule every batch follows (training, evaluation, translation,
-benchmarks); :func:`length_sorted_batches` applies it to sentences sorted by length,
-:class:`TokenBatchSampler` with training's seeded per-epoch shuffle.
-"""
+benchmarks)."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ def cut_batches(
     order: Sequence[int], src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int
 ) -> list[list[int]]:
     """``order`` cut into consecutive batches whose padded size, ``len(batch) * longest``,
-    stays within ``max_tokens`` on the source and the target side (a longer example alone)."""
+    stays within ``max_tokens`` on both sides (a longer example alone)."""
     batches, batch, max_src, max_tgt = [], [], 0, 0
     for i in order:
         s, t = max(max_src, int(src_lens[i])), max(max_tgt, int(tgt_lens[i]))
@@ -38,8 +35,7 @@ def cut_batches(
 def length_sorted_batches(
     src_lens: Sequence[int], tgt_lens: Sequence[int] | None, max_tokens: int
 ) -> list[list[int]]:
-    """Indices sorted by length (target, then source; stable) and cut by :func:`cut_batches`;
-    ``tgt_lens=None`` for sources alone (decoding)."""
+    """Indices sorted by target, then source length (stable), cut; ``tgt_lens=None``: decoding."""
     src = np.asarray(src_lens, dtype=np.int64)
     tgt = np.zeros_like(src) if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
     order = np.lexsort((src, tgt)).tolist()
@@ -48,12 +44,10 @@ def length_sorted_batches(
 
 class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
     """:func:`cut_batches` of the indices: in their order (``shuffle=False``), or sorted by
-    length with ties broken at random and the batches shuffled, from ``(seed, epoch)``.
-
-    The shuffled source order snakes, rising within even target lengths and falling within odd
+    length with ties broken at random and the batches shuffled, from ``(seed, epoch)``. The
+    shuffled source order snakes, rising within even target lengths and falling within odd
     ones, so a batch cut across two target lengths joins similar sources: on Multi30k's train
-    split (2,048 tokens) the real share of padded positions rises from 95.6% to 97.1%.
-    """
+    split (2,048 tokens) the real share of padded positions rises from 95.6% to 97.1%."""
 
     def __init__(self, src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int = 0):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
@@ -106,13 +100,12 @@ class Batch:
     num_tgt_tokens: int  # non-PAD tokens in tgt_out (what the loss counts)
 
     def target_index(self, pad_id: int = Tokenizer.PAD) -> torch.Tensor:
-        """Flat positions ``b * T + t`` of the non-PAD tokens of ``tgt_out (B, T)`` (the model's
-        ``target_index``). Take it before :meth:`to`: on the host, counting does not wait."""
+        """The model's ``target_index``: flat positions ``b * T + t`` of the non-PAD tokens of
+        ``tgt_out (B, T)``. Take it before :meth:`to`: on the host, counting does not wait."""
         return (self.tgt_out.reshape(-1) != pad_id).nonzero().squeeze(1)  # (N,)
 
     def padded(self, multiple: int, pad_id: int = Tokenizer.PAD) -> Batch:
-        """The batch with both sides padded to a multiple of ``multiple`` positions: the extra
-        positions are padding, masked as keys, after the causal mask and outside the loss."""
+        """Both sides padded to a multiple of ``multiple`` positions (masked, outside the loss)."""
 
         def wider(t: torch.Tensor, value) -> torch.Tensor:  # (B, L) -> (B, L rounded up)
             extra = -t.size(1) % multiple
@@ -140,17 +133,11 @@ def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def collate(
-    examples: Sequence[tuple[int, Sequence[int], Sequence[int]]],
-    pad_id: int = Tokenizer.PAD,
-    bos_id: int = Tokenizer.BOS,
-    eos_id: int = Tokenizer.EOS,
-) -> Batch:
+def collate(examples: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> Batch:
     """``[(index, src_ids, tgt_ids), ...]`` (ids without specials) -> a padded :class:`Batch`.
-
-    Whole-array numpy, not a loop of tensor writes per row: at IWSLT2017's 8,192-token batches
-    the loop took 6.5 ms a batch, most of the training loop's host side; this 1.1 ms
-    (docs/scale.md)."""
+    Whole-array numpy, not tensor writes per row: at IWSLT2017's 8,192-token batches those took
+    6.5 ms a batch, most of the training loop's host side; this 1.1 ms (docs/scale.md)."""
+    pad_id, bos_id, eos_id = Tokenizer.PAD, Tokenizer.BOS, Tokenizer.EOS
     srcs = [np.asarray(s, np.int64) for _, s, _ in examples]
     tgts = [np.asarray(t, np.int64) for _, _, t in examples]
     src = torch.from_numpy(_padded(srcs, pad_id, end=eos_id))  # (B, S): ids, EOS, PAD
@@ -200,8 +187,8 @@ def padding_ratio(
     src_lens: Sequence[int] | None = None,
     tgt_lens: Sequence[int] | None = None,
 ) -> dict[str, float]:
-    """Real tokens over padded positions of ``batches`` (collated, or index batches with their
-    lengths): ``{"src": ..., "tgt": ..., "all": ...}``, NaN when there are none."""
+    """Real tokens over padded positions (``src``, ``tgt``, ``all``; NaN for none) of ``batches``
+    (collated, or index batches with their lengths)."""
     src = None if src_lens is None else np.asarray(src_lens, dtype=np.int64)
     tgt = None if tgt_lens is None else np.asarray(tgt_lens, dtype=np.int64)
     real, padded = np.zeros(2, np.int64), np.zeros(2, np.int64)  # [source, target]

@@ -54,8 +54,8 @@ class EncodedSplit:
         return np.fromiter((len(x) + 1 for x in self.tgt_ids), np.int64, len(self.tgt_ids))
 
     def batches(self, max_tokens: int, max_len: int | None = None) -> Iterator[Batch]:
-        """Batches sorted by length (the loss on valid/test) of the pairs within ``max_len``
-        (None: all), so one long line cannot exhaust the memory."""
+        """Length-sorted batches (the valid/test loss) of the pairs within ``max_len`` (None:
+        all), so one long line cannot exhaust the memory."""
         src_lens, tgt_lens = self.src_lens, self.tgt_lens
         kept = np.arange(len(self))
         if max_len is not None:
@@ -73,8 +73,7 @@ class Corpus:
     max_tokens: int = 4096  # data.max_tokens: training batch size in (padded) tokens
     eval_max_tokens: int = 8192  # data.eval_max_tokens
     eval_max_len: int | None = None  # data.eval_max_len (counts the EOS/BOS)
-    # role -> text_fingerprint of the split as read: checkpoints store it, so data read from
-    # another place can be recognised as the same text.
+    # role -> text_fingerprint, stored in checkpoints: data moved elsewhere is the same text.
     fingerprints: dict[str, str] = field(default_factory=dict)
 
 
@@ -100,8 +99,7 @@ def load_corpus(data: DataSettings) -> Corpus:
     splits = {}
     for role, cols in texts.items():
         ids = encode_cached(tokenizer, cols, prints[role], cache_dir)
-        splits[role] = _kept(names[role], cols, ids, data, role in set(data.filter.roles))
-        split = splits[role]
+        split = splits[role] = _kept(names[role], cols, ids, data, role in data.filter.roles)
         why = ", ".join(f"{r} {n}" for r, n in split.dropped.items()) or "not filtered"
         log.info(
             "data %s (%s): %d pairs, kept %d, dropped %d (%s)",
@@ -193,8 +191,7 @@ def _read_texts(
 
 
 def _check_has_text(data: DataSettings, name: str, columns: dict[str, list[str]]) -> None:
-    # An empty split is left to load_corpus's "has no pairs".
-    for lang, lines in columns.items():
+    for lang, lines in columns.items():  # an empty split is left to load_corpus's "no pairs"
         if lines and not any(lines):
             raise UserError(
                 f"the training split {name!r} ({_where(data, name, lang)}) has no {lang} text: "
@@ -230,8 +227,7 @@ def _columns(ds, langs: tuple[str, str]) -> dict[str, list[str]]:
 
 def _filter(
     src_ids: list[np.ndarray], tgt_ids: list[np.ndarray], limits: FilterSettings, apply: bool
-) -> tuple[np.ndarray, dict[str, int]]:
-    """Keep mask and ``{reason: dropped}``."""
+) -> tuple[np.ndarray, dict[str, int]]:  # the keep mask, {reason: pairs dropped}
     n = len(src_ids)
     if not apply:
         return np.ones(n, bool), {}
@@ -248,9 +244,5 @@ def _filter(
     if limits.max_len_ratio is not None:
         ratio = np.maximum(s, t) > limits.max_len_ratio * np.minimum(s, t)
         ratio &= ~empty & ~too_long
-    dropped = {
-        "empty": int(empty.sum()),
-        "too_long": int(too_long.sum()),
-        "ratio": int(ratio.sum()),
-    }
-    return ~(empty | too_long | ratio), dropped
+    dropped = {"empty": empty, "too_long": too_long, "ratio": ratio}
+    return ~(empty | too_long | ratio), {why: int(mask.sum()) for why, mask in dropped.items()}

@@ -1,10 +1,6 @@
-"""IWSLT 2017 De-En: from the Hugging Face hub, or from a local copy of the official release.
-
-:func:`load_iwslt_hub` reads the hub's Parquet export; when it is missing or lacks a split, it
-falls back, with a warning, to the release archive the same repository keeps
-(``data.hub.archive``), read by :class:`IwsltRelease`. A network error is no reason to fall
-back: it stops at once with :func:`hub_unreachable`'s one line.
-"""
+"""IWSLT 2017 De-En: the Hugging Face hub's Parquet export or, with a warning where it lacks a
+split, the release archive the same repository keeps (``data.hub.archive``); or a local copy of
+that release (:class:`IwsltRelease`). A network error stops at once, without a fallback."""
 
 from __future__ import annotations
 
@@ -51,8 +47,7 @@ def xml_file(name: str, pair: str, lang: str) -> str:
 
 class IwsltRelease:
     """The official release: ``de-en.tgz``, ``de-en.zip`` or the folder they extract to.
-    Splits: ``train``, ``validation`` (dev2010), ``test`` (:data:`TEST_SETS`) or one set alone.
-    """
+    Splits: ``train``, ``validation`` (dev2010), ``test`` (:data:`TEST_SETS`) or one set alone."""
 
     def __init__(self, path: Path, pair: str = "de-en"):
         self.path, self.pair = Path(path), pair
@@ -273,8 +268,8 @@ _NETWORK_NAMES = {
 
 
 def is_network_error(err: BaseException) -> bool:
-    """Whether ``err`` or its cause is a connection, DNS, timeout or offline-mode error; by class
-    name too, since huggingface_hub has used requests, httpx and httpx2 over time."""
+    """Whether ``err`` or its cause is a connection, DNS, timeout or offline-mode error, by class
+    name too (huggingface_hub has used requests, httpx and httpx2)."""
     seen = 0
     while err is not None and seen < 10:
         if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror)):

@@ -1,9 +1,5 @@
-"""The data sources by name: what ``data.source`` (``data=<name>``) reads, in one table.
-
-A new source is one reader, one entry in :data:`SOURCES` and one ``conf/data/<name>.yaml``
-(docs/extending.md); a source of one file set per split in ``data.dir`` is :func:`in_folder`
-around a function that reads one split.
-"""
+"""The data sources by name (``data=<name>``), in one table: a new source is one reader, one
+entry in :data:`SOURCES` and one ``conf/data/<name>.yaml`` (docs/extending.md)."""
 
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ Reader = Callable[[DataSettings, list[str], Langs], "dict[str, datasets.Dataset]
 @dataclass(frozen=True)
 class Source:
     read: Reader
-    # (data, split name, lang) -> where that side of the split is read from, for messages;
-    # None: ``data=<source>``.
+    # (data, split name, lang) -> where that side is read from, for messages (None: the source).
     where: Callable[[DataSettings, str, str], str] | None = None
     origin: str = ""  # where the data set comes from, told when its folder is not given or found
     # The keys of other sources this one does not read: set, they would be ignored.
@@ -61,8 +56,7 @@ def in_folder(
     origin: str = "",
 ) -> Source:
     """Files in ``data.dir`` (``default()`` when null); ``file_name`` (with ``{split}`` and
-    ``{lang}``) names one side's file in messages; ``origin``: where the data set comes from,
-    told when the folder is missing."""
+    ``{lang}``) names one side's file in messages."""
 
     def folder(data: DataSettings, names: list[str], langs: Langs) -> Path:
         where = default() if data.dir is None and default else data_path(data.dir, "dir")

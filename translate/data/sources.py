@@ -1,10 +1,8 @@
-"""Where parallel text comes from: readers of ``datasets.Dataset`` splits of
-``{"translation": {"de": "...", "en": "..."}}`` records, as the hub's IWSLT2017.
-
-Corpus lines are read as UTF-8 with universal newlines and stripped, as the hub's loading script
-did (:func:`read_lines`). Text to translate is split on ``\\n`` and ``\\r\\n`` only and kept as
-it is (:func:`read_input_lines`), so one input line is one output line. No reader truncates or
-skips pairs silently.
+"""Readers of parallel text into ``datasets.Dataset`` splits of ``{"translation": {"de": ...,
+"en": ...}}`` records, as the hub's IWSLT2017. Corpus lines are read as UTF-8 with universal
+newlines and stripped, as the hub's loading script did (:func:`read_lines`); text to translate
+is split on ``\\n`` and ``\\r\\n`` only and kept as it is (:func:`read_input_lines`), so one
+input line is one output line. No reader truncates or skips pairs silently.
 """
 
 from __future__ import annotations
@@ -75,8 +73,7 @@ def decode_input(data: bytes, where: str = "stdin") -> list[str]:
 
 
 def read_text(path: Path) -> str:
-    """A UTF-8 text file, gunzipped when its name ends in ``.gz``; every way it can be bad is
-    one line."""
+    """A UTF-8 text file, gunzipped for ``.gz``; every way it can be bad is one line."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a file; name a text file")
@@ -111,8 +108,7 @@ def read_input_lines(path: Path) -> list[str]:
 
 
 def find_file(folder: Path, name: str) -> Path:
-    """``name`` or ``name.gz`` in ``folder``, a folder (the source checked it: its message says
-    what the folder must hold)."""
+    """``name`` or ``name.gz`` in ``folder`` (checked to be a folder by the source)."""
     for candidate in (folder / name, folder / f"{name}.gz"):
         if candidate.is_file():
             return candidate

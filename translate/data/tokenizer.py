@@ -1,14 +1,13 @@
-"""One joint SentencePiece model for both languages, with fixed special ids, cached on disk.
-
-The model is cached under a key of the data source, its training text's fingerprint and the
-tokenizer settings, never the model settings: the jobs of a sweep share one file. Checkpoints
-embed :attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
+"""One joint SentencePiece model for both languages, with fixed special ids, cached on disk
+under a key of the data source, its training text's fingerprint and the tokenizer settings,
+never the model settings: the jobs of a sweep share one file. Checkpoints embed
+:attr:`Tokenizer.model_proto`, so a saved model never depends on the cache.
 :func:`encode_cached` caches a split's ids the same way.
 
 A cache file that is damaged or not what it is named for is built again and written over, with
 a warning, so one bad file never fails every later run. One process at a time builds a file
-(:func:`_building`): the jobs of a sweep started together wait for the first to build the
-tokenizer and encodings instead of each training its own (minutes at IWSLT2017's size).
+(:func:`_building`): the jobs of a sweep started together wait for the first one's build
+instead of each training its own (minutes at IWSLT2017's size).
 """
 
 from __future__ import annotations
@@ -91,17 +90,11 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
         """Text of each id sequence: cut at the first EOS, PAD and BOS dropped."""
-        specials = (self.PAD, self.BOS)
         kept = []
         for seq in ids:
-            out = []
-            for i in seq:
-                i = int(i)
-                if i == self.EOS:
-                    break
-                if i not in specials:
-                    out.append(i)
-            kept.append(out)
+            seq = [int(i) for i in seq]
+            end = seq.index(self.EOS) if self.EOS in seq else len(seq)
+            kept.append([i for i in seq[:end] if i not in (self.PAD, self.BOS)])
         if len(kept) < POOLED:
             return [self._sp.decode(seq) for seq in kept]
         return self._sp.decode(kept, num_threads=_threads())
@@ -113,11 +106,6 @@ class Tokenizer:
 
 def _threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
-
-
-def tokenizer_key(key_parts: Mapping[str, object], settings: Mapping[str, object]) -> str:
-    blob = json.dumps({"data": dict(key_parts), "settings": dict(settings)}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def train_or_load_tokenizer(
@@ -142,7 +130,8 @@ def train_or_load_tokenizer(
         "input_sentence_size": int(input_sentence_size),
         "seed": int(seed),
     }
-    key = tokenizer_key(key_parts, settings)
+    blob = json.dumps({"data": dict(key_parts), "settings": settings}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()
     name = str(key_parts.get("source", "data"))
     path = Path(cache_dir) / f"spm-{name}-{model_type}{vocab_size}-{key[:16]}.model"
 
@@ -154,30 +143,24 @@ def train_or_load_tokenizer(
         write(path, proto, "tokenizer cache", adopt=True)  # a path named by its key
         return Tokenizer(proto)
 
-    reuse = functools.partial(_reuse, path, settings["vocab_size"])
-    return _built_once(path, reuse, train), path
+    load = functools.partial(_load_cached, path, settings["vocab_size"])
+    unusable = "tokenizer: unusable cache file (%s); training it again"
+    return _built_once(path, load, train, unusable), path
 
 
-def _reuse(path: Path, vocab_size: int, warn: bool) -> Tokenizer | None:
-    if not path.is_file():
-        return None
-    tokenizer, why = _load_cached(path, vocab_size)
-    if tokenizer is not None:
-        log.info("tokenizer: reusing %s", path)
-    elif warn:
-        # Left in place, a damaged file would fail every later run with the same settings.
-        log.warning("tokenizer: unusable cache file (%s); training it again", why)
-    return tokenizer
-
-
-def _built_once(path: Path, reuse: Callable[[bool], T | None], build: Callable[[], T]) -> T:
-    """What ``reuse(warn)`` finds cached at ``path``, else what ``build()`` writes there; looked
-    up again (with ``warn``) once the lock is held: another process may have built it."""
-    found = reuse(False)
+def _built_once(
+    path: Path, load: Callable[[], tuple[T | None, str]], build: Callable[[], T], *warning
+) -> T:
+    """What ``load()`` (``(value, why not)``) finds cached at ``path``, else what ``build()``
+    writes there; looked up again under the lock (another process may have built it), where an
+    unusable file is logged (``warning``'s format and arguments, then why)."""
+    found = load()[0] if path.is_file() else None
     if found is not None:
         return found
     with _building(path):
-        found = reuse(True)
+        found, why = load() if path.is_file() else (None, "")
+        if found is None and why:
+            log.warning(*warning, why)
         return build() if found is None else found
 
 
@@ -230,6 +213,7 @@ def _load_cached(path: Path, vocab_size: int) -> tuple[Tokenizer | None, str]:
         return None, str(err)
     if tokenizer.vocab_size != vocab_size:
         return None, f"{path} has vocab size {tokenizer.vocab_size}, expected {vocab_size}"
+    log.info("tokenizer: reusing %s", path)
     return tokenizer, ""
 
 
@@ -291,23 +275,14 @@ def encode_cached(
     path = cache_dir / f"encoded-{key[:24]}.npz"
     arrays = _built_once(
         path,
-        functools.partial(_reuse_encoded, path, key, columns),
+        functools.partial(_load_encoded, path, key, columns),
         functools.partial(_encode_all, tokenizer, columns, key, path),
+        "tokenizer: cache file %s is unusable (%s); encoding it again",
+        path,
     )
     return {
         lang: np.split(arrays[f"{lang}.ids"], arrays[f"{lang}.offsets"][1:-1]) for lang in columns
     }
-
-
-def _reuse_encoded(
-    path: Path, key: str, columns: Mapping[str, list[str]], warn: bool
-) -> dict[str, np.ndarray] | None:
-    if not path.is_file():
-        return None
-    arrays, why = _load_encoded(path, key, columns)
-    if arrays is None and warn:
-        log.warning("tokenizer: cache file %s is unusable (%s); encoding it again", path, why)
-    return arrays
 
 
 def _encode_all(
@@ -329,8 +304,7 @@ def _encode_all(
 def _load_encoded(
     path: Path, key: str, columns: Mapping[str, list[str]]
 ) -> tuple[dict[str, np.ndarray] | None, str]:
-    """``(arrays, "")`` when ``path`` holds the ids for ``key`` of ``columns``, else
-    ``(None, why not)``."""
+    """``(arrays, "")`` if ``path`` holds ``columns``' ids for ``key``, else ``(None, why)``."""
     try:
         with np.load(path) as stored:
             arrays = {name: stored[name] for name in stored.files}

@@ -1,29 +1,26 @@
-"""Multi-head attention written out by hand, with an optional fused kernel.
-
-The manual path is the reference (Vaswani et al. 2017) and can return per-head weights;
-``impl="sdpa"`` computes the same function through ``F.scaled_dot_product_attention``. Only
-``need_weights=True`` switches ``sdpa`` to the manual path (fused kernels never materialise the
-weights), logged once per process.
+"""Multi-head attention written out by hand (the reference, Vaswani et al. 2017, which can
+return per-head weights), or the same function through ``F.scaled_dot_product_attention``
+(``impl="sdpa"``; ``need_weights=True`` switches it to the manual path, logged once).
 
 Masks follow ``torch.nn.MultiheadAttention``: bool ``True`` excludes a key, a float mask is
-added to the scores. A query row whose keys are all excluded gives zeros (not NaN) and zero
-weights.
+added to the scores; a query row with every key excluded gives zeros (not NaN) and zero weights.
 
-Incremental decoding follows fairseq's contract: the caller owns an :class:`AttentionCache` per
+Incremental decoding (fairseq's contract): the caller owns an :class:`AttentionCache` per
 module, updated in place at every step; cross-attention (``static=True``) projects the encoder
 output once. Keys/values may hold one row per ``r`` query rows: a sentence's beams then read
 one copy of its encoder output, not ``r``.
 
 Grouped-query attention (Ainslie et al. 2023): query head ``h`` reads K/V head ``h // G``,
-``G = num_heads // num_kv_heads`` (1 K/V head: multi-query, Shazeer 2019). The K/V
-projections and the decoding cache shrink by ``G``; masks, weights and ``head_mask`` stay per
-query head.
+``G = num_heads // num_kv_heads`` (1: multi-query, Shazeer 2019); the K/V projections and the
+cache shrink by ``G``, masks, weights and ``head_mask`` stay per query head.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import operator
 
 import torch
 from torch import Tensor, nn
@@ -35,8 +32,6 @@ from translate.nn.dropout import dropout
 from translate.nn.sdpa import fused_attention, masked_fused_attention
 
 log = logging.getLogger(__name__)
-
-_logged_weights_fallback = False  # log the sdpa -> manual switch once per process
 
 
 def scaled_dot_product_attention(
@@ -128,14 +123,12 @@ class MultiHeadAttention(nn.Module):
         cache: AttentionCache | None = None,
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """``query (B, T, D)`` to ``key (B, S, kdim)``/``value (B, S, vdim)`` -> ``(B, T, D)``
-        and, with ``need_weights``, ``(B, H, T, S_total)``.
-
-        A filled static cache replaces ``key``/``value``. They (and a static cache) may have
-        ``B / r`` rows, without ``attn_mask`` or ``is_causal``: query rows ``i*r .. i*r + r-1``
-        then attend to key row ``i``. ``key_padding_mask (B_kv, S_total)``; ``attn_mask
-        (T, S_total)`` or ``(B*H, T, S_total)``; ``is_causal`` is offset by the cached length;
-        ``head_mask (H,)`` multiplies each query head's output (0 removes it).
+        """``query (B, T, D)``, ``key (B, S, kdim)``, ``value (B, S, vdim)`` -> ``(B, T, D)``
+        and, with ``need_weights``, ``(B, H, T, S_total)``. A filled static cache replaces
+        ``key``/``value``; they may have ``B / r`` rows (without ``attn_mask``/``is_causal``):
+        query rows ``i*r .. i*r + r-1`` then attend to key row ``i``. ``key_padding_mask
+        (B_kv, S_total)``; ``attn_mask (T, S_total)`` or ``(B*H, T, S_total)``; ``is_causal`` is
+        offset by the cached length; ``head_mask (H,)`` scales each query head's output.
         """
         B, T, _ = query.shape
         q, k, v, past, r = self._project(query, key, value, attn_mask, is_causal, cache)
@@ -163,13 +156,9 @@ class MultiHeadAttention(nn.Module):
         """Queries ``(B / r, H, r * T, Dh)``, keys and values ``(B / r, Hkv, S_total, Dh)``,
         the cached length before this call, and ``r``, the query rows per key row."""
         B, T, _ = query.shape
-        if (
-            cache is not None
-            and not cache.static
-            and key is query
-            and value is query
-            and uses_derived(self.q_proj.weight)
-        ):  # a decoding step's self-attention, without autograd
+        # A decoding step's self-attention, without autograd: one GEMM.
+        self_step = cache is not None and not cache.static and key is query and value is query
+        if self_step and uses_derived(self.q_proj.weight):
             return *self._project_step(query, cache), 1
         filled = cache is not None and cache.static and cache.k is not None
         r = _query_group(B, (cache.k if filled else key).size(0), attn_mask, is_causal)
@@ -182,9 +171,8 @@ class MultiHeadAttention(nn.Module):
         return q, k, v, past, r
 
     def _project_step(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor, int]:
-        """A decoding step's self-attention projections of ``x (B, T, D)`` as one GEMM of the
-        stacked weights (a step of a few rows pays per operator, not per multiply); K/V are
-        appended to ``cache``. Returns ``q``, ``k``, ``v`` and the cached length before."""
+        """A decoding step's q/k/v of ``x (B, T, D)`` as one GEMM (a step of a few rows pays per
+        operator, not per multiply), K/V appended to ``cache``; and the cached length before."""
         projections = (self.q_proj, self.k_proj, self.v_proj)
         weight_t = self._qkv_weight.get(*(p.weight for p in projections))  # (D, D + 2*Dkv)
         bias = self._qkv_bias.get(*(p.bias for p in projections))  # (D + 2*Dkv,) or None
@@ -234,12 +222,8 @@ class MultiHeadAttention(nn.Module):
         use_manual = self.impl == "manual" or need_weights
         if need_weights and self.impl == "sdpa":
             _log_weights_fallback()
-        if (
-            not use_manual
-            and key_padding_mask is None
-            and attn_mask is None
-            and (not causal or past == 0)
-        ):
+        unmasked = key_padding_mask is None and attn_mask is None and (not causal or past == 0)
+        if not use_manual and unmasked:
             # Mask-free or plain causal: let SDPA pick its fastest kernel (Flash where available).
             return fused_attention(q, k, v, dropout_p=dropout_p, is_causal=causal), None
         B, _, T, _ = q.shape
@@ -252,8 +236,8 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention, impl: str = "manual") -> MultiHeadAttention:
-        """Our module with the weights of a batch-first ``torch.nn.MultiheadAttention``, in its
-        packed ``in_proj_weight`` layout or the separate one of other ``kdim``/``vdim``."""
+        """Ours with the weights of a batch-first ``torch.nn.MultiheadAttention``, in its packed
+        ``in_proj_weight`` layout or the separate one of other ``kdim``/``vdim``."""
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
         if not module.batch_first:
@@ -261,17 +245,8 @@ class MultiHeadAttention(nn.Module):
                 "the nn.MultiheadAttention is seq-first (batch_first=False) but MultiHeadAttention "
                 "is batch-first; construct nn.MultiheadAttention(..., batch_first=True)"
             )
-        bias = module.in_proj_bias is not None
-        ours = cls(
-            module.embed_dim,
-            module.num_heads,
-            module.dropout,
-            bias=bias,
-            impl=impl,
-            kdim=module.kdim,
-            vdim=module.vdim,
-        )
-        D = module.embed_dim
+        D, bias, out = module.embed_dim, module.in_proj_bias is not None, module.out_proj
+        ours = cls(D, module.num_heads, module.dropout, bias, impl, module.kdim, module.vdim)
         if module._qkv_same_embed_dim:
             weights = module.in_proj_weight.detach().split(D, dim=0)  # 3 x (D, D)
         else:
@@ -279,16 +254,13 @@ class MultiHeadAttention(nn.Module):
             weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
         # torch keeps one packed bias (3D,) in both layouts.
         biases = module.in_proj_bias.detach().split(D) if bias else (None, None, None)
-        ref = module.out_proj.weight
-        ours.to(device=ref.device, dtype=ref.dtype)
+        ours.to(device=out.weight.device, dtype=out.weight.dtype)
+        projections = (ours.q_proj, ours.k_proj, ours.v_proj, ours.out_proj)
         with torch.no_grad():
-            for proj, w, b in zip((ours.q_proj, ours.k_proj, ours.v_proj), weights, biases):
+            for proj, w, b in zip(projections, (*weights, out.weight), (*biases, out.bias)):
                 proj.weight.copy_(w)
                 if b is not None:
                     proj.bias.copy_(b)
-            ours.out_proj.weight.copy_(module.out_proj.weight)
-            if bias:
-                ours.out_proj.bias.copy_(module.out_proj.bias)
         return ours
 
 
@@ -303,11 +275,9 @@ def _query_group(B: int, B_kv: int, attn_mask: Tensor | None, is_causal: bool) -
     return B // B_kv
 
 
+@functools.cache  # once per process
 def _log_weights_fallback() -> None:
-    global _logged_weights_fallback
-    if not _logged_weights_fallback:  # once per process
-        log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
-    _logged_weights_fallback = True
+    log.info("need_weights=True: using the manual attention path (SDPA returns no weights)")
 
 
 def merge_masks(
@@ -336,19 +306,13 @@ def merge_masks(
         masks.append(torch.arange(S, device=device).unsqueeze(0) > rows)  # (T, S)
     if not masks:
         return None
-    if any(m.dtype != torch.bool for m in masks):
-        dtype = next(m.dtype for m in masks if m.dtype != torch.bool)
-        as_float = [
-            torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
-            if m.dtype == torch.bool
-            else m
-            for m in masks
-        ]
-        merged = as_float[0]
-        for m in as_float[1:]:
-            merged = merged + m
-        return merged
-    merged = masks[0]
-    for m in masks[1:]:
-        merged = merged | m
-    return merged
+    dtype = next((m.dtype for m in masks if m.dtype != torch.bool), None)
+    if dtype is None:
+        return functools.reduce(operator.or_, masks)
+    as_float = [
+        torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(m, float("-inf"))
+        if m.dtype == torch.bool
+        else m
+        for m in masks
+    ]
+    return functools.reduce(operator.add, as_float)

@@ -1,12 +1,10 @@
-"""The keys and values one attention module keeps between incremental decoding steps (only
-the K/V heads: with grouped-query attention the cache shrinks with them).
+"""The keys and values (of the K/V heads) one attention module keeps between decoding steps.
 
-Beam search reorders the self-attention rows at every step. The reordering is kept pending and
+Beam search reorders the self-attention rows at every step; the reordering is kept pending and
 done by the next append, which gathers the history straight into the new, one step longer
-tensor: one copy per step where a gather followed by a concatenation made two. A buffer with
-room for later steps, written in place, would save greedy search its copy, but CPU attention
-kernels read a slice of such a buffer (strided over the unused room) about as slowly as the
-copy it saves (docs/benchmarks.md), and beam search copies at every step anyway.
+tensor: one copy per step, not a gather and a concatenation. A buffer with room for later steps
+would save greedy search its copy, but CPU attention kernels read a slice of it (strided over
+the unused room) about as slowly as the copy it saves (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from torch import Tensor
 
 @dataclass
 class AttentionCache:
-    """``static=True``: cross-attention, the encoder's keys/values stored once (:meth:`store`);
-    otherwise each step's are added by :meth:`append`."""
+    """``static=True``: cross-attention, stored once (:meth:`store`); else :meth:`append`-ed."""
 
     static: bool = False
     _k: Tensor | None = None  # (B, Hkv, length, Dh)
@@ -52,8 +49,8 @@ class AttentionCache:
         self._k, self._v, self._pending = k, v, None
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """This step's ``(B, Hkv, T, Dh)`` after the history (its rows selected by any pending
-        :meth:`reorder`); returns the whole history ``(B, Hkv, past + T, Dh)`` each."""
+        """Append this step's ``(B, Hkv, T, Dh)`` to the history (reordered if pending); returns
+        the whole history ``(B, Hkv, past + T, Dh)`` each."""
         if self._k is None:
             self._k, self._v = k, v
             return k, v

@@ -1,6 +1,5 @@
-"""The Transformer's hyperparameters, :class:`TransformerConfig` (as nanoGPT's ``GPTConfig``).
-
-Its field defaults are the model's only defaults (``conf/model/transformer.yaml`` repeats them;
+"""The Transformer's hyperparameters, :class:`TransformerConfig` (as nanoGPT's ``GPTConfig``):
+its field defaults are the model's only ones (``conf/model/transformer.yaml`` repeats them,
 tests/test_settings.py holds the two equal). :func:`doc` and the range checks live here, at the
 bottom of the package, so that every settings group (:mod:`translate.schema`) shares them.
 """
@@ -11,17 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# The feed-forward activations a config may name (torch.nn.functional's, by their names there),
-# and the attention paths (translate.nn.attention). Names only: settings are read and checked
-# without importing torch, so that --help and a refused key answer at once.
+# The feed-forward activations (torch.nn.functional's names) and attention paths a config may
+# name; names only: settings are checked without importing torch, so --help answers at once.
 ACTIVATIONS = ("relu", "gelu")
 IMPLS = ("manual", "sdpa")
 
 
 @dataclass(frozen=True)
 class Check:
-    """A field's range: ``--help`` shows ``range``; a value failing ``test`` is refused with
-    ``<key>=<value> must be <must>``. None (no limit, or unset) is never tested."""
+    """``--help`` shows ``range``; a value failing ``test`` is refused with ``<key>=<value> must
+    be <must>``. None (no limit, or unset) is never tested."""
 
     range: str
     test: Callable[[Any], bool]
@@ -51,9 +49,9 @@ def doc(
     mechanics: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """A dataclass field that says what it means, its unit and its range. ``check``'s range is
-    shown before ``values``; ``key=False``: a field a command fills in, no config key;
-    ``mechanics``: how a job runs, not what it computes (``translate.settings.mechanics_keys``)."""
+    """A dataclass field with its meaning, unit and range (``check``'s, then ``values``).
+    ``key=False``: filled in by a command, no config key; ``mechanics``: how a job runs, not
+    what it computes (``translate.settings.mechanics_keys``)."""
     shown = (check.range if check else "") + values
     metadata = {"help": what, "unit": unit, "range": shown, "key": key}
     return field(metadata={**metadata, "check": check, "mechanics": mechanics}, **kwargs)
@@ -122,7 +120,6 @@ class TransformerConfig:
 
 
 def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
-    """``num_heads >= 1`` divides ``embed_dim`` and ``num_kv_heads >= 1`` divides ``num_heads``."""
     if num_heads < 1:
         raise HeadLayoutError("num_heads", f"num_heads must be >= 1, got {num_heads}")
     if embed_dim % num_heads != 0:
@@ -140,8 +137,7 @@ def check_heads(embed_dim: int, num_heads: int, num_kv_heads: int) -> None:
 
 
 class HeadLayoutError(ValueError):
-    """``argument`` names the one at fault, so that a caller with its own names for them
-    (``heads``, ``model.d_model``, ``kv_heads``) words its own message."""
+    """``argument``: the one at fault, for a caller that words its own message."""
 
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(message)

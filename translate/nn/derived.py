@@ -1,14 +1,11 @@
 """Inference copies of parameters in the layout a decoding step reads fastest.
 
 A cached decoding step multiplies a few rows by each weight, so it is bound by reading weights
-and by operator count: weights stored ``(in, out)`` contiguous (a few rows times ``F.linear``'s
-transposed view take 1.3-1.9 times as long on the CPU, docs/benchmarks.md), and self-attention's
-three projections as one GEMM.
-
-Only computations without autograd read the copies, rebuilt when a parameter changes. A product
-through a copy may differ from ``F.linear``'s in the last bits at a few rows (the BLAS sums in
-another order; none from 400 rows on): the decoding tests compare within a tolerance, and the
-study models' test hypotheses stayed byte-identical.
+and by operator count: weights stored ``(in, out)`` contiguous (``F.linear``'s transposed view
+takes 1.3-1.9 times as long on the CPU, docs/benchmarks.md), and self-attention's three
+projections as one GEMM. Only computations without autograd read the copies, rebuilt when a
+parameter changes. A product through a copy may differ from ``F.linear``'s in the last bits at a
+few rows (another BLAS summation order): the decoding tests compare within a tolerance.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ from torch import Tensor, nn
 
 
 class DerivedWeight:
-    """``build(*params)``, neither parameter nor buffer (not saved), rebuilt by :meth:`get`
-    when a parameter's storage, version (an optimizer step or ``copy_`` bumps it), dtype or
-    device changes."""
+    """``build(*params)``, not saved, rebuilt by :meth:`get` when a parameter's storage, version
+    (an optimizer step or ``copy_`` bumps it), dtype or device changes."""
 
     def __init__(self, build: Callable[..., Tensor]) -> None:
         self._build = build
@@ -57,8 +53,7 @@ def stacked(*tensors: Tensor | None) -> Tensor | None:
 
 
 def linear_t(x: Tensor, weight_t: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, weight, bias)`` from ``weight_t = weight.t()`` stored contiguous
-    ``(K, N)``: ``F.linear`` multiplies by ``weight_t.t()``'s transpose, the contiguous copy."""
+    """``F.linear(x, weight, bias)`` from ``weight_t = weight.t()`` stored contiguous ``(K, N)``."""
     return F.linear(x, weight_t.t(), bias)
 
 

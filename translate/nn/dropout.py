@@ -1,13 +1,11 @@
 """Dropout whose masks cost a CPU step a quarter of what torch's do.
 
-torch's CPU dropout draws one Bernoulli variate per element (``bernoulli_``, about 5 ns each on
-a 2-core AMD EPYC): with dropout on the embeddings and on every sublayer, the masks took ~7% of
-an ``experiment=multi30k_cpu`` training step's operator time (these: ~2%). Here four elements
+torch's CPU dropout draws one Bernoulli variate per element (~5 ns each on a 2-core AMD EPYC):
+~7% of an ``experiment=multi30k_cpu`` step's operator time (these: ~2%). Here four elements
 share one 64-bit random word: each 16-bit slice is compared against a threshold, so an element
 is dropped with probability ``round(p * 2**16) / 2**16`` (0.1 -> 0.100006) and the kept ones are
-scaled by the inverse of the exact keep probability (the expectation is unchanged). The words
-come from the default generator, so ``torch.manual_seed`` repeats the masks. On CUDA
-``F.dropout`` is one fused kernel already and is used as it is.
+scaled by the inverse of the exact keep probability. The words come from the default generator,
+so ``torch.manual_seed`` repeats the masks. On CUDA ``F.dropout`` is one fused kernel already.
 """
 
 from __future__ import annotations

@@ -11,10 +11,8 @@ def sequence_loss(
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy and summed NLL over non-pad targets, in float32,
     of ``logits (B, T, V)`` / ``target (B, T)`` or ``(N, V)`` / ``(N,)`` (the real positions).
-
-    One log-softmax serves both sums (fairseq's ``label_smoothed_nll_loss``): the vocabulary-
-    sized tensors dominate a small model's step. Smoothing is uniform, as ``F.cross_entropy``'s.
-    """
+    One log-softmax serves both (fairseq's ``label_smoothed_nll_loss``): vocabulary-sized
+    tensors dominate a small model's step. Smoothing is uniform, as ``F.cross_entropy``'s."""
     lprobs = torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.size(-1))  # (M, V)
     gold = target.reshape(-1, 1)  # (M, 1), M = B*T or N
     # `where`, not boolean indexing: indexing makes the device count the kept rows (a host

@@ -3,11 +3,9 @@ source, target and output projection (the SentencePiece vocabulary is joint).
 
 Initialisation: weight matrices Xavier-uniform, biases zero; the shared embedding normal with std
 ``d_model ** -0.5``: scaled by ``sqrt(d_model)`` on input, token vectors enter with unit
-variance like the positions, and as the tied output projection it starts with logits of unit
-scale (fairseq's and Vaswani et al.'s convention).
-
-Head masking (Michel et al. 2019), at inference: ``head_mask`` maps ``"encoder"``,
-``"decoder_self"`` and ``"decoder_cross"`` to ``(num_layers, H)`` multipliers of head outputs.
+variance like the positions, and the tied output projection starts with logits of unit scale
+(fairseq's and Vaswani et al.'s convention). Head masking (Michel et al. 2019), at inference:
+``head_mask`` maps :data:`HEAD_MASK_KEYS` to ``(num_layers, H)`` multipliers of head outputs.
 """
 
 from __future__ import annotations
@@ -49,8 +47,8 @@ class TokenEmbedding(nn.Module):
         return self.dropout(x) if self.training else x
 
     def project(self, x: Tensor, step: bool = False) -> Tensor:
-        """``(..., D)`` -> logits ``(..., V)``. A cached decoding ``step`` (without autograd)
-        reads a contiguous ``(D, V)`` copy: a few rows read it about twice as fast."""
+        """``(..., D)`` -> logits ``(..., V)``; a decoding ``step`` without autograd reads a
+        contiguous ``(D, V)`` copy, about twice as fast for a few rows."""
         weight = self.embed.weight
         if step and uses_derived(weight):
             return x @ self._table.get(weight)
@@ -75,21 +73,13 @@ class DecoderCache:
     self_attn: list[AttentionCache] = field(default_factory=list)
     cross_attn: list[AttentionCache] = field(default_factory=list)
 
-    @classmethod
-    def empty(cls, num_layers: int) -> DecoderCache:
-        return cls(
-            [AttentionCache() for _ in range(num_layers)],
-            [AttentionCache(static=True) for _ in range(num_layers)],
-        )
-
     @property
     def length(self) -> int:  # target positions already decoded
         return self.self_attn[0].length
 
     def reorder(self, rows: Tensor, sources: Tensor | None) -> None:
-        """Select rows ``rows (B',)`` of the self-attention caches and ``sources`` of the
-        cross-attention ones; ``sources=None`` keeps the encoder's one row per sentence, right
-        when ``rows`` only moves beams within their sentences."""
+        """Select ``rows (B',)`` of the self-attention caches and ``sources`` of the cross-
+        attention ones (None: keep them, right when ``rows`` moves beams within sentences)."""
         for cache in self.self_attn:
             cache.reorder(rows)
         if sources is not None:
@@ -107,15 +97,10 @@ class AttentionMaps:
 
 
 class Seq2SeqTransformer(nn.Module):
-    """Built from a :class:`TransformerConfig`, or without one from the fields that differ
-    from its defaults (``d_model=32``); ``vocab_size`` is the tokenizer's."""
+    """Built from a :class:`TransformerConfig`, or from the fields that differ from its defaults."""
 
     def __init__(
-        self,
-        vocab_size: int,
-        config: TransformerConfig | None = None,
-        pad_id: int = 0,
-        **fields,
+        self, vocab_size: int, config: TransformerConfig | None = None, pad_id: int = 0, **fields
     ) -> None:
         super().__init__()
         if config is None:
@@ -147,20 +132,13 @@ class Seq2SeqTransformer(nn.Module):
     def reset_parameters(self) -> None:
         init_weights(self)
 
-    def _head_mask(
-        self, head_mask: dict[str, Tensor] | None, key: str, layer: int
-    ) -> Tensor | None:
-        return None if head_mask is None or key not in head_mask else head_mask[key][layer]
-
     def _encode(
         self, src: Tensor, src_padding_mask: Tensor | None, need_weights: bool, head_mask
     ) -> tuple[Tensor, list[Tensor]]:
         x = self.embedding(src)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(
-                x, src_padding_mask, need_weights, self._head_mask(head_mask, "encoder", i)
-            )
+            x, w = layer(x, src_padding_mask, need_weights, _head_mask(head_mask, "encoder", i))
             weights.append(w)
         return self.encoder_norm(x), weights
 
@@ -185,8 +163,8 @@ class Seq2SeqTransformer(nn.Module):
                 self_cache=None if cache is None else cache.self_attn[i],
                 cross_cache=None if cache is None else cache.cross_attn[i],
                 need_weights=need_weights,
-                self_head_mask=self._head_mask(head_mask, "decoder_self", i),
-                cross_head_mask=self._head_mask(head_mask, "decoder_cross", i),
+                self_head_mask=_head_mask(head_mask, "decoder_self", i),
+                cross_head_mask=_head_mask(head_mask, "decoder_cross", i),
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
@@ -210,8 +188,8 @@ class Seq2SeqTransformer(nn.Module):
         head_mask: dict[str, Tensor] | None = None,
     ) -> Tensor:
         """Next-token logits ``(B, T, V)`` for ``tgt (B, T)``: the whole prefix, or with a cache
-        the new tokens only (the cache updated in place; ``memory`` is read at the first step
-        only). ``memory (B / r, S, D)`` may hold one row per ``r`` consecutive target rows."""
+        (updated in place; ``memory`` read at the first step only) the new tokens only.
+        ``memory (B / r, S, D)`` may hold one row per ``r`` consecutive target rows."""
         hidden = self._decode(tgt, memory, memory_padding_mask, cache, False, head_mask)[0]
         return self.embedding.project(hidden, step=cache is not None)  # (B, T, V)
 
@@ -225,11 +203,9 @@ class Seq2SeqTransformer(nn.Module):
     ) -> Tensor:
         """Teacher-forced logits ``(B, T, V)`` for ``src (B, S)`` and ``tgt_in (B, T)`` (target
         padding comes last, behind the causal mask: no target padding mask is needed).
-
-        ``target_index (N,)``: flat positions ``b * T + t`` of the real target tokens; the logits
-        are then ``(N, V)``, skipping padding in the projection and log-softmax that dominate a
-        small model's step. Indices, not a boolean mask: a mask's count would need a host sync
-        and break a ``torch.compile`` graph.
+        ``target_index (N,)``: flat positions ``b * T + t`` of the real target tokens, for
+        ``(N, V)`` logits that skip padding in the projection and log-softmax. Indices, not a
+        boolean mask: a mask's count would need a host sync and break a ``torch.compile`` graph.
         """
         memory = self.encode(src, src_padding_mask, head_mask)
         hidden = self._decode(tgt_in, memory, src_padding_mask, None, False, head_mask)[0]
@@ -251,12 +227,18 @@ class Seq2SeqTransformer(nn.Module):
         return AttentionMaps(enc_w, self_w, cross_w)
 
     def new_cache(self) -> DecoderCache:
-        return DecoderCache.empty(len(self.decoder_layers))
+        n = len(self.decoder_layers)
+        self_attn = [AttentionCache() for _ in range(n)]
+        return DecoderCache(self_attn, [AttentionCache(static=True) for _ in range(n)])
 
     @property
     def num_layers(self) -> dict[str, int]:
         n_enc, n_dec = len(self.encoder_layers), len(self.decoder_layers)
         return {"encoder": n_enc, "decoder_self": n_dec, "decoder_cross": n_dec}
+
+
+def _head_mask(head_mask: dict[str, Tensor] | None, key: str, layer: int) -> Tensor | None:
+    return None if head_mask is None or key not in head_mask else head_mask[key][layer]
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

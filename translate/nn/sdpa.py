@@ -52,8 +52,7 @@ def fused_attention(
 def masked_fused_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float = 0.0
 ) -> Tensor:
-    """:func:`fused_attention` with ``nn.MultiheadAttention``'s mask convention; rows whose keys
-    are all excluded give zeros, as the manual path's do, not NaN."""
+    """:func:`fused_attention` with ``nn.MultiheadAttention``'s masks; fully masked rows give 0."""
     if mask.dtype == torch.bool:
         fully_masked = mask.all(dim=-1, keepdim=True)
         allowed = ~(mask & ~fully_masked)  # SDPA's bool convention is True = attend
@@ -73,8 +72,8 @@ def sdpa_backend(
     masked: bool,
     num_kv_heads: int | None = None,
 ) -> str:
-    """The kernel SDPA picks for our calls of this shape (causal, or with a padding mask), e.g.
-    ``"flash_attention"``, for a run's log: torch's private dispatcher, else ``"unknown"``."""
+    """The kernel SDPA picks for our calls of this shape (causal, or with a padding mask), for
+    a run's log: torch's private dispatcher's ``"flash_attention"``..., else ``"unknown"``."""
     kv_heads = num_heads if num_kv_heads is None or not SUPPORTS_ENABLE_GQA else num_kv_heads
     q = torch.zeros(2, num_heads, 8, head_dim, device=device, dtype=dtype)  # (B, H, T, Dh)
     kv = torch.zeros(2, kv_heads, 8, head_dim, device=device, dtype=dtype)  # (B, Hkv, S, Dh)

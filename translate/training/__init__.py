@@ -1,2 +1,1 @@
-"""Training: the optimisation step, the loop with validation and checkpoints, resuming, and
-the end-of-run report (``results.json``)."""
+"""Training: the step, the loop, checkpoints, resuming and the end-of-run report."""

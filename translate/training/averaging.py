@@ -1,10 +1,8 @@
 """Checkpoint averaging: the element-wise mean of the weights of a run's last checkpoints (as
-fairseq and Joey NMT do), a cheap ensemble.
-
-The result is an inference checkpoint: the averaged ``model`` with the newest input's
-``config``, ``tokenizer``, ``step`` and ``progress``, plus ``averaged_from``. The optimizer,
-scheduler, scaler and RNG states are dropped: they belong to the newest input's weights, so
-resuming from them would silently continue another trajectory.
+fairseq and Joey NMT do), a cheap ensemble. The result is an inference checkpoint, the newest
+input's with the averaged ``model`` and ``averaged_from``, without the optimizer, scheduler,
+scaler and RNG states: they belong to the newest input's weights, so resuming from them would
+silently continue another trajectory.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ _STEP_FILE = re.compile(r"step_(\d+)\.pt")
 _RESERVED = ("last.pt", "best.pt")
 
 
-def step_checkpoints(directory: str | Path) -> list[Path]:
-    """The ``step_<N>.pt`` files in ``directory``, by step."""
+def step_checkpoints(directory: str | Path) -> list[Path]:  # by step
     found = [
         (int(match[1]), path)
         for path in Path(directory).glob("step_*.pt")
@@ -73,8 +70,7 @@ def _what_to_pass(found: int) -> str:
 
 
 def check_output(output: str | Path, inputs: list[Path]) -> Path:
-    """Where an average may be written: a name training does not own, by the one rule for every
-    write (a new file or an earlier average)."""
+    """Where an average may go: a new file or an earlier average, not a training checkpoint."""
     output = Path(output)
     if output.name in _RESERVED or _STEP_FILE.fullmatch(output.name):
         raise UserError(
@@ -88,13 +84,15 @@ def check_output(output: str | Path, inputs: list[Path]) -> Path:
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict:
-    """The element-wise mean of the ``model`` weights of ``paths`` as a loadable checkpoint.
-    Floats are summed in float64 and cast back, so N copies of one checkpoint give exactly its
-    weights; other entries must be equal in every input."""
+    """The mean of ``paths``' ``model`` weights as a checkpoint: floats summed in float64 and cast
+    back (N copies of one give exactly its weights), other entries equal in every input."""
     paths = [Path(p) for p in paths]
     _refuse_repeats(paths)
     first = newest = load_checkpoint(paths[0])
-    sums = {key: _start(value) for key, value in first["model"].items()}
+    # Every weight is a tensor: load_checkpoint refuses a checkpoint with anything else.
+    sums = {
+        k: v.to(torch.float64) if v.is_floating_point() else v for k, v in first["model"].items()
+    }
     for path in paths[1:]:
         ckpt = load_checkpoint(path)
         _check_compatible(paths[0], first, path, ckpt)
@@ -120,8 +118,7 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
 
 
 def _refuse_repeats(paths: list[Path]) -> None:
-    """One line when two of ``paths`` hold one checkpoint (the same name, a hard link or a
-    copy): refused rather than counted once, since the mean of fewer is not what was asked."""
+    """Refuse a checkpoint named twice (or linked, or copied): the mean of fewer was not asked."""
     seen: dict[str, Path] = {}
     for path in paths:
         identity = file_sha256(path)
@@ -136,8 +133,7 @@ def _refuse_repeats(paths: list[Path]) -> None:
 
 
 def average_into(paths: list[str | Path], output: str | Path) -> dict:
-    """Average ``paths`` into ``output``; returns the average. One with non-finite weights is
-    refused: nothing is written."""
+    """Average ``paths`` into ``output`` (refused, unwritten, if not finite); returns it."""
     averaged = average_checkpoints(paths)
     broken = non_finite(averaged["model"])
     if broken:
@@ -148,11 +144,6 @@ def average_into(paths: list[str | Path], output: str | Path) -> dict:
         )
     save_checkpoint(averaged, Path(output), AVERAGE)
     return averaged
-
-
-# Every weight is a tensor: load_checkpoint refuses a checkpoint with anything else.
-def _start(value: torch.Tensor) -> torch.Tensor:
-    return value.to(torch.float64) if value.is_floating_point() else value
 
 
 def _accumulate(sums: dict, key: str, value: torch.Tensor, path: Path, first: Path) -> None:

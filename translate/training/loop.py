@@ -39,8 +39,7 @@ ETA_AFTER_STEPS = 200  # updates before the log says when the budget will end
 
 
 class TrainBatches:
-    """The training split's token batches, in a per-epoch order fixed by ``(seed, epoch)``, so
-    a resumed run skips exactly the micro-batches it already trained on."""
+    """Batches in an order fixed by ``(seed, epoch)``: a resumed run skips the ones it trained."""
 
     def __init__(self, split: EncodedSplit, max_tokens: int, seed: int) -> None:
         self.split = split
@@ -103,8 +102,7 @@ def fit(run: Run) -> tuple[str, int | None]:
 
 
 def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
-    """Each counted update's result, and None after each epoch's end: the two points where a
-    run may validate, checkpoint and stop."""
+    """Each counted update's result, and None at each epoch's end: where a run may stop."""
     p, t = run.progress, run.settings.trainer
     loop_start = time.perf_counter() - p.train_seconds
     while True:
@@ -118,8 +116,7 @@ def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
         yield None
 
 
-def _count_step(run: Run, result: StepResult) -> bool:
-    """Count an update; False for a skipped (NaN/Inf) one."""
+def _count_step(run: Run, result: StepResult) -> bool:  # False for a skipped (NaN/Inf) update
     p, t = run.progress, run.settings.trainer
     if result.skipped:
         p.bad_steps += 1
@@ -174,21 +171,14 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
     bar.update(
         p, loss=f"{result.loss:.3f}", lr=f"{result.lr:.2e}", tok_s=f"{tps:,.0f}", real=f"{real:.0%}"
     )
-    for name, value in (
-        ("loss", result.loss),
-        ("lr", result.lr),
-        ("grad_norm", result.grad_norm),
-        ("tokens_per_s", tps),
-        ("real_token_ratio", real),
-    ):
+    train = {"loss": result.loss, "lr": result.lr, "grad_norm": result.grad_norm}
+    for name, value in {**train, "tokens_per_s": tps, "real_token_ratio": real}.items():
         run.writer.add_scalar(f"train/{name}", value, p.step)
 
 
-def _stop_reason(run: Run, stop: StopRequest) -> str | None:
-    """A step or time limit, or a signal."""
-    p = run.progress
+def _stop_reason(run: Run, stop: StopRequest) -> str | None:  # a step or time limit, or a signal
     _tell_schedule(run)
-    budget = budget_reached(p, run.settings.trainer)
+    budget = budget_reached(run.progress, run.settings.trainer)
     return budget or (signal.Signals(stop.signal).name if stop.signal else None)
 
 
@@ -201,8 +191,7 @@ def _tell_schedule(run: Run) -> None:
 
 def _validate_and_checkpoint(run: Run, stop_reason: str | None, sig: int | None) -> str | None:
     """Validate on the schedule and before every stop but a signal (which saves at once);
-    checkpoint on the schedule and at every stop. Returns the stop reason, early stopping
-    included."""
+    checkpoint on the schedule and at every stop. Returns the stop reason, early stops too."""
     p, t = run.progress, run.settings.trainer
     if run.saved_step == p.step:  # the last epoch ended right after a checkpointed update
         return stop_reason
@@ -230,20 +219,11 @@ def dev_scores(run: Run) -> dict:
 def _validate(run: Run) -> bool:
     """Dev scores to TensorBoard; True on a new best BLEU."""
     p, corpus = run.progress, run.corpus
-    valid = corpus.splits["valid"]
-    loss = mean_nll(
-        run.model,
-        valid.batches(corpus.eval_max_tokens, corpus.eval_max_len),
-        run.trainer.device,
-        run.trainer.precision,
-    )
-    scores = dev_scores(run)
-    for name, value in (
-        ("loss", loss),
-        ("ppl", math.exp(min(loss, 50))),
-        ("bleu", scores["bleu"]),
-        ("chrf", scores["chrf"]),
-    ):
+    batches = corpus.splits["valid"].batches(corpus.eval_max_tokens, corpus.eval_max_len)
+    loss = mean_nll(run.model, batches, run.trainer.device, run.trainer.precision)
+    scores, ppl = dev_scores(run), math.exp(min(loss, 50))
+    dev = {"loss": loss, "ppl": ppl, "bleu": scores["bleu"], "chrf": scores["chrf"]}
+    for name, value in dev.items():
         run.writer.add_scalar(f"dev/{name}", value, p.step)
     p.last_val_step, p.last_dev_loss = p.step, loss
     broken = _never_best(run, loss)
@@ -256,18 +236,12 @@ def _validate(run: Run) -> bool:
         "step %d: dev loss %.3f, ppl %.2f, BLEU %.2f, chrF %.2f%s",
         p.step,
         loss,
-        math.exp(min(loss, 50)),
+        ppl,
         scores["bleu"],
         scores["chrf"],
         " (best)" if improved else f" (never best: {broken})" if broken else "",
     )
-    _cool_down_if_stale(run, loss)
-    return improved
-
-
-def _cool_down_if_stale(run: Run, dev_loss: float) -> None:
-    p = run.progress
-    if note_dev_loss(p, dev_loss, run.settings.optim):
+    if note_dev_loss(p, loss, run.settings.optim):
         log.info(
             "step %d: no new lowest dev loss (%.3f) for %d validations: the learning rate "
             "falls to zero over the next %d updates and training ends at step %d "
@@ -278,11 +252,11 @@ def _cool_down_if_stale(run: Run, dev_loss: float) -> None:
             p.cooldown_to - p.step,
             p.cooldown_to,
         )
+    return improved
 
 
 def _never_best(run: Run, dev_loss: float) -> str | None:
-    """Why the model may not become best.pt whatever its BLEU (a NaN model can still decode to
-    a BLEU above the best so far); None when it may."""
+    """Why the model may not become best.pt whatever its BLEU (a NaN one can decode); or None."""
     broken = non_finite(run.model.state_dict())
     if broken:
         return f"weights {broken} are not finite"
@@ -314,13 +288,8 @@ def _log_heatmaps(run: Run, last: bool) -> None:
 
 def _checkpoint(run: Run, improved: bool) -> None:
     """Write the checkpoint; TensorBoard is flushed to stay in step with it."""
-    state = checkpoint_state(
-        run.trainer,
-        run.progress,
-        run.settings.config,
-        run.corpus.tokenizer,
-        run.corpus.fingerprints,
-    )
+    p, c = run.progress, run.corpus
+    state = checkpoint_state(run.trainer, p, run.settings.config, c.tokenizer, c.fingerprints)
     run.ckpts.save(state, run.progress.step, improved, run.progress.best_step)
     run.saved_step = run.progress.step
     run.writer.flush()

@@ -12,18 +12,15 @@ from translate.schema import OptimSettings
 
 
 class Schedule:
-    """The learning-rate multiplier of each update (``optim.lr`` times it): linear warm-up to
-    1 over ``warmup_steps`` then ``1/sqrt`` decay (Vaswani et al. 2017; fairseq's
-    ``inverse_sqrt``; ``warmup_steps=0``: constant), and with ``cooldown`` > 0 a linear fall
-    to zero over the last ``cooldown`` share of the training budget (warmup-stable-decay:
-    the cooled-down weights are the ones a run ends with, whatever its length).
+    """The learning-rate multiplier of each update: linear warm-up to 1 over ``warmup_steps``
+    then ``1/sqrt`` decay (Vaswani et al. 2017; fairseq's ``inverse_sqrt``; 0: constant), and
+    with ``cooldown`` > 0 a linear fall to zero over the last ``cooldown`` share of the budget
+    (warmup-stable-decay: a run ends with cooled-down weights, whatever its length).
 
     The budget is ``max_steps`` updates or ``max_minutes`` of training, whichever runs out
-    first. Under a clock the training loop sets ``seconds`` (the training time so far) after
-    each update, so the cooldown starts when the clock says the end is near: a machine twice as
-    fast cools down after twice the updates. The training loop may also start the cooldown early
-    (``optim.cooldown_patience``): ``early`` is then the step it started at and the step at
-    whose end the rate reaches zero.
+    first: the training loop sets ``seconds`` (the training time so far) after each update, so
+    a machine twice as fast cools down after twice the updates. ``early``: the steps where an
+    early cooldown (``optim.cooldown_patience``) started and where the rate reaches zero.
     """
 
     def __init__(
@@ -41,7 +38,7 @@ class Schedule:
         self.early: tuple[int, int] | None = None
 
     def used(self, step: int) -> float:
-        """Share of the budget used before update ``step + 1``: steps or seconds, the larger."""
+        """Share of the budget (steps or seconds, the larger) used before update ``step + 1``."""
         shares = [0.0 if self.max_steps is None else step / self.max_steps]
         if self.max_seconds is not None:
             shares.append(self.seconds / self.max_seconds)

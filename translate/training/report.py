@@ -1,9 +1,7 @@
 """The end of a training run: score its best checkpoint on the test split, measure latency,
 summarise its heads, and write ``test.hyp.txt``, ``test.ref.txt`` and ``results.json``.
-
 With ``trainer.average_last_n=N`` the last N ``step_*.pt`` are first averaged into
-``checkpoints/averaged.pt`` and scored on the dev prefix; the test split is scored with whichever
-of ``best.pt`` and ``averaged.pt`` has the higher dev BLEU (a tie keeps ``best.pt``)."""
+``checkpoints/averaged.pt``, which is scored instead if its dev BLEU is higher."""
 
 from __future__ import annotations
 
@@ -41,15 +39,13 @@ class Scored:
 
 
 def _write(run: Run, name: str, text: str, kind: str) -> None:
-    """One of the run's result files: the run holds its dir's lock and a resume has found every
-    checkpoint there this experiment's, so an earlier scoring's file (marked or not, written
-    before marks existed) is this run's to replace; another kind is not."""
+    """A result file: under the run dir's lock, after a resume found every checkpoint there this
+    experiment's, an earlier scoring's file (marked or not) is this run's to replace."""
     io.write(run.run_dir / name, text, kind, adopt=True)
 
 
 def finish_run(run: Run) -> dict:
-    """Score the best (or the averaged) checkpoint, loaded into the model, on the test split
-    and write the run's results; returns ``results.json``'s dict."""
+    """Score the best (or the averaged) checkpoint on the test split and write the results."""
     t, search = run.settings.trainer, run.settings.decode.search
     train_peak_mb = peak_memory_mb(run.trainer.device)  # before decoding adds its own peak
     scored = _choose_checkpoint(run)
@@ -82,9 +78,7 @@ def finish_run(run: Run) -> dict:
         scores["bleu_signature"],
     )
     log.info(
-        "latency %.1f ms/sentence (batch 1), %.1f sentences/s",
-        speed["latency_ms"],
-        sentences_per_s,
+        "latency %.1f ms/sentence (batch 1), %.1f sentences/s", speed["latency_ms"], sentences_per_s
     )
     log.info(
         "results: %s (hypotheses: test.hyp.txt, checkpoints: checkpoints/, TensorBoard: "
@@ -128,8 +122,7 @@ def _choose_checkpoint(run: Run) -> Scored:
 
 
 def _average_last(run: Run) -> Scored | None:
-    """Average the step checkpoints into averaged.pt, load it and score it on the dev prefix;
-    None when off or too few."""
+    """averaged.pt, loaded into the model and scored on the dev prefix; None: off or too few."""
     t, best = run.settings.trainer, run.progress.best_step
     n = t.average_last_n
     if not n:
@@ -175,15 +168,8 @@ def _heads(run: Run) -> dict | None:
     analysis = run.settings.analysis
     if not analysis.summary_sentences:
         return None
-    summary = head_summary(
-        run.model,
-        run.corpus.splits["valid"],
-        run.trainer.device,
-        run.trainer.precision,
-        analysis,
-        run.corpus.eval_max_len,
-        run.corpus.eval_max_len,
-    )
+    valid, cap, trainer = run.corpus.splits["valid"], run.corpus.eval_max_len, run.trainer
+    summary = head_summary(run.model, valid, trainer.device, trainer.precision, analysis, cap, cap)
     step = run.progress.step
     for kind, entropy in summary["entropy"].items():
         run.writer.add_scalar(f"heads/entropy_{kind}", entropy, step)
@@ -247,8 +233,7 @@ LEADING_HPARAMS = ("heads", "kv_heads", "seed")
 
 
 def _log_hparams(run: Run, results: dict) -> None:
-    """The HParams row of this run: the keys its sweep varies, heads, kv_heads and seed first;
-    a sweep job's row is named by its overrides."""
+    """This run's HParams row: the keys its sweep varies, heads, kv_heads and seed first."""
     s, m = run.settings, run.settings.model
     swept, spec = swept_overrides(run.run_dir)
     # Integers (heads, kv_heads, seed...) go in as ints; TensorBoard still prints every number
@@ -280,15 +265,14 @@ def _log_hparams(run: Run, results: dict) -> None:
 
 def _sortable(value: str, spec: str) -> str:
     """An integer zero-padded to the widest of its sweep's values (``heads=1,4,8,16``: 01, 04,
-    08, 16), since TensorBoard lists the rows by name, as text: 1, 16, 4 otherwise."""
+    08, 16): TensorBoard sorts the rows by name, as text."""
     width = max((len(v) for v in spec.split(",") if v.isdigit()), default=0)
     return value.zfill(width) if value.isdigit() else value
 
 
 def swept_overrides(run_dir: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """``({key: value}, {key: the sweep's value})`` of the job's overrides
-    (``.hydra/overrides.yaml``) whose value its sweep (``multirun.yaml``) does not set for every
-    job (there ``heads=1,4,8,16``); empty for a single run."""
+    """``({key: value}, {key: the sweep's value})`` of the job's overrides (``.hydra/``) that its
+    sweep (``multirun.yaml``) varies, as ``heads=1,4,8,16``; empty for a single run."""
     try:
         job = parse_overrides(yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()))
         sweep = yaml.safe_load((run_dir.parent / "multirun.yaml").read_text())

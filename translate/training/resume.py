@@ -1,10 +1,9 @@
-"""Resuming a run: the same experiment or none, from its newest checkpoint that loads.
-
-A resumed run must be its checkpoint's experiment, or its ``results.json`` would describe a
-model that did not make it: a change of a setting in :data:`IDENTITY` is refused, naming each.
-Where the data is read from (:data:`LOCATION`) is compared by the text fingerprints every
-checkpoint stores, so a moved data folder is still the same data. Every other setting only
-changes the schedule, the budget or the scoring: it may differ, and the log lists it.
+"""Resuming a run from its newest checkpoint that loads, as the same experiment or not at all
+(else ``results.json`` would describe a model it did not make): a change of a setting in
+:data:`IDENTITY` is refused, naming each. Where the data is read from (:data:`LOCATION`) is
+compared by the text fingerprints every checkpoint stores, so a moved data folder is still the
+same data. Every other setting only changes the schedule, the budget or the scoring: it may
+differ, and the log lists it.
 """
 
 from __future__ import annotations
@@ -26,17 +25,9 @@ log = logging.getLogger(__name__)
 
 # Prefixes of dotted config keys; one ending in "." covers a whole group.
 IDENTITY = (
-    "heads",
-    "kv_heads",
-    "model.",
-    "seed",
-    "data.source",
-    "data.src_lang",
-    "data.tgt_lang",
-    "data.pair",
-    "data.splits.",
-    "data.tokenizer.",
-    "data.filter.",
+    *("heads", "kv_heads", "model.", "seed"),
+    *("data.source", "data.src_lang", "data.tgt_lang", "data.pair"),
+    *("data.splits.", "data.tokenizer.", "data.filter."),
 )
 LOCATION = ("data.dir", "data.path", "data.hub.")
 # How a job runs: never worth a word when it differs. The fields marked so, and the command.
@@ -87,9 +78,8 @@ _schedule = _covered(IDENTITY + LOCATION + MECHANICS, inside=False)  # the rest
 
 
 def refuse_other_experiment(what: str, ckpt: dict, config: dict, fingerprints) -> None:
-    """Refuse a config that is another experiment than ``ckpt``'s, naming every difference.
-    ``fingerprints`` (role -> text fingerprint of this config's data) is only needed where the
-    data's location differs."""
+    """Refuse a config of another experiment than ``ckpt``'s, naming every difference;
+    ``fingerprints`` (of this config's data, by role) are only read where the data moved."""
     differ = differences(ckpt["config"], config, _identity)
     moved = differences(ckpt["config"], config, _location)
     saved = ckpt.get("data_fingerprints")
@@ -180,9 +170,8 @@ def resume_or_start(
 
 def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path | None:
     """The newest checkpoint in ``directory`` that loads and holds a training state; None where
-    there is none at all. A resume writes over or prunes every checkpoint there, so each one
-    that loads must be this experiment's. A dir whose checkpoints are all unreadable or averages
-    is refused too: starting anew would write over them."""
+    there is none. Each one that loads must be this experiment's (a resume writes over or prunes
+    them all); a dir of only unreadable ones or averages is refused (a new start would too)."""
     newest, unreadable, averages = None, [], []
     for path in _checkpoint_files(directory):
         try:
@@ -210,8 +199,7 @@ def newest_resumable(directory: Path, config: dict, fingerprints: dict) -> Path 
 
 
 def _checkpoint_files(directory: Path) -> list[Path]:
-    """Every checkpoint file in ``directory`` once (hard links counted once): ``last.pt``, the
-    step files newest first, then any other."""
+    """Each checkpoint file (a hard link once): ``last.pt``, step files newest first, others."""
     paths = sorted((p for p in directory.glob("*.pt") if p.is_file()), reverse=True)
     paths.sort(key=lambda p: (p.name != "last.pt", not p.name.startswith("step_")))
     files: dict[tuple[int, int], Path] = {}  # by inode, the first name of each
@@ -221,8 +209,7 @@ def _checkpoint_files(directory: Path) -> list[Path]:
 
 
 def finished_results(settings: TrainSettings) -> dict | None:
-    """The results of a resumed run that is already done (its last checkpoint reached a limit
-    and ``results.json`` is complete for that step), checked to be this experiment's."""
+    """The results of a resumed run already done, checked to be this experiment's."""
     run_dir, t = Path(settings.run_dir), settings.trainer
     results_file, last = run_dir / "results.json", run_dir / "checkpoints" / "last.pt"
     if not (t.resume and results_file.is_file() and last.is_file()):

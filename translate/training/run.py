@@ -67,10 +67,16 @@ class Run:
 
 
 def setup(settings: TrainSettings) -> Run:
-    r = settings.runtime
+    r, t, run_dir = settings.runtime, settings.trainer, Path(settings.run_dir)
     device = resolve_device(r.device)
     precision = resolve_precision(r.precision, device, training=True)
-    run_dir, lock = _claim_run_dir(settings)
+    lock = RunLock(run_dir).acquire()
+    try:
+        remove_partial_writes(run_dir)  # of a process killed while writing
+        check_fresh(run_dir, t.resume, t.overwrite)
+    except UserError:
+        lock.release()
+        raise
     try:
         run = _build(settings, device, precision, run_dir)
     except BaseException:
@@ -79,19 +85,6 @@ def setup(settings: TrainSettings) -> Run:
     run.lock = lock
     _log_start(run)
     return run
-
-
-def _claim_run_dir(settings: TrainSettings) -> tuple[Path, RunLock]:
-    """Lock the run dir and check that a fresh run overwrites nothing."""
-    t, run_dir = settings.trainer, Path(settings.run_dir)
-    lock = RunLock(run_dir).acquire()
-    try:
-        remove_partial_writes(run_dir)  # of a process killed while writing
-        check_fresh(run_dir, t.resume, t.overwrite)
-    except UserError:
-        lock.release()
-        raise
-    return run_dir, lock
 
 
 def _build(settings: TrainSettings, device, precision: str, run_dir: Path) -> Run:
@@ -112,12 +105,9 @@ def _build(settings: TrainSettings, device, precision: str, run_dir: Path) -> Ru
     progress = Progress()
     if t.resume:
         progress = resume_or_start(ckpts.directory, trainer, corpus, settings)
+    engine = TorchEngine(model, device, precision)
     translator = Translator(
-        TorchEngine(model, device, precision),
-        tok,
-        settings.decode,
-        corpus.eval_max_tokens,
-        corpus.eval_max_len,
+        engine, tok, settings.decode, corpus.eval_max_tokens, corpus.eval_max_len
     )
     # Hide the events a killed run logged after its last checkpoint (all of them when it
     # was killed before its first), so the curves continue cleanly.

@@ -31,15 +31,13 @@ PARTIAL_WRITES = (".", "checkpoints")
 
 
 def parse_overrides(lines) -> dict[str, str]:
-    """``["heads=4", "+x=1"]`` -> ``{"heads": "4", "x": "1"}`` (Hydra override strings, as in
-    a job's ``.hydra/overrides.yaml``)."""
+    """Hydra overrides: ``["heads=4", "+x=1"]`` -> ``{"heads": "4", "x": "1"}``."""
     pairs = (str(line).partition("=") for line in lines or [])
     return {key.lstrip("+~"): value for key, sep, value in pairs if sep}
 
 
 class RunLock:
-    """An exclusive ``flock`` on ``<run_dir>/.lock``, which names its holder. ``key`` is the
-    override that gives a command another dir, named when the dir is in use."""
+    """An exclusive ``flock`` on ``<run_dir>/.lock``, which names its holder."""
 
     def __init__(self, run_dir: Path, key: str = "hydra.run.dir") -> None:
         self.path = Path(run_dir) / LOCK_NAME
@@ -118,11 +116,8 @@ def training_run_marks(directory: Path) -> list[str]:
 
 
 def check_fresh(run_dir: Path, resume: bool | str, overwrite: bool) -> None:
-    """A run that trains from scratch needs a dir without another run's outputs: stop with one
-    line offering the three ways on, or clear them when ``overwrite`` says so."""
-    if resume:
-        return
-    found = run_outputs(run_dir)
+    """A fresh run needs a dir without another run's outputs: refused, or cleared by overwrite."""
+    found = [] if resume else run_outputs(run_dir)
     if not found:
         return
     if not overwrite:

@@ -18,28 +18,19 @@ log = logging.getLogger(__name__)
 
 
 class CheckpointManager:
-    """Writes ``step_<N>.pt``, keeps the newest ``keep_last`` (and with ``around_best=N`` the N
-    around the best one's, for averaging), and points ``last.pt`` (and ``best.pt`` on request)
-    at the newest file."""
+    """Writes ``step_<N>.pt``, keeps the newest ``keep_last`` (and ``around_best`` around the
+    best one's, for averaging), and links ``last.pt`` (and ``best.pt`` if asked) to it."""
 
     def __init__(self, directory: Path, keep_last: int, around_best: int = 0) -> None:
         self.directory = Path(directory)
         self.keep_last = keep_last
         self.around_best = around_best
-
-    @property
-    def last(self) -> Path:
-        return self.directory / "last.pt"
-
-    @property
-    def best(self) -> Path:
-        return self.directory / "best.pt"
+        self.last, self.best = self.directory / "last.pt", self.directory / "best.pt"
 
     def save(self, state: dict, step: int, is_best: bool, best_step: int | None = None) -> Path:
         path = self.directory / f"step_{step:08d}.pt"
-        # These names are this manager's own: a fresh run starts only in a dir without
-        # checkpoints and a resume has found each one that loads this experiment's, so what
-        # they hold may be replaced (cut short by a crash), but no other kind of output.
+        # This manager's own names: a fresh run starts without checkpoints and a resume found
+        # each one this experiment's, so they may be replaced, but no other kind of output.
         save_checkpoint(state, path, adopt=True)
         io.link(path, self.last, CHECKPOINT, adopt=True)
         if is_best:
@@ -62,8 +53,7 @@ def checkpoint_state(
     tokenizer: Tokenizer,
     fingerprints: dict[str, str],
 ) -> dict:
-    """Everything a resumed run restores, as tensors and plain values. ``fingerprints`` tell the
-    same data read from elsewhere from other data."""
+    """Everything a resumed run restores; ``fingerprints`` tell data moved from other data."""
     return {
         "format_version": FORMAT_VERSION,
         **trainer.state_dict(),

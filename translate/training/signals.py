@@ -24,9 +24,8 @@ class Stopped(Exception):
 
 
 class StopRequest:
-    """Turns a stop signal into a flag checked at step boundaries (save, then exit). A second
-    one raises :class:`Stopped` (``forced``) at once; with ``immediate=True`` (no step
-    boundary to wait for) the first one does."""
+    """A stop signal becomes a flag checked at step boundaries (save, then exit); a second one
+    raises :class:`Stopped` (``forced``) at once, as the first does with ``immediate=True``."""
 
     def __init__(self, immediate: bool = False) -> None:
         self.signal: int | None = None

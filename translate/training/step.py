@@ -13,17 +13,16 @@ from translate.schema import OptimSettings
 from translate.scoring import batch_loss
 from translate.training.optim import Schedule, make_optimizer
 
-# oneDNN, which runs a CPU's bf16 matmuls, builds and caches a kernel for every matrix shape,
-# and Multi30k's token batches almost never repeat one: a bf16 step built kernels for as long
-# as AMX saved. Positions padded to a multiple of 8 and the loss rows to one of 64 leave few
-# shapes: 20,020 tokens/s against 14,838 unpadded on an Intel Xeon with AMX (fp32: 14,652, and
+# oneDNN builds a kernel for every shape of a CPU's bf16 matmuls, and Multi30k's token batches
+# almost never repeat one. Positions padded to a multiple of 8 and loss rows to one of 64 leave
+# few shapes: 20,020 tokens/s against 14,838 unpadded on an Intel Xeon with AMX (fp32: 14,652,
 # 13,230 padded, so fp32 never pads; docs/benchmarks.md, "bf16 on the CPU").
 SEQ_MULTIPLE, ROW_MULTIPLE = 8, 64
+STATES = ("model", "optimizer", "scheduler", "scaler")  # a checkpoint's, in this order
 
 
 def pads_shapes(device: torch.device, precision: str) -> bool:
-    """Whether a step in ``precision`` on ``device`` pads its shapes (:data:`SEQ_MULTIPLE`)."""
-    return device.type == "cpu" and precision == "bf16"
+    return device.type == "cpu" and precision == "bf16"  # see SEQ_MULTIPLE
 
 
 @dataclass
@@ -38,8 +37,7 @@ class StepResult:
 
 
 class Trainer:
-    """Owns the model's optimisation. Training runs through ``compiled_model`` if given, else
-    ``model``. ``schedule`` defaults to ``optim``'s, without a cooldown."""
+    """Owns the model's optimisation; trains through ``compiled_model`` if given."""
 
     def __init__(
         self,
@@ -69,8 +67,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     def step(self, batches: list[Batch]) -> StepResult:
-        """One optimizer update over ``batches`` (gradient accumulation), loss normalised by
-        the total number of target tokens so accumulation equals one large batch."""
+        """One update over ``batches``, normalised by their target tokens: as one large batch."""
         self.model.train()
         total_tgt = sum(b.num_tgt_tokens for b in batches)
         tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
@@ -90,8 +87,9 @@ class Trainer:
                 torch.stack([p.grad.norm() for p in self.model.parameters() if p.grad is not None])
             )
         # The values the loop reads, in one host-device sync (float64 holds float32 exactly).
-        values = self._stacked([loss_sum, nll_sum, grad_norm], torch.float64)
-        loss_total, nll_total, norm = values.tolist()
+        values = (loss_sum, nll_sum, grad_norm)
+        as_f64 = [torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in values]
+        loss_total, nll_total, norm = torch.stack(as_f64).tolist()
         loss_value = loss_total / total_tgt
         finite = math.isfinite(loss_value) and math.isfinite(norm)
         lr = self.optimizer.param_groups[0]["lr"]
@@ -126,19 +124,9 @@ class Trainer:
             rows,
         )
 
-    def _stacked(self, values: list, dtype: torch.dtype) -> torch.Tensor:
-        return torch.stack([torch.as_tensor(v, dtype=dtype, device=self.device) for v in values])
-
     def state_dict(self) -> dict:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-        }
+        return {name: getattr(self, name).state_dict() for name in STATES}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
+        for name in STATES:
+            getattr(self, name).load_state_dict(state[name])
