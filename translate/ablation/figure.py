@@ -125,8 +125,7 @@ def _aer_panel(ax, report: Report) -> None:
 
 
 def ablation_figure(report: Report):
-    """The panels with something to show, side by side; None when none has. Equal parameter
-    counts are said in the figure's title instead of a flat panel."""
+    """The panels with something to show, or None; equal parameter counts go in the title."""
     counts = {p for _, p in _params(report)}
     shown = {
         _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),

@@ -116,9 +116,6 @@ def to_csv(report: Report) -> str:
     return out.getvalue()
 
 
-# ------------------------------------------------------------------------ ablation.md
-
-
 def _fmt(v, digits: int = 2, std=None) -> str:
     if v is None or isinstance(v, str):
         return v or "-"

@@ -115,12 +115,8 @@ class Report:
 
 
 def job_fields(job: Job) -> dict:
-    """What names a job in the speed and align files."""
     heads, kv = heads_key(job.results)
     return {"name": job.name, "heads": heads, "kv_heads": kv, "seed": job.results.get("seed")}
-
-
-# ------------------------------------------------------------------------ reading jobs
 
 
 def _failure_reason(job_dir: Path) -> str:
@@ -150,8 +146,7 @@ def _read_job(sweep_dir: Path, job_dir: Path) -> Job:
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job dir (with ``.hydra/overrides.yaml`` or results) under ``sweep_dir``, in
-    natural order: ``heads=4,seed=2`` before ``heads=16,seed=1``."""
+    """Every job dir under ``sweep_dir``, ``heads=4,seed=2`` before ``heads=16,seed=1``."""
     dirs = {p.parent.parent for p in sweep_dir.rglob("overrides.yaml") if p.parent.name == ".hydra"}
     dirs |= {p.parent for p in sweep_dir.rglob("results.json")}
     dirs.discard(sweep_dir)
@@ -172,8 +167,7 @@ def existing_sweep_dir(sweep_dir: str | Path) -> Path:
 
 
 def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
-    """The finished jobs by (heads, kv_heads), sorted by seed; warns when the sweep varies
-    more than those and the seed."""
+    """The finished jobs by (heads, kv_heads), sorted by seed; warns where more varies."""
     groups: dict[Key, list[Job]] = {}
     for job in done:
         groups.setdefault(heads_key(job.results), []).append(job)
@@ -204,9 +198,6 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
     if len(others) > 1:
         warnings.append(f"the finished jobs differ in more than {axes}: {sorted(others)}")
     return groups
-
-
-# ------------------------------------------------------------------------ the rows
 
 
 def build_report(
@@ -280,8 +271,6 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
     return row
 
 
-# ------------------------------------------------------------------------ ablation_speed.json
-
 SPEED_FILE = "ablation_speed.json"  # written by translate.ablation.speed
 SPEED_COMMAND = "python -m translate.ablation speed SWEEP_DIR"
 # Per-job and per-row metrics -> (column header in ablation.md, decimals shown). A metric's
@@ -306,8 +295,8 @@ BUSY_SPREAD = 0.5
 
 
 def shown_metrics(data: dict) -> dict:
-    """The metrics of ``data``'s table, CTranslate2's right after our latency where any row has
-    them; no beam columns when every job's beam is 1 (they would time greedy decoding twice)."""
+    """The metrics of ``data``'s table, CTranslate2's after our latency where a row has them; no
+    beam columns when every job's beam is 1 (they would time greedy decoding twice)."""
     rows = data.get("heads") or []
     ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
     latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
@@ -319,8 +308,7 @@ def shown_metrics(data: dict) -> dict:
 
 
 def round_spread(entry: dict) -> tuple[float, str] | None:
-    """The widest ``max / min - 1`` of a job's or row's timing rounds, and its metric; None in
-    files from before the rounds' range was recorded."""
+    """The widest ``max / min - 1`` of an entry's timing rounds, and its metric (older: None)."""
     spreads = []
     for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):
         low, high = entry.get(f"{metric}_min"), entry.get(f"{metric}_max")
@@ -350,16 +338,14 @@ def spread_cell(entry: dict) -> str:
 
 
 def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str:
-    """``40.0 (1.60x)``: a row's value of ``metric`` with its ratio to the baseline row's."""
     value, ratio = row.get(metric), row.get(f"{metric}_vs_{baseline}")
     text = "-" if value is None else f"{value:,.{digits}f}"
     return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
 
 def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings: list[str]):
-    """``sweep_dir``'s ``words["file"]``, or None: none there, or (with a warning) unreadable
-    or of another sweep. Finished jobs it has no figures for are named in a warning, with the
-    reason its ``words["skipped"]`` list gives. The other ``words`` are the warnings'."""
+    """``sweep_dir``'s ``words["file"]``, or None: none there, or (with a warning) unreadable or
+    of another sweep. ``finished`` jobs it lacks are warned of, with its ``skipped`` reason."""
     path = sweep_dir / words["file"]
     if not path.is_file():
         return None
@@ -398,15 +384,12 @@ SPEED_WORDS = {
 
 
 def speed_cells(data: dict, key: Key) -> dict:
-    """The row of ``key``: each shown metric, its rounds' range and its ratio to the baseline's
-    (None where the file has no such row; no ratios where it has no baseline)."""
+    """The row of ``key``: each shown metric, its rounds' range and its ratio to the baseline's."""
     baseline = data["baseline_heads"]
     row = next((r for r in data["heads"] if heads_key(r) == key), {})
     ends = ["", "_min", "_max", *([f"_vs_{baseline}"] if baseline is not None else [])]
     return {m + end: row.get(m + end) for m in shown_metrics(data) for end in ends}
 
-
-# ------------------------------------------------------------------------ ablation_align.json
 
 ALIGN_FILE = "ablation_align.json"  # written by translate.ablation.align
 ALIGN_COMMAND = "python -m translate.ablation align SWEEP_DIR"
@@ -421,8 +404,7 @@ ALIGN_WORDS = {
 
 
 def align_cells(data: dict, key: Key) -> dict:
-    """The row of ``key``: its jobs' best-head AER over seeds, and the reference it was
-    measured against ("silver" or "gold")."""
+    """The row of ``key``: its jobs' best-head AER over seeds, and its reference's kind."""
     best = [job["best_aer"] for job in data["jobs"] if heads_key(job) == key]
     mean, std = mean_std(best)
     kind = data["reference"]["kind"] if best else None

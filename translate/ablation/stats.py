@@ -24,8 +24,7 @@ def heads_key(entry: dict) -> Key:
 
 
 def choose_baseline(keys, preferred: int) -> int | None:
-    """``preferred`` where the sweep has that multi-head row (kv_heads = heads), else its
-    largest multi-head head count; None where no row is multi-head."""
+    """``preferred`` where it is a multi-head row (kv_heads = heads), else the largest; or None."""
     multi_head = {heads for heads, kv in keys if heads == kv}
     return preferred if preferred in multi_head else max(multi_head, default=None)
 
@@ -52,8 +51,7 @@ def _counts(params: set) -> str:
 
 
 def check_equal_params(jobs: list) -> tuple[bool, str]:
-    """Whether the finished jobs' parameter counts are what the sweep intends (False raises
-    the report's alarm), and a sentence saying so."""
+    """Whether the finished jobs' parameter counts are as the sweep intends, and a sentence."""
     by_key: dict[Key, set] = {}
     for job in (j for j in jobs if j.completed):
         by_key.setdefault(heads_key(job.results), set()).add(job.results.get("params"))
@@ -81,11 +79,7 @@ def check_equal_params(jobs: list) -> tuple[bool, str]:
     )
 
 
-# ------------------------------------------------------------------------ across seeds
-
-
 def seed_bleus(jobs: list) -> list[float]:
-    """The seed-level statistics' observations: each job's test BLEU."""
     return [j.results["bleu"] for j in jobs if j.results.get("bleu") is not None]
 
 
@@ -146,9 +140,6 @@ def detected(*p_values: float | None) -> bool | None:
     return all(p < LEVEL for p in known) if known else None
 
 
-# ------------------------------------------------------------------------ all p-values
-
-
 def p_value_cells(
     groups: dict, baseline: int | None, seeds: list, n_samples: int, warnings: list[str]
 ) -> tuple[dict, str | None]:
@@ -175,8 +166,7 @@ def p_value_cells(
 
 
 def _bootstrap(jobs, base_jobs, n_samples: int, warnings: list[str]) -> tuple[dict, str | None]:
-    """``({seed: p, ..., "pooled": p}, signature)``: each job against the baseline row's job of
-    its seed, and the seeds pooled."""
+    """``({seed: p, ..., "pooled": p}, signature)``: each job against the baseline of its seed."""
     base = {job.results.get("seed"): job for job in reversed(base_jobs)}  # a seed's first
     per_seed, pooled, signature = {}, ([], [], []), None
     for job in jobs:
@@ -208,8 +198,7 @@ def _read_lines(path: Path) -> list[str] | None:
 
 
 def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
-    """``(baseline hyp, hyp, ref)`` of a job and the baseline job of its seed, or None with a
-    warning where they cannot be compared."""
+    """``(baseline hyp, hyp, ref)`` of a job and its seed's baseline job, or None and a warning."""
     hyp, ref, base_hyp, base_ref = (
         _read_lines(j.path / f"test.{kind}.txt") for j in (job, other) for kind in ("hyp", "ref")
     )

@@ -23,8 +23,7 @@ WORD_START = "\u2581"  # SentencePiece's "▁": this piece begins a new word
 
 
 def word_index(pieces: Sequence[str]) -> list[int]:
-    """The 0-based word of each piece: a piece starting with ``▁`` opens a word, any other
-    continues the last one (the first piece opens word 0 either way)."""
+    """The 0-based word of each piece: one starting with ``▁`` (or the first) opens a word."""
     words, index = [], -1
     for n, piece in enumerate(pieces):
         if n == 0 or piece.startswith(WORD_START):
@@ -60,12 +59,9 @@ def word_attention(
 def align_heads(
     cross: torch.Tensor, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
 ) -> list[list[Link]]:
-    """Each head's hard word alignment of one sentence pair: for every target word the source
-    word of highest :func:`word_attention`, as sorted ``(source word, target word)`` links.
-
-    ``cross`` is one layer's cross-attention ``(H, len(tgt_pieces), len(src_pieces))`` over the
-    real pieces (BOS/EOS rows and columns dropped by the caller); row ``t`` is the query that
-    predicts target piece ``t``."""
+    """Each head's hard word alignment of one pair: for every target word the source word of
+    highest :func:`word_attention`, as sorted links. ``cross``: one layer's ``(H, T, S)`` over the
+    real pieces (BOS/EOS dropped by the caller); row ``t`` predicts target piece ``t``."""
     best = word_attention(cross, src_pieces, tgt_pieces).argmax(dim=-1)  # (H, Wt)
     return [sorted((int(i), j) for j, i in enumerate(head.tolist())) for head in best]
 
@@ -76,9 +72,8 @@ def pharaoh(links: Iterable[Link]) -> str:
 
 
 def parse_pharaoh(line: str) -> tuple[set[Link], set[Link]]:
-    """``(sure, possible)`` links of one line: ``i-j`` is sure, ``i?j`` possible only (the
-    convention of the German-English gold set's scripts, lilt/alignment-scripts). ``possible``
-    includes ``sure``, as AER wants. Raises ValueError on anything else."""
+    """``(sure, possible)`` links of one line: ``i-j`` sure, ``i?j`` possible only (as the
+    German-English gold set's lilt/alignment-scripts); ``possible`` includes ``sure``."""
     sure: set[Link] = set()
     possible: set[Link] = set()
     for token in line.split():
@@ -94,8 +89,7 @@ def parse_pharaoh(line: str) -> tuple[set[Link], set[Link]]:
 
 
 def read_pharaoh(path: str | Path) -> tuple[list[set[Link]], list[set[Link]]]:
-    """``(sure, possible)`` per line of a Pharaoh file (0-based ``i-j`` / ``i?j``); a bad line
-    is one :class:`UserError` naming the file and line."""
+    """``(sure, possible)`` per line of a Pharaoh file; a bad line is a UserError naming it."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
@@ -116,10 +110,8 @@ def aer(
     sure: Sequence[Iterable[Link]],
     possible: Sequence[Iterable[Link]] | None = None,
 ) -> float:
-    """Corpus AER of ``predicted`` links against ``sure`` (and ``possible``) references, one
-    collection of links per sentence: ``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, each count summed
-    over the sentences. Without ``possible``, ``P = S`` and AER is ``1 - F1``; links in ``S``
-    count as possible too (``S ⊆ P``)."""
+    """Corpus AER, one collection of links per sentence, each count summed over them. Without
+    ``possible``, ``P = S`` and AER is ``1 - F1``; links in ``S`` count as possible too."""
     if len(predicted) != len(sure) or (possible is not None and len(possible) != len(sure)):
         raise ValueError("predicted, sure and possible links must cover the same sentences")
     hits_s = hits_p = n_a = n_s = 0

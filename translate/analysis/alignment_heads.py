@@ -40,9 +40,8 @@ class Reference:
 def reference_alignments(
     gold: str | None, silver_train_pairs: int, data, sources: Sequence[str], targets: Sequence[str]
 ) -> Reference | None:
-    """Gold alignments from the Pharaoh file ``gold``, else silver ones from eflomal on the
-    pairs and ``silver_train_pairs`` training pairs of ``data``; None (one line said why) when
-    neither can be had."""
+    """Gold alignments from the Pharaoh file ``gold``, else silver ones from eflomal on the pairs
+    and ``silver_train_pairs`` training pairs of ``data``; else None (one line said why)."""
     if gold:
         sure, possible = read_pharaoh(gold)
         if len(sure) < len(sources):
@@ -75,8 +74,7 @@ def cross_links(
     precision: str,
 ) -> dict[tuple[int, int], list[list[Link]]]:
     """``(layer, head) -> links of each pair``, in the split's order, from teacher-forced
-    cross-attention: row ``t`` of ``BOS + target`` predicts target piece ``t``, so the rows of
-    the target's pieces are the first ``T``, the columns of the source's the first ``S``."""
+    cross-attention: row ``t`` of ``BOS + target`` predicts target piece ``t``."""
     n = sum(len(b.indices) for b in batches)
     layers, heads = model.num_layers["decoder_cross"], model.num_heads
     out: dict[tuple[int, int], list] = {

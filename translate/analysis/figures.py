@@ -33,9 +33,8 @@ def pyplot():
 
 
 def head_grid(heads: int) -> tuple[int, int]:
-    """``(rows, cols)`` of a near-square grid of ``heads`` panels: TensorBoard scales an image
-    down to its card's width, so a wide strip (1x4) shrinks its tokens until they cannot be
-    read, where a square keeps them twice as large."""
+    """``(rows, cols)`` of a near-square grid: TensorBoard scales an image to its card's width,
+    so a wide strip (1x4) shrinks its tokens past reading; a square keeps them twice as large."""
     cols = math.ceil(math.sqrt(heads))
     return math.ceil(heads / cols), cols
 
@@ -88,9 +87,8 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
 def attention_figures(
     maps: AttentionMaps, src: list[str], tgt: list[str], card=False
 ) -> Iterator[tuple[str, Figure]]:
-    """``(tag, figure)`` of every head for every layer of every attention type, batch row 0.
-    One figure at a time: a caller that closes each before the next holds one open, where
-    all of them at once would be 6 or more (and matplotlib warns past 20)."""
+    """``(tag, figure)`` of every layer of every attention type, batch row 0, one at a time: a
+    caller closing each holds one open, not 6 or more (matplotlib warns past 20)."""
     kinds = (
         ("encoder_self", maps.encoder, src, src),
         ("decoder_self", maps.decoder_self, tgt, tgt),
@@ -131,12 +129,9 @@ def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int)
 
 
 def log_hparams(writer, hparams: dict, metrics: dict, leading=(), trial: str = "") -> None:
-    """Write the HParams-dashboard summaries into this run's own event file, so that
-    ``tensorboard --logdir <sweep_dir>`` lists one row per job, named ``trial``.
-
-    TensorBoard sorts the hparams by ``differs`` first, then by name (its
-    ``backend_context.py``), and ticks the first five. torch never sets ``differs``, so the
-    columns came out alphabetical: the ``leading`` hparams are marked so."""
+    """The HParams summaries into this run's own event file: ``tensorboard --logdir <sweep_dir>``
+    lists one row per job, named ``trial``. TensorBoard sorts hparams by ``differs``, then name,
+    and ticks the first five; torch never sets ``differs``, so ``leading`` ones are marked so."""
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
     experiment, session_start, session_end = hparams_summary(hparams, metrics)
@@ -173,8 +168,7 @@ def figure_pixels(fig) -> np.ndarray:
 
 
 def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
-    """Normalised entropy and importance, one row per attention module, one column per head;
-    degenerate heads are marked with x."""
+    """Normalised entropy and importance per module (rows) and head; degenerate ones marked x."""
     rows = [(k, n) for k in HEAD_MASK_KEYS for n in range(num_layers[k])]
     index = {(s.kind, s.layer, s.head): s for s in stats}
     panels = (

@@ -18,8 +18,7 @@ from translate.nn.model import Seq2SeqTransformer
 
 
 class HeadMasked(nn.Module):
-    """``model`` with a fixed ``head_mask`` in every ``encode`` and ``decode`` that search
-    makes, so that decoding runs the real model with those heads' outputs zeroed."""
+    """``model`` with a fixed ``head_mask`` in every ``encode`` and ``decode`` search makes."""
 
     def __init__(self, model: Seq2SeqTransformer, head_mask: dict[str, Tensor]) -> None:
         super().__init__()

@@ -34,9 +34,9 @@ def eflomal_available() -> bool:
 
 
 def grow_diag_final_and(forward: set[Link], reverse: set[Link]) -> set[Link]:
-    """Koehn's symmetrisation of one sentence's two directional alignments (``(i, j)`` links,
-    both source-target): the intersection, grown by union links beside it that cover a word
-    still unaligned on either side, then union links whose words are both unaligned."""
+    """Koehn's symmetrisation of one sentence's two directional (source, target) alignments: the
+    intersection, grown by adjacent union links covering a word still unaligned on either side,
+    then union links whose words are both unaligned."""
     union, links = forward | reverse, forward & reverse
     src_done, tgt_done = {i for i, _ in links}, {j for _, j in links}
 
