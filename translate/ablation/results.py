@@ -13,17 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from translate.ablation.stats import (
-    Key,
-    check_equal_params,
-    choose_baseline,
-    ci_of_mean,
-    heads_key,
-    key_label,
-    mean_std,
-    p_value_cells,
-    seed_bleus,
-)
+from translate.ablation import stats
+from translate.ablation.stats import Key, heads_key, mean_std
 from translate.errors import UserError, counted
 from translate.training.rundir import parse_overrides
 
@@ -178,7 +169,7 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
         seeds = [j.results.get("seed") for j in members]
         if len(set(seeds)) < len(seeds):
             warnings.append(
-                f"{key_label(key, kv_axis)} has several jobs with the same seed "
+                f"{stats.key_label(key, kv_axis)} has several jobs with the same seed "
                 f"({', '.join(j.name for j in members)}): the sweep varies more than {axes}, "
                 "and this row averages over it"
             )
@@ -214,15 +205,15 @@ def build_report(
     done = [j for j in jobs if j.completed]
     warnings: list[str] = []
     groups = _group_rows(done, warnings)
-    equal, params_message = check_equal_params(jobs)
+    equal, params_message = stats.check_equal_params(jobs)
     if not equal:
         warnings.insert(0, params_message)
     if mixed := provenance_warning([j.results for j in done]):
         warnings.append(mixed)
     # The baseline is plain multi-head attention, also in a kv_heads sweep: kv_heads = heads.
-    baseline = choose_baseline(groups, baseline_heads)
+    baseline = stats.choose_baseline(groups, baseline_heads)
     seeds = sorted({j.results.get("seed") for j in done}, key=str)
-    p_cells, signature = p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
+    p_cells, signature = stats.p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
     rows = [_row(key, groups[key], seeds, p_cells[key]) for key in sorted(groups)]
     finished = [j.name for j in done]
     speed = read_sweep_file(sweep_dir, SPEED_WORDS, finished, warnings)
@@ -244,21 +235,16 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
 
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
-    row = {
-        "heads": key[0],
-        "kv_heads": key[1],
-        "d_k": res[0].get("d_k"),
-        "params": params[0] if len(params) == 1 else " / ".join(str(p) for p in params),
-        "seeds": " ".join(str(r.get("seed")) for r in res),
-        "n": len(res),
-    }
+    row = {"heads": key[0], "kv_heads": key[1], "d_k": res[0].get("d_k")}
+    row["params"] = params[0] if len(params) == 1 else " / ".join(str(p) for p in params)
+    row |= {"seeds": " ".join(str(r.get("seed")) for r in res), "n": len(res)}
     for metric, with_std in METRICS.items():
         values = [scored_dev_bleu(r) if metric == "dev_bleu" else r.get(metric) for r in res]
         mean, std = mean_std(values)
         row |= {f"{metric}_mean": mean} | ({f"{metric}_std": std} if with_std else {})
     by_seed = {r.get("seed"): r for r in res}
     row |= {f"bleu_seed{seed}": by_seed.get(seed, {}).get("bleu") for seed in seeds}
-    row["bleu_ci95_low"], row["bleu_ci95_high"] = ci_of_mean(seed_bleus(jobs))
+    row["bleu_ci95_low"], row["bleu_ci95_high"] = stats.ci_of_mean(stats.seed_bleus(jobs))
     summaries = [r.get("head_summary") or {} for r in res]
     for kind in HEAD_MASK_KEYS:
         row[f"entropy_{kind}"] = mean_std([s.get("entropy", {}).get(kind) for s in summaries])[0]

@@ -332,7 +332,7 @@ def run_speed(
     path = Path(out) if out is not None else sweep_dir / results.SPEED_FILE
     output = io.check_output_file(path, "--json", "ablation speed")  # before any timing
     jobs = load_jobs(sweep_dir, settings, not_timed)
-    test_split = prepare_inputs(jobs, settings, warnings)
+    split = prepare_inputs(jobs, settings, warnings)
     with tempfile.TemporaryDirectory(prefix="ablation_speed_ct2_") as folder:
         if settings.ct2:
             load_ct2(jobs, Path(folder), warnings)
@@ -349,14 +349,10 @@ def run_speed(
     if busy := results.busy_warning(entries):
         warnings.append(busy)
     baseline = choose_baseline({heads_key(e) for e in entries}, results.BASELINE_HEADS)
-    device = jobs[0].device
+    device, precision = jobs[0].device, jobs[0].loaded.translator.precision
     payload = {
         "machine": {**machine(device), "ctranslate2": package_version("ctranslate2")},
-        "settings": {
-            **dataclasses.asdict(settings),
-            "precision": jobs[0].loaded.translator.precision,
-            "test_split": test_split,
-        },
+        "settings": dataclasses.asdict(settings) | {"precision": precision, "test_split": split},
         "peak_mem_mb": CUDA_MEMORY_NOTE if device.type == "cuda" else CPU_MEMORY_NOTE,
         "baseline_heads": baseline,
         "sweep_dir": str(sweep_dir.resolve()),  # the report uses only its own sweep's figures

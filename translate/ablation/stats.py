@@ -8,7 +8,6 @@ import functools
 import math
 import statistics
 import warnings
-from pathlib import Path
 
 Key = tuple[int, int]  # (heads, kv_heads) of a row
 CONFIDENCE = 0.95  # of the interval of a row's mean (the CSV's bleu_ci95_* columns)
@@ -192,15 +191,12 @@ def _paired_p(
     return test["run"]["p_value"], test["run"]["signature"]
 
 
-def _read_lines(path: Path) -> list[str] | None:
-    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
-    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else None
-
-
 def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
     """``(baseline hyp, hyp, ref)`` of a job and its seed's baseline job, or None and a warning."""
+    paths = [j.path / f"test.{kind}.txt" for j in (job, other) for kind in ("hyp", "ref")]
+    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
     hyp, ref, base_hyp, base_ref = (
-        _read_lines(j.path / f"test.{kind}.txt") for j in (job, other) for kind in ("hyp", "ref")
+        p.read_text(encoding="utf-8").split("\n")[:-1] if p.is_file() else None for p in paths
     )
     if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
         warnings.append(

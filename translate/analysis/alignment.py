@@ -94,15 +94,13 @@ def read_pharaoh(path: str | Path) -> tuple[list[set[Link]], list[set[Link]]]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"alignments file {path} cannot be read ({err}); check the path") from None
-    sure, possible = [], []
+    links = []
     for n, line in enumerate(lines, 1):
         try:
-            s, p = parse_pharaoh(line)
+            links.append(parse_pharaoh(line))
         except ValueError as err:
             raise UserError(f"{path}:{n}: {err}; write 0-based links as 0-0 1-2 2?3") from None
-        sure.append(s)
-        possible.append(p)
-    return sure, possible
+    return [s for s, _ in links], [p for _, p in links]
 
 
 def aer(

@@ -136,7 +136,9 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     log.info("4/5 pruning curve: BLEU on %d sentences per point, least important first", n_prune)
     prune = _bar("pruning", "point")
     curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device, prune)
-    _log_curve(curve)
+    for p in curve:
+        point = 100 * p["fraction_kept"], p["heads_kept"], p["bleu"], p["loss"]
+        log.info("pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f", *point)
     for rank, hid in enumerate(order):
         scores[hid]["prune_rank"] = rank
     for s in stats:
@@ -203,12 +205,6 @@ def _log_heads(summary: dict) -> None:
     log.info("mean entropy %s | %d of %d heads degenerate", entropy, *counts)
     for d in summary["degenerate"]:
         log.info("degenerate: %(kind)s layer %(layer)d head %(head)d: %(reason)s", d)
-
-
-def _log_curve(curve: list[dict]) -> None:
-    for p in curve:
-        point = 100 * p["fraction_kept"], p["heads_kept"], p["bleu"], p["loss"]
-        log.info("pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f", *point)
 
 
 def _log_written(out_dir: Path, result: dict) -> None:

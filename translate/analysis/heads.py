@@ -168,7 +168,6 @@ def head_statistics(
     device: torch.device,
     precision: str,
     thresholds: Thresholds,
-    head_mask: dict[str, Tensor] | None = None,
 ) -> list[HeadStats]:
     """Every head's :class:`HeadStats` over ``batches``, ordered by kind, layer, head."""
     accs = {
@@ -180,9 +179,7 @@ def head_statistics(
         for batch in batches:
             batch = batch.to(device)
             with autocast(device, precision):
-                maps = model.attention_maps(
-                    batch.src, batch.tgt_in, batch.src_padding_mask, head_mask
-                )
+                maps = model.attention_maps(batch.src, batch.tgt_in, batch.src_padding_mask)
             for kind, layers in zip(KINDS, (maps.encoder, maps.decoder_self, maps.decoder_cross)):
                 ignore, n_keys = query_layout(batch, kind, model.pad_id)
                 for layer, weights in enumerate(layers):
