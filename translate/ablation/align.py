@@ -1,7 +1,5 @@
 """Alignment heads of a heads sweep's models: ``python -m translate.ablation align <sweep_dir>``.
-
-Each finished job's cross-attention heads' AER on a prefix of the test (or dev) split, against one
-gold or silver reference for the whole sweep, into ``ablation_align.json`` (docs/alignment.md).
+Each finished job's cross heads' AER against one reference for the sweep (docs/alignment.md).
 """
 
 from __future__ import annotations

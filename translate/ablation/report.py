@@ -1,7 +1,5 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
-
-``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone, also after every job of a sweep
-(:mod:`translate.sweeps`); what the columns and notes mean: docs/ablation.md.
+``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone (docs/ablation.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Time a heads sweep's models side by side: ``python -m translate.ablation speed <sweep_dir>``.
-
-Every finished job's scored checkpoint, loaded into one process and timed in rotated rounds, into
-``ablation_speed.json`` (docs/ablation.md, "Speed, side by side").
+Every finished job's scored checkpoint in one process, timed in rotated rounds (docs/ablation.md).
 """
 
 from __future__ import annotations
@@ -398,8 +396,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto, 32, bf16 or fp16")
     parser.add_argument("--json", help="output (default SWEEP_DIR/ablation_speed.json)")
-    # One thread by default: where other work shares the machine, more wait on each other
-    # (docs/ablation.md: a busy 2-core machine's figures several times slower at 2).
+    # docs/ablation.md: a busy 2-core machine's figures were several times slower at 2 threads.
     parser.add_argument(
         "--threads",
         type=int,

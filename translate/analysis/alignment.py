@@ -1,12 +1,10 @@
 """Word alignments read off cross-attention heads, and their alignment error rate (AER).
 
-A head's hard alignment links each target word to the source word it attends to most (Garg et
-al. 2019; fairseq's ``--print-alignment``). Words are SentencePiece pieces merged at ``▁`` (the
-whitespace-separated words of the text, as gold sets count them): a source word's weight is the
-**sum** of its pieces' weights, a target word's row the **mean** of its pieces' rows (why:
-docs/alignment.md, "From attention to word links"). Links are ``(source word, target word)``,
-0-based, as the Pharaoh format ``i-j`` writes them. AER is Och & Ney's (2003): ``1 - (|A∩S| +
-|A∩P|) / (|A| + |S|)`` with sure links ``S ⊆ P``, summed over the corpus before the ratio.
+A head links each target word to the source word it attends to most (Garg et al. 2019). Words
+are pieces merged at ``▁``: a source word's weight is the **sum** of its pieces', a target word's
+row the **mean** of its pieces' rows (why: docs/alignment.md, "From attention to word links").
+Links are 0-based ``(source word, target word)``, Pharaoh's ``i-j``. AER is Och & Ney's (2003):
+``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, sure links ``S ⊆ P``, summed over the corpus.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Which cross-attention heads align words: every head's AER on teacher-forced (source,
-reference) pairs against gold or silver alignments, for ``translate.analyze`` and
-``translate.ablation align`` (docs/alignment.md).
-
-Teacher-forced, as Garg et al. (2019) and fairseq's alignment work measure it: the model reads
-the source and the reference, so every head's links are between words of the pair the
-reference alignments describe, and no decoding error moves them.
-"""
+"""Which cross-attention heads align words: every head's AER against gold or silver alignments,
+for ``translate.analyze`` and ``translate.ablation align`` (docs/alignment.md). Teacher-forced,
+as Garg et al. (2019) measure it: the heads link words of the very pair the reference aligns,
+and no decoding error moves them."""
 
 from __future__ import annotations
 

@@ -59,18 +59,15 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
     """One heatmap per head of ``weights (H, T, S)``: a near-square grid (``analyze``'s PNGs,
     seen at their own size), or with ``card`` one head a row sized for TensorBoard's card."""
     heads = weights.size(0)
-    if card:
-        (rows, cols), font = (heads, 1), FONT_PX * 72 / DPI  # points
-        figsize = _card_size(heads, keys, queries)
-    else:
-        (rows, cols), font = head_grid(heads), 11
-        size = max(2.5, 0.22 * max(len(keys), len(queries)))
-        figsize = (size * cols, size * rows)
     # Constrained: tight_layout leaves a tall card's title over its first head.
-    layout = "constrained" if card else "tight"
-    fig, axes = pyplot().subplots(
-        rows, cols, figsize=figsize, dpi=DPI, squeeze=False, layout=layout
-    )
+    if card:
+        (rows, cols), font, layout = (heads, 1), FONT_PX * 72 / DPI, "constrained"  # points
+        size = _card_size(heads, keys, queries)
+    else:
+        (rows, cols), font, layout = head_grid(heads), 11, "tight"
+        side = max(2.5, 0.22 * max(len(keys), len(queries)))
+        size = (side * cols, side * rows)
+    fig, axes = pyplot().subplots(rows, cols, figsize=size, dpi=DPI, squeeze=False, layout=layout)
     data = weights.float().cpu().numpy()
     for h, ax in enumerate(axes.flat):
         if h >= heads:

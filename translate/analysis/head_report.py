@@ -1,10 +1,7 @@
 """What the heads of one checkpoint learned, the work of ``python -m translate.analyze``: on a
 fixed prefix of a split, each head's entropy and degenerate flag (:mod:`.heads`), each cross
-head's alignment error rate (:mod:`.alignment_heads`), its importance and the pruning curve
-(:mod:`.importance`), into ``analysis.json``, ``heads.png``, ``alignment.png``, ``pruning.png``,
-``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same in ``tensorboard/``; silver reference
-alignments into ``silver.align``.
-"""
+head's AER (:mod:`.alignment_heads`), its importance and the pruning curve (:mod:`.importance`),
+into :data:`OUTPUTS`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Silver word alignments, for measuring heads where no human (gold) alignments exist: the
-eflomal aligner (Östling & Tiedemann 2016; ``pip install -e ".[align]"``) trained on the
-analysed pairs together with training pairs, both directions symmetrised by
-grow-diag-final-and.
-
-Why grow-diag-final-and and not the intersection: docs/alignment.md, "Silver".
-"""
+"""Silver word alignments where no gold ones exist: eflomal (Östling & Tiedemann 2016; ``pip
+install -e ".[align]"``) on the analysed and training pairs, both directions symmetrised by
+grow-diag-final-and (why not the intersection: docs/alignment.md, "Silver")."""
 
 from __future__ import annotations
 
