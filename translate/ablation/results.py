@@ -295,12 +295,9 @@ def shown_metrics(data: dict) -> dict:
 
 def round_spread(entry: dict) -> tuple[float, str] | None:
     """The widest ``max / min - 1`` of an entry's timing rounds, and its metric (older: None)."""
-    spreads = []
-    for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):
-        low, high = entry.get(f"{metric}_min"), entry.get(f"{metric}_max")
-        if low and high:
-            spreads.append((high / low - 1, metric))
-    return max(spreads) if spreads else None
+    timed = (m for m in ALL_METRICS if m != "peak_mem_mb")
+    ends = ((m, entry.get(f"{m}_min"), entry.get(f"{m}_max")) for m in timed)
+    return max(((high / low - 1, m) for m, low, high in ends if low and high), default=None)
 
 
 def busy_warning(entries: list[dict]) -> str | None:
