@@ -1,8 +1,7 @@
 """What the heads learned: ``python -m translate.analyze checkpoint=<path> [data overrides]``.
 
 The work is :mod:`translate.analysis.head_report`'s; everything goes into this command's Hydra
-run dir (``outputs/analyze/<time>/``), held while it runs; one holding these outputs is refused.
-"""
+run dir (``outputs/analyze/<time>/``), held while it runs; one holding these outputs is refused."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Alignment heads of a heads sweep's models: ``python -m translate.ablation align <sweep_dir>``.
-Each finished job's cross heads' AER against one reference for the sweep (docs/alignment.md).
-"""
+
+Each finished job's cross heads' AER against one reference for the sweep (docs/alignment.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
-``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone (docs/ablation.md).
-"""
+
+``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone (docs/ablation.md)."""
 
 from __future__ import annotations
 

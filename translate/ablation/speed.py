@@ -1,6 +1,6 @@
 """Time a heads sweep's models side by side: ``python -m translate.ablation speed <sweep_dir>``.
-Every finished job's scored checkpoint in one process, timed in rotated rounds (docs/ablation.md).
-"""
+
+Every finished job's checkpoint in one process, timed in rotated rounds (docs/ablation.md)."""
 
 from __future__ import annotations
 

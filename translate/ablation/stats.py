@@ -147,20 +147,18 @@ def p_value_cells(
     base = (baseline, baseline)
     if base not in groups:
         return {key: {} for key in groups}, None
-    column = functools.partial(p_column, baseline)
+    columns = [p_column(baseline, test) for test in ("welch", "permutation", "")]
+    columns += [p_column(baseline, f"seed{seed}") for seed in seeds]
     cells, signature = {}, None
     for key, jobs in groups.items():
         if key == base:
-            names = ["welch", "permutation", "", *(f"seed{seed}" for seed in seeds)]
-            cells[key] = {column(name): "baseline" for name in names}
+            cells[key] = dict.fromkeys(columns, "baseline")
             continue
         bleus, base_bleus = seed_bleus(jobs), seed_bleus(groups[base])
-        cells[key] = {column("welch"): welch_p(bleus, base_bleus)}
-        cells[key][column("permutation")] = permutation_p(bleus, base_bleus)
+        ps = [welch_p(bleus, base_bleus), permutation_p(bleus, base_bleus)]
         bootstrap, tested = _bootstrap(jobs, groups[base], n_samples, warnings)
         signature = tested or signature
-        cells[key][column()] = bootstrap.get("pooled")
-        cells[key] |= {column(f"seed{seed}"): bootstrap.get(seed) for seed in seeds}
+        cells[key] = dict(zip(columns, ps + [bootstrap.get(s) for s in ("pooled", *seeds)]))
     return cells, signature
 
 

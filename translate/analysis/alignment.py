@@ -4,8 +4,7 @@ A head links each target word to the source word it attends to most (Garg et al.
 are pieces merged at ``▁``: a source word's weight is the **sum** of its pieces', a target word's
 row the **mean** of its pieces' rows (why: docs/alignment.md, "From attention to word links").
 Links are 0-based ``(source word, target word)``, Pharaoh's ``i-j``. AER is Och & Ney's (2003):
-``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, sure links ``S ⊆ P``, summed over the corpus.
-"""
+``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, sure links ``S ⊆ P``, summed over the corpus."""
 
 from __future__ import annotations
 
