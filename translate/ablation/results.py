@@ -268,15 +268,13 @@ SPEED_METRICS = {
     "train_tokens_per_s": ("train tok/s", 0),
     "peak_mem_mb": ("peak mem MB", 0),
 }
-# The same checkpoints exported to CTranslate2, timed in the same rounds; only in files
-# written where ctranslate2 was installed, and shown where a row has a value.
+# The checkpoints exported to CTranslate2, timed in the same rounds where it was installed.
 CT2_METRICS = {
     "ct2_latency_greedy_ms": ("CT2 greedy ms/sent (batch 1)", 1),
     "ct2_latency_beam_ms": ("CT2 beam ms/sent (batch 1)", 1),
 }
 ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
-# A job whose timing rounds spread by more than this (max / min - 1) was timed on a machine
-# busy enough to spoil them: quiet rounds differ by a few percent.
+# Rounds spread wider than this (max / min - 1) were spoilt by a busy machine; quiet ones: a few %.
 BUSY_SPREAD = 0.5
 
 

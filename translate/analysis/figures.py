@@ -113,9 +113,8 @@ def sentence_figures(
     return attention_figures(maps, src_labels, tgt_labels, card)
 
 
-# Training's heatmaps in TensorBoard: a group that sorts after the scalar groups (dev, heads,
-# hparam, train), so that the Time Series tab, which lists groups by name and opens the first
-# two, opens with the curves.
+# Training's heatmaps sort after the scalar groups (dev, heads, hparam, train): TensorBoard's Time
+# Series tab lists groups by name and opens the first two, so it opens with the curves.
 TENSORBOARD_GROUP = "viz"
 
 
