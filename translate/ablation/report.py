@@ -36,7 +36,6 @@ EARLIER_SWEEPS = "multirun.*.yaml"
 def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
     """``(swept keys, one {key: value} per job)`` of the sweeps Hydra's basic sweeper recorded
     in ``multirun.yaml`` and :data:`EARLIER_SWEEPS`; empty without them."""
-    sweep_dir = Path(sweep_dir)
     if not (sweep_dir / "multirun.yaml").is_file():
         return [], []
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -78,11 +77,9 @@ def write_report(
         log.warning("\n%s\nWARNING: %s\n%s", "!" * 78, report.params_message, "!" * 78)
     for w in report.warnings[0 if report.params_equal else 1 :]:
         log.warning("ablation report: %s", w)
-    log.info(
-        "ablation report: %d rows, %d failed, %d missing -> %s",
-        *(len(report.rows), len(report.failed), len(report.missing)),
-        report.sweep_dir / "ablation.md",
-    )
+    counts = len(report.rows), len(report.failed), len(report.missing)
+    md = report.sweep_dir / "ablation.md"
+    log.info("ablation report: %d rows, %d failed, %d missing -> %s", *counts, md)
     return report
 
 

@@ -116,9 +116,7 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     """Importance of every head (into each ``HeadStats.extra``) and the pruning curve."""
     model, tr = loaded.model, loaded.translator
 
-    def loss_fn(mask):
-        return mean_nll(model, batches, tr.device, tr.precision, mask)
-
+    loss_fn = functools.partial(mean_nll, model, batches, tr.device, tr.precision)  # (head_mask)
     n_imp, n_prune = a.importance.bleu_sentences, a.pruning.bleu_sentences
     # Importance and pruning compare masks, not systems: every checkpoint decodes with a beam
     # of analysis.beam_size, whatever its own decode settings.
