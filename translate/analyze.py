@@ -1,10 +1,7 @@
 """What the heads learned: ``python -m translate.analyze checkpoint=<path> [data overrides]``.
 
-Per-head entropy, degenerate heads, importance and the pruning curve on a prefix of the dev
-(or test) split: :mod:`translate.analysis.head_report`. Everything goes into this command's
-Hydra run dir (``outputs/analyze/<time>/``). That dir is held (locked) while the command runs;
-one that already holds these outputs is refused.
-"""
+The work is :mod:`translate.analysis.head_report`'s; everything goes into this command's Hydra
+run dir (``outputs/analyze/<time>/``), held while it runs; one holding these outputs is refused."""
 
 from __future__ import annotations
 

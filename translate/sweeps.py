@@ -43,8 +43,7 @@ def _keep_earlier_sweep(sweep_dir: Path, config) -> None:
 
 
 def _in_own_job_dir(job_dir: Path, change: Callable[[Path], None]) -> str | None:
-    """``change(job_dir)`` under the job dir's lock, or why not: another process holds it (a
-    run resumed into it by hand)."""
+    """``change(job_dir)`` under its lock, or why not (a run resumed into it by hand holds it)."""
     try:
         lock = RunLock(job_dir).acquire()
     except UserError as err:
@@ -65,12 +64,10 @@ def _write_error(job_dir: Path, error: BaseException) -> None:
 
 
 class AblationReportCallback(Callback):
-    """Holds the sweep dir's lock for the multirun and writes the report after every job and
-    at the end (Hydra's basic sweeper skips ``on_multirun_end`` after a failed job). A job that
-    failed on a :class:`~translate.errors.UserError` is recorded (``error.txt``) and counted as
-    done, so the sweep reaches its end, which names every failed job in one line and exits 2.
-    Only for multiruns of ``config_names``: evaluate and analyze share ``hydra/default.yaml``.
-    """
+    """Holds the sweep dir's lock and writes the report after every job and at the end (Hydra's
+    basic sweeper skips ``on_multirun_end`` after a failed job). A job failed on a UserError is
+    recorded (``error.txt``) and counted as done, so the sweep's end names every failed job in
+    one line and exits 2. Only for ``config_names``: analyze shares ``hydra/default.yaml``."""
 
     def __init__(
         self,
@@ -148,9 +145,8 @@ class AblationReportCallback(Callback):
 
 
 def failed_jobs(report: Report, failed_here: dict[Path, str] | None = None) -> str | None:
-    """The sweep's last line, naming each failed job and why: the report's, and those this
-    multirun saw fail (``failed_here``, job dir: reason) where an earlier run's results are
-    there (a job refused at its start); None when none failed."""
+    """The sweep's last line naming each failed job and why, or None: the report's, and those
+    this multirun saw fail (``failed_here``, dir: reason) over an earlier run's results."""
     here = dict(failed_here or {})
     failed = []
     for job in report.jobs:

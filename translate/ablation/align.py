@@ -1,8 +1,6 @@
 """Alignment heads of a heads sweep's models: ``python -m translate.ablation align <sweep_dir>``.
 
-Each finished job's cross-attention heads' AER on a prefix of the test (or dev) split, against one
-gold or silver reference for the whole sweep, into ``ablation_align.json`` (docs/alignment.md).
-"""
+Each finished job's cross heads' AER against one reference for the sweep (docs/alignment.md)."""
 
 from __future__ import annotations
 
@@ -16,12 +14,7 @@ from translate import io
 from translate.ablation.results import ALIGN_FILE, Job, existing_sweep_dir, job_fields
 from translate.ablation.speed import completed_jobs, sentence_pairs
 from translate.analysis.alignment import pharaoh
-from translate.analysis.alignment_heads import (
-    Reference,
-    cross_links,
-    head_aer,
-    reference_alignments,
-)
+from translate.analysis.alignment_heads import cross_links, head_aer, reference_alignments
 from translate.analysis.heads import make_batches
 from translate.decoding.translator import load_translator
 from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, plain_text
@@ -29,7 +22,7 @@ from translate.errors import EXIT_USER_ERROR, UserError, debug_enabled, plain_te
 MAX_TOKENS = 4096  # padded tokens per teacher-forced batch, as translate.analyze's default
 
 
-def _job_entry(job: Job, path: Path, args, sources, refs, ref: Reference) -> dict:
+def _job_entry(job: Job, path: Path, args, sources, refs, ref) -> dict:
     """One job's every cross head's AER and its best (the model's alignment head)."""
     loaded = load_translator(path, args.device, args.precision)
     tok, cap, tr = loaded.tokenizer, loaded.data.eval_cap, loaded.translator

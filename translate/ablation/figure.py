@@ -82,12 +82,10 @@ def _latency_panel(ax, report: Report) -> None:
             continue
         line = ax.plot(x, ratios, "o-", label=label)[0]
         if all(low and high for low, high in ranges):
-            err = [
-                [r - low for r, (low, _) in zip(ratios, ranges)],
-                [high - r for r, (_, high) in zip(ratios, ranges)],
-            ]
+            lows, highs = zip(*ranges)
+            err = [[r - lo for r, lo in zip(ratios, lows)], [h - r for r, h in zip(ratios, highs)]]
             ax.errorbar(x, ratios, yerr=err, fmt="none", capsize=3, color=line.get_color())
-            values += [v for pair in ranges for v in pair]
+            values += [*lows, *highs]
             bars = True
         xs, values = xs + x, values + ratios
     ax.axhline(1.0, color="gray", lw=0.8, ls="--")
@@ -125,8 +123,7 @@ def _aer_panel(ax, report: Report) -> None:
 
 
 def ablation_figure(report: Report):
-    """The panels with something to show, side by side; None when none has. Equal parameter
-    counts are said in the figure's title instead of a flat panel."""
+    """The panels with something to show, or None; equal parameter counts go in the title."""
     counts = {p for _, p in _params(report)}
     shown = {
         _bleu_panel: any(r["bleu_mean"] is not None for r in report.rows),

@@ -1,8 +1,6 @@
 """Write the heads-ablation report of a sweep: ``python -m translate.ablation report <sweep_dir>``.
 
-``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone, also after every job of a sweep
-(:mod:`translate.sweeps`); what the columns and notes mean: docs/ablation.md.
-"""
+``ablation.csv``, ``.md`` and ``.png`` from the jobs' files alone (docs/ablation.md)."""
 
 from __future__ import annotations
 
@@ -18,22 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from translate.ablation import results
 from translate.ablation.figure import ablation_figure
-from translate.ablation.results import (
-    ALIGN_COMMAND,
-    ALIGN_FILE,
-    BASELINE_HEADS,
-    CT2_METRICS,
-    SPEED_COMMAND,
-    SPEED_FILE,
-    Report,
-    build_report,
-    job_provenance,
-    scored_dev_bleu,
-    shown_metrics,
-    speed_cell,
-    spread_cell,
-)
+from translate.ablation.results import BASELINE_HEADS, Report
 from translate.ablation.stats import LEVEL, detected, heads_key, p_column
 from translate.ablation.stats import smallest_permutation_p as lowest_p
 from translate.errors import EXIT_USER_ERROR, UserError, counted, debug_enabled, plain_text
@@ -51,7 +36,6 @@ EARLIER_SWEEPS = "multirun.*.yaml"
 def expected_jobs(sweep_dir: Path) -> tuple[list[str], list[dict[str, str]]]:
     """``(swept keys, one {key: value} per job)`` of the sweeps Hydra's basic sweeper recorded
     in ``multirun.yaml`` and :data:`EARLIER_SWEEPS`; empty without them."""
-    sweep_dir = Path(sweep_dir)
     if not (sweep_dir / "multirun.yaml").is_file():
         return [], []
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -86,18 +70,16 @@ def missing_jobs(report: Report) -> list[str]:
 def write_report(
     sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
 ) -> Report:
-    report = build_report(sweep_dir, baseline_heads, bootstrap_samples)
+    report = results.build_report(sweep_dir, baseline_heads, bootstrap_samples)
     report.missing = missing_jobs(report)
     write_files(report)
     if not report.params_equal:
         log.warning("\n%s\nWARNING: %s\n%s", "!" * 78, report.params_message, "!" * 78)
     for w in report.warnings[0 if report.params_equal else 1 :]:
         log.warning("ablation report: %s", w)
-    log.info(
-        "ablation report: %d rows, %d failed, %d missing -> %s",
-        *(len(report.rows), len(report.failed), len(report.missing)),
-        report.sweep_dir / "ablation.md",
-    )
+    counts = len(report.rows), len(report.failed), len(report.missing)
+    md = report.sweep_dir / "ablation.md"
+    log.info("ablation report: %d rows, %d failed, %d missing -> %s", *counts, md)
     return report
 
 
@@ -114,9 +96,6 @@ def to_csv(report: Report) -> str:
         [columns, *([cell(row.get(c)) for c in columns] for row in report.rows)]
     )
     return out.getvalue()
-
-
-# ------------------------------------------------------------------------ ablation.md
 
 
 def _fmt(v, digits: int = 2, std=None) -> str:
@@ -143,7 +122,7 @@ def _summary_lines(report: Report) -> list[str]:
     first = done[0].results if done else {}
     lines = [f"# Heads ablation: `{report.sweep_dir.name}`", ""]
     lines += [line for w in report.warnings for line in (f"> **WARNING: {w}**", "")]
-    ran = {job_provenance(j.results) for j in done}  # mixed ones: a warning above says so
+    ran = {results.job_provenance(j.results) for j in done}  # mixed ones: a warning above says so
     code, where = next(iter(ran)) if len(ran) == 1 else (None, None)
     lines += [
         f"{len(done)} of {len(report.jobs) + len(report.missing)} jobs finished; seeds "
@@ -205,7 +184,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _table_lines(report: Report) -> list[str]:
-    b, speed = report.baseline_heads, shown_metrics(report.speed) if report.speed else {}
+    b, speed = report.baseline_heads, results.shown_metrics(report.speed) if report.speed else {}
     header = ["heads", *["kv heads"] * report.kv_axis, "d_k", "params", "BLEU", "BLEU 95% CI"]
     header += ["greedy BLEU", "chrF", "dev BLEU", *(label for label, _ in speed.values())]
     header += ["speed round spread"] * bool(speed)
@@ -227,8 +206,8 @@ def _row_cells(r: dict, report: Report, speed: dict) -> list[str]:
     cells += ["-" if low is None else f"{low:.2f} – {high:.2f}"]
     cells += [_fmt(r[f"{m}_mean"], std=r[f"{m}_std"]) for m in ("bleu_greedy", "chrf", "dev_bleu")]
     base = report.speed["baseline_heads"] if speed else None
-    cells += [speed_cell(r, m, digits, base) for m, (_, digits) in speed.items()]
-    cells += [spread_cell(r)] * bool(speed)
+    cells += [results.speed_cell(r, m, digits, base) for m, (_, digits) in speed.items()]
+    cells += [results.spread_cell(r)] * bool(speed)
     cells += [_fmt(r["steps_mean"], 0)]
     cells += [" / ".join(_fmt(r[f"entropy_{k}"]) for k in HEAD_MASK_KEYS)]
     if degenerate is not None:  # a mean over seeds of whole counts: 0, 1.5
@@ -244,7 +223,7 @@ def _row_cells(r: dict, report: Report, speed: dict) -> list[str]:
 
 
 def _speed_note(report: Report) -> str:
-    speed, command = report.speed, SPEED_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
+    speed, command = report.speed, results.SPEED_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
     if speed is None:
         return f"No speed columns: to time all jobs side by side, `{command}`, then report again."
     m, s, base = speed.get("machine", {}), speed.get("settings", {}), speed["baseline_heads"]
@@ -255,22 +234,22 @@ def _speed_note(report: Report) -> str:
     elif not any(heads_key(r) == (base, base) for r in speed["heads"]):  # an older file's
         ratios = f"no ratios: the file has no {row} (`{command}` again adds them)"
     text = (
-        f"Speed: from `{SPEED_FILE}`, {m.get('device_name', '?')} "
+        f"Speed: from `{results.SPEED_FILE}`, {m.get('device_name', '?')} "
         f"({counted(m.get('threads'), 'thread')}, {m.get('date', '?')}, precision "
         f"{s.get('precision', '?')}, medians of {s.get('rounds', '?')} rounds); {ratios}."
     )
-    if set(CT2_METRICS) & set(shown_metrics(speed)):
+    if set(results.CT2_METRICS) & set(results.shown_metrics(speed)):
         text += f" CT2: CTranslate2 {m.get('ctranslate2') or '?'} (float32)."
     return text
 
 
 def _align_note(report: Report) -> str:
     if (data := report.align) is None:
-        command = ALIGN_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
+        command = results.ALIGN_COMMAND.replace("SWEEP_DIR", str(report.sweep_dir))
         return f"No AER column: to measure each model's alignment heads, `{command}`."
     ref = data["reference"]
     return (
-        f"Best head AER: from `{ALIGN_FILE}`, the first {data['sentences']} pairs of "
+        f"Best head AER: from `{results.ALIGN_FILE}`, the first {data['sentences']} pairs of "
         f"{ref['split']} against **{ref['kind']}** alignments ({ref['origin']})."
     )
 
@@ -286,8 +265,8 @@ def _job_lines(report: Report) -> list[str]:
         # kv_heads defaults to heads (in the config, and in results.json from before GQA).
         kv_cell = [str(r.get("kv_heads") or o.get("kv_heads") or heads)] if kv else []
         cells = [f"`{j.name}`", str(heads), *kv_cell, str(r.get("seed", o.get("seed", "-")))]
-        cells += [status, _fmt(r.get("bleu")), _fmt(scored_dev_bleu(r))]
-        rows.append(cells + [_fmt(value) for value in job_provenance(r)])
+        cells += [status, _fmt(r.get("bleu")), _fmt(results.scored_dev_bleu(r))]
+        rows.append(cells + [_fmt(value) for value in results.job_provenance(r)])
     lines = ["", "## Jobs", "", *_table(header, rows)]
     if report.failed or report.missing:
         lines += ["", "## Failed or missing jobs", ""]

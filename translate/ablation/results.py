@@ -13,17 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from translate.ablation.stats import (
-    Key,
-    check_equal_params,
-    choose_baseline,
-    ci_of_mean,
-    heads_key,
-    key_label,
-    mean_std,
-    p_value_cells,
-    seed_bleus,
-)
+from translate.ablation import stats
+from translate.ablation.stats import Key, heads_key, mean_std
 from translate.errors import UserError, counted
 from translate.training.rundir import parse_overrides
 
@@ -115,12 +106,8 @@ class Report:
 
 
 def job_fields(job: Job) -> dict:
-    """What names a job in the speed and align files."""
     heads, kv = heads_key(job.results)
     return {"name": job.name, "heads": heads, "kv_heads": kv, "seed": job.results.get("seed")}
-
-
-# ------------------------------------------------------------------------ reading jobs
 
 
 def _failure_reason(job_dir: Path) -> str:
@@ -150,8 +137,7 @@ def _read_job(sweep_dir: Path, job_dir: Path) -> Job:
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job dir (with ``.hydra/overrides.yaml`` or results) under ``sweep_dir``, in
-    natural order: ``heads=4,seed=2`` before ``heads=16,seed=1``."""
+    """Every job dir under ``sweep_dir``, ``heads=4,seed=2`` before ``heads=16,seed=1``."""
     dirs = {p.parent.parent for p in sweep_dir.rglob("overrides.yaml") if p.parent.name == ".hydra"}
     dirs |= {p.parent for p in sweep_dir.rglob("results.json")}
     dirs.discard(sweep_dir)
@@ -172,8 +158,7 @@ def existing_sweep_dir(sweep_dir: str | Path) -> Path:
 
 
 def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
-    """The finished jobs by (heads, kv_heads), sorted by seed; warns when the sweep varies
-    more than those and the seed."""
+    """The finished jobs by (heads, kv_heads), sorted by seed; warns where more varies."""
     groups: dict[Key, list[Job]] = {}
     for job in done:
         groups.setdefault(heads_key(job.results), []).append(job)
@@ -184,7 +169,7 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
         seeds = [j.results.get("seed") for j in members]
         if len(set(seeds)) < len(seeds):
             warnings.append(
-                f"{key_label(key, kv_axis)} has several jobs with the same seed "
+                f"{stats.key_label(key, kv_axis)} has several jobs with the same seed "
                 f"({', '.join(j.name for j in members)}): the sweep varies more than {axes}, "
                 "and this row averages over it"
             )
@@ -206,9 +191,6 @@ def _group_rows(done: list[Job], warnings: list[str]) -> dict[Key, list[Job]]:
     return groups
 
 
-# ------------------------------------------------------------------------ the rows
-
-
 def build_report(
     sweep_dir: str | Path, baseline_heads: int = BASELINE_HEADS, bootstrap_samples: int = 1000
 ) -> Report:
@@ -223,15 +205,15 @@ def build_report(
     done = [j for j in jobs if j.completed]
     warnings: list[str] = []
     groups = _group_rows(done, warnings)
-    equal, params_message = check_equal_params(jobs)
+    equal, params_message = stats.check_equal_params(jobs)
     if not equal:
         warnings.insert(0, params_message)
     if mixed := provenance_warning([j.results for j in done]):
         warnings.append(mixed)
     # The baseline is plain multi-head attention, also in a kv_heads sweep: kv_heads = heads.
-    baseline = choose_baseline(groups, baseline_heads)
+    baseline = stats.choose_baseline(groups, baseline_heads)
     seeds = sorted({j.results.get("seed") for j in done}, key=str)
-    p_cells, signature = p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
+    p_cells, signature = stats.p_value_cells(groups, baseline, seeds, bootstrap_samples, warnings)
     rows = [_row(key, groups[key], seeds, p_cells[key]) for key in sorted(groups)]
     finished = [j.name for j in done]
     speed = read_sweep_file(sweep_dir, SPEED_WORDS, finished, warnings)
@@ -253,21 +235,16 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
 
     res = [j.results for j in jobs]
     params = sorted({r.get("params") for r in res}, key=str)
-    row = {
-        "heads": key[0],
-        "kv_heads": key[1],
-        "d_k": res[0].get("d_k"),
-        "params": params[0] if len(params) == 1 else " / ".join(str(p) for p in params),
-        "seeds": " ".join(str(r.get("seed")) for r in res),
-        "n": len(res),
-    }
+    row = {"heads": key[0], "kv_heads": key[1], "d_k": res[0].get("d_k")}
+    row["params"] = params[0] if len(params) == 1 else " / ".join(str(p) for p in params)
+    row |= {"seeds": " ".join(str(r.get("seed")) for r in res), "n": len(res)}
     for metric, with_std in METRICS.items():
         values = [scored_dev_bleu(r) if metric == "dev_bleu" else r.get(metric) for r in res]
         mean, std = mean_std(values)
         row |= {f"{metric}_mean": mean} | ({f"{metric}_std": std} if with_std else {})
     by_seed = {r.get("seed"): r for r in res}
     row |= {f"bleu_seed{seed}": by_seed.get(seed, {}).get("bleu") for seed in seeds}
-    row["bleu_ci95_low"], row["bleu_ci95_high"] = ci_of_mean(seed_bleus(jobs))
+    row["bleu_ci95_low"], row["bleu_ci95_high"] = stats.ci_of_mean(stats.seed_bleus(jobs))
     summaries = [r.get("head_summary") or {} for r in res]
     for kind in HEAD_MASK_KEYS:
         row[f"entropy_{kind}"] = mean_std([s.get("entropy", {}).get(kind) for s in summaries])[0]
@@ -280,8 +257,6 @@ def _row(key: Key, jobs: list[Job], seeds: list, p_cells: dict) -> dict:
     return row
 
 
-# ------------------------------------------------------------------------ ablation_speed.json
-
 SPEED_FILE = "ablation_speed.json"  # written by translate.ablation.speed
 SPEED_COMMAND = "python -m translate.ablation speed SWEEP_DIR"
 # Per-job and per-row metrics -> (column header in ablation.md, decimals shown). A metric's
@@ -293,21 +268,19 @@ SPEED_METRICS = {
     "train_tokens_per_s": ("train tok/s", 0),
     "peak_mem_mb": ("peak mem MB", 0),
 }
-# The same checkpoints exported to CTranslate2, timed in the same rounds; only in files
-# written where ctranslate2 was installed, and shown where a row has a value.
+# The checkpoints exported to CTranslate2, timed in the same rounds where it was installed.
 CT2_METRICS = {
     "ct2_latency_greedy_ms": ("CT2 greedy ms/sent (batch 1)", 1),
     "ct2_latency_beam_ms": ("CT2 beam ms/sent (batch 1)", 1),
 }
 ALL_METRICS = {**SPEED_METRICS, **CT2_METRICS}
-# A job whose timing rounds spread by more than this (max / min - 1) was timed on a machine
-# busy enough to spoil them: quiet rounds differ by a few percent.
+# Rounds spread wider than this (max / min - 1) were spoilt by a busy machine; quiet ones: a few %.
 BUSY_SPREAD = 0.5
 
 
 def shown_metrics(data: dict) -> dict:
-    """The metrics of ``data``'s table, CTranslate2's right after our latency where any row has
-    them; no beam columns when every job's beam is 1 (they would time greedy decoding twice)."""
+    """The metrics of ``data``'s table, CTranslate2's after our latency where a row has them; no
+    beam columns when every job's beam is 1 (they would time greedy decoding twice)."""
     rows = data.get("heads") or []
     ct2 = {m: v for m, v in CT2_METRICS.items() if any(r.get(m) is not None for r in rows)}
     latency = {m: v for m, v in SPEED_METRICS.items() if m.startswith("latency_")}
@@ -319,14 +292,10 @@ def shown_metrics(data: dict) -> dict:
 
 
 def round_spread(entry: dict) -> tuple[float, str] | None:
-    """The widest ``max / min - 1`` of a job's or row's timing rounds, and its metric; None in
-    files from before the rounds' range was recorded."""
-    spreads = []
-    for metric in (m for m in ALL_METRICS if m != "peak_mem_mb"):
-        low, high = entry.get(f"{metric}_min"), entry.get(f"{metric}_max")
-        if low and high:
-            spreads.append((high / low - 1, metric))
-    return max(spreads) if spreads else None
+    """The widest ``max / min - 1`` of an entry's timing rounds, and its metric (older: None)."""
+    timed = (m for m in ALL_METRICS if m != "peak_mem_mb")
+    ends = ((m, entry.get(f"{m}_min"), entry.get(f"{m}_max")) for m in timed)
+    return max(((high / low - 1, m) for m, low, high in ends if low and high), default=None)
 
 
 def busy_warning(entries: list[dict]) -> str | None:
@@ -350,16 +319,14 @@ def spread_cell(entry: dict) -> str:
 
 
 def speed_cell(row: dict, metric: str, digits: int, baseline: int | None) -> str:
-    """``40.0 (1.60x)``: a row's value of ``metric`` with its ratio to the baseline row's."""
     value, ratio = row.get(metric), row.get(f"{metric}_vs_{baseline}")
     text = "-" if value is None else f"{value:,.{digits}f}"
     return text if ratio is None else f"{text} ({ratio:.2f}x)"
 
 
 def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings: list[str]):
-    """``sweep_dir``'s ``words["file"]``, or None: none there, or (with a warning) unreadable
-    or of another sweep. Finished jobs it has no figures for are named in a warning, with the
-    reason its ``words["skipped"]`` list gives. The other ``words`` are the warnings'."""
+    """``sweep_dir``'s ``words["file"]``, or None: none there, or (with a warning) unreadable or
+    of another sweep. ``finished`` jobs it lacks are warned of, with its ``skipped`` reason."""
     path = sweep_dir / words["file"]
     if not path.is_file():
         return None
@@ -398,15 +365,12 @@ SPEED_WORDS = {
 
 
 def speed_cells(data: dict, key: Key) -> dict:
-    """The row of ``key``: each shown metric, its rounds' range and its ratio to the baseline's
-    (None where the file has no such row; no ratios where it has no baseline)."""
+    """The row of ``key``: each shown metric, its rounds' range and its ratio to the baseline's."""
     baseline = data["baseline_heads"]
     row = next((r for r in data["heads"] if heads_key(r) == key), {})
     ends = ["", "_min", "_max", *([f"_vs_{baseline}"] if baseline is not None else [])]
     return {m + end: row.get(m + end) for m in shown_metrics(data) for end in ends}
 
-
-# ------------------------------------------------------------------------ ablation_align.json
 
 ALIGN_FILE = "ablation_align.json"  # written by translate.ablation.align
 ALIGN_COMMAND = "python -m translate.ablation align SWEEP_DIR"
@@ -421,8 +385,7 @@ ALIGN_WORDS = {
 
 
 def align_cells(data: dict, key: Key) -> dict:
-    """The row of ``key``: its jobs' best-head AER over seeds, and the reference it was
-    measured against ("silver" or "gold")."""
+    """The row of ``key``: its jobs' best-head AER over seeds, and its reference's kind."""
     best = [job["best_aer"] for job in data["jobs"] if heads_key(job) == key]
     mean, std = mean_std(best)
     kind = data["reference"]["kind"] if best else None

@@ -1,8 +1,6 @@
 """Time a heads sweep's models side by side: ``python -m translate.ablation speed <sweep_dir>``.
 
-Every finished job's scored checkpoint, loaded into one process and timed in rotated rounds, into
-``ablation_speed.json`` (docs/ablation.md, "Speed, side by side").
-"""
+Every finished job's checkpoint in one process, timed in rotated rounds (docs/ablation.md)."""
 
 from __future__ import annotations
 
@@ -114,8 +112,7 @@ def job_checkpoint(job: results.Job, sweep_dir: Path) -> tuple[Path | None, str]
 
 
 def completed_jobs(sweep_dir: Path, left_out: list[dict]) -> list[tuple[results.Job, Path]]:
-    """``(job, checkpoint)`` of every completed job with a checkpoint in ``sweep_dir`` (for speed
-    and align); every other job goes into ``left_out`` with the reason."""
+    """``(job, checkpoint)`` of every completed job with one; the others into ``left_out``."""
     found = []
     for job in results.find_jobs(sweep_dir):
         path, why = None, f"it did not complete ({job.error})"
@@ -138,8 +135,7 @@ def load_jobs(sweep_dir: Path, settings: SpeedSettings, not_timed: list[dict]) -
 
 
 def load_ct2(jobs: list[SpeedJob], folder: Path, warnings: list[str]) -> None:
-    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder``, where it can be
-    (a warning where not)."""
+    """Each job's checkpoint exported to CTranslate2 (float32) under ``folder``, or a warning."""
     try:
         import_ctranslate2()
     except UserError as err:
@@ -162,8 +158,7 @@ def sentence_pairs(data, split: str, where: str = "") -> tuple[str, list[tuple[s
 
 
 def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list[str]) -> str:
-    """Every job the same test sentences (the first job's data), tokenized with its own
-    tokenizer; returns the test split's name."""
+    """Every job the first job's test sentences, in its own tokens; returns the split's name."""
     data, first = jobs[0].loaded.data, jobs[0].loaded
     name, pairs = sentence_pairs(data, "test", f" of data={data.source}")
     # Spread evenly over the split: its order may group lengths or topics.
@@ -184,9 +179,6 @@ def prepare_inputs(jobs: list[SpeedJob], settings: SpeedSettings, warnings: list
             sj.batch_ids, tgt, other.data.max_tokens, limits.max_src_len, limits.max_tgt_len
         )
     return name
-
-
-# ------------------------------------------------------------------------ measuring
 
 
 def _train_tokens_per_s(sj: SpeedJob, steps: int) -> float:
@@ -226,8 +218,7 @@ def ct2_latency(jobs: list[SpeedJob]) -> None:
 
 
 def measure_one(sj: SpeedJob, metric: str, settings: SpeedSettings) -> float | None:
-    """One job's value of one metric in one round; None for beam latency at beam size 1 and
-    for CTranslate2's without an export."""
+    """One job's value of one metric in one round (None for beam latency at beam size 1)."""
     translator = sj.loaded.translator
     if metric == "train_tokens_per_s":
         return _train_tokens_per_s(sj, settings.train_steps)
@@ -260,8 +251,7 @@ def timed_metrics(jobs: list[SpeedJob]) -> list[str]:
 
 
 def measure(jobs: list[SpeedJob], settings: SpeedSettings) -> list[list[str]]:
-    """Every round, every metric, every job in the round's rotated order, a progress line
-    before each turn; returns each round's order (job names)."""
+    """Every round, metric and job in the round's rotated order; returns each round's order."""
     for sj in jobs:  # untimed: lazy initialisation, the allocator, kernels for these shapes
         translator = sj.loaded.translator
         translator.translate_ids(sj.latency_ids[:2], beam_size=1)
@@ -297,16 +287,12 @@ def print_progress(done: int, total: int, r: int, metric: str, name: str) -> Non
     print(f"\r\033[K{text}" if tty else text, end=end, file=sys.stderr, flush=True)
 
 
-# ------------------------------------------------------------------------ the file
-
-
 def median(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
 
 def ranges(values: dict[str, list]) -> dict:
-    """Each metric's lowest and highest value (``<metric>_min``, ``<metric>_max``) or None."""
     out = {}
     for m in METRICS:
         timed = [v for v in values.get(m, []) if v is not None]
@@ -317,8 +303,7 @@ def ranges(values: dict[str, list]) -> dict:
 def heads_rows(
     entries: list[dict], baseline_heads: int | None = results.BASELINE_HEADS
 ) -> list[dict]:
-    """Per (heads, kv_heads): each metric's median over its jobs (seeds), and its ratio to the
-    multi-head ``baseline_heads`` row's (none where that is None)."""
+    """Per (heads, kv_heads): each metric's median over seeds, and its ratio to the baseline's."""
     rows = []
     for heads, kv in sorted({heads_key(e) for e in entries}):
         group = [e for e in entries if heads_key(e) == (heads, kv)]
@@ -341,12 +326,11 @@ def heads_rows(
 def run_speed(
     sweep_dir: str | Path, settings: SpeedSettings, out: str | Path | None = None
 ) -> tuple[dict, Path]:
-    """Load, measure and write the speed file (``out``, default in the sweep dir)."""
     sweep_dir, warnings, not_timed = results.existing_sweep_dir(sweep_dir), [], []
     path = Path(out) if out is not None else sweep_dir / results.SPEED_FILE
     output = io.check_output_file(path, "--json", "ablation speed")  # before any timing
     jobs = load_jobs(sweep_dir, settings, not_timed)
-    test_split = prepare_inputs(jobs, settings, warnings)
+    split = prepare_inputs(jobs, settings, warnings)
     with tempfile.TemporaryDirectory(prefix="ablation_speed_ct2_") as folder:
         if settings.ct2:
             load_ct2(jobs, Path(folder), warnings)
@@ -363,14 +347,10 @@ def run_speed(
     if busy := results.busy_warning(entries):
         warnings.append(busy)
     baseline = choose_baseline({heads_key(e) for e in entries}, results.BASELINE_HEADS)
-    device = jobs[0].device
+    device, precision = jobs[0].device, jobs[0].loaded.translator.precision
     payload = {
         "machine": {**machine(device), "ctranslate2": package_version("ctranslate2")},
-        "settings": {
-            **dataclasses.asdict(settings),
-            "precision": jobs[0].loaded.translator.precision,
-            "test_split": test_split,
-        },
+        "settings": dataclasses.asdict(settings) | {"precision": precision, "test_split": split},
         "peak_mem_mb": CUDA_MEMORY_NOTE if device.type == "cuda" else CPU_MEMORY_NOTE,
         "baseline_heads": baseline,
         "sweep_dir": str(sweep_dir.resolve()),  # the report uses only its own sweep's figures
@@ -386,7 +366,6 @@ def run_speed(
 
 
 def print_speed_table(payload: dict) -> str:
-    """Print the per-row medians with their ratios to the baseline row."""
     base, metrics = payload["baseline_heads"], results.shown_metrics(payload)
     kv_axis = any(kv != heads for heads, kv in map(heads_key, payload["heads"]))
     rows = []
@@ -417,8 +396,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--precision", default="auto", help="auto, 32, bf16 or fp16")
     parser.add_argument("--json", help="output (default SWEEP_DIR/ablation_speed.json)")
-    # One thread by default: where other work shares the machine, more wait on each other
-    # (docs/ablation.md: a busy 2-core machine's figures several times slower at 2).
+    # docs/ablation.md: a busy 2-core machine's figures were several times slower at 2 threads.
     parser.add_argument(
         "--threads",
         type=int,

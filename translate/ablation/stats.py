@@ -8,7 +8,6 @@ import functools
 import math
 import statistics
 import warnings
-from pathlib import Path
 
 Key = tuple[int, int]  # (heads, kv_heads) of a row
 CONFIDENCE = 0.95  # of the interval of a row's mean (the CSV's bleu_ci95_* columns)
@@ -24,8 +23,7 @@ def heads_key(entry: dict) -> Key:
 
 
 def choose_baseline(keys, preferred: int) -> int | None:
-    """``preferred`` where the sweep has that multi-head row (kv_heads = heads), else its
-    largest multi-head head count; None where no row is multi-head."""
+    """``preferred`` where it is a multi-head row (kv_heads = heads), else the largest; or None."""
     multi_head = {heads for heads, kv in keys if heads == kv}
     return preferred if preferred in multi_head else max(multi_head, default=None)
 
@@ -52,8 +50,7 @@ def _counts(params: set) -> str:
 
 
 def check_equal_params(jobs: list) -> tuple[bool, str]:
-    """Whether the finished jobs' parameter counts are what the sweep intends (False raises
-    the report's alarm), and a sentence saying so."""
+    """Whether the finished jobs' parameter counts are as the sweep intends, and a sentence."""
     by_key: dict[Key, set] = {}
     for job in (j for j in jobs if j.completed):
         by_key.setdefault(heads_key(job.results), set()).add(job.results.get("params"))
@@ -81,11 +78,7 @@ def check_equal_params(jobs: list) -> tuple[bool, str]:
     )
 
 
-# ------------------------------------------------------------------------ across seeds
-
-
 def seed_bleus(jobs: list) -> list[float]:
-    """The seed-level statistics' observations: each job's test BLEU."""
     return [j.results["bleu"] for j in jobs if j.results.get("bleu") is not None]
 
 
@@ -146,9 +139,6 @@ def detected(*p_values: float | None) -> bool | None:
     return all(p < LEVEL for p in known) if known else None
 
 
-# ------------------------------------------------------------------------ all p-values
-
-
 def p_value_cells(
     groups: dict, baseline: int | None, seeds: list, n_samples: int, warnings: list[str]
 ) -> tuple[dict, str | None]:
@@ -157,26 +147,23 @@ def p_value_cells(
     base = (baseline, baseline)
     if base not in groups:
         return {key: {} for key in groups}, None
-    column = functools.partial(p_column, baseline)
+    columns = [p_column(baseline, test) for test in ("welch", "permutation", "")]
+    columns += [p_column(baseline, f"seed{seed}") for seed in seeds]
     cells, signature = {}, None
     for key, jobs in groups.items():
         if key == base:
-            names = ["welch", "permutation", "", *(f"seed{seed}" for seed in seeds)]
-            cells[key] = {column(name): "baseline" for name in names}
+            cells[key] = dict.fromkeys(columns, "baseline")
             continue
         bleus, base_bleus = seed_bleus(jobs), seed_bleus(groups[base])
-        cells[key] = {column("welch"): welch_p(bleus, base_bleus)}
-        cells[key][column("permutation")] = permutation_p(bleus, base_bleus)
+        ps = [welch_p(bleus, base_bleus), permutation_p(bleus, base_bleus)]
         bootstrap, tested = _bootstrap(jobs, groups[base], n_samples, warnings)
         signature = tested or signature
-        cells[key][column()] = bootstrap.get("pooled")
-        cells[key] |= {column(f"seed{seed}"): bootstrap.get(seed) for seed in seeds}
+        cells[key] = dict(zip(columns, ps + [bootstrap.get(s) for s in ("pooled", *seeds)]))
     return cells, signature
 
 
 def _bootstrap(jobs, base_jobs, n_samples: int, warnings: list[str]) -> tuple[dict, str | None]:
-    """``({seed: p, ..., "pooled": p}, signature)``: each job against the baseline row's job of
-    its seed, and the seeds pooled."""
+    """``({seed: p, ..., "pooled": p}, signature)``: each job against the baseline of its seed."""
     base = {job.results.get("seed"): job for job in reversed(base_jobs)}  # a seed's first
     per_seed, pooled, signature = {}, ([], [], []), None
     for job in jobs:
@@ -202,16 +189,12 @@ def _paired_p(
     return test["run"]["p_value"], test["run"]["signature"]
 
 
-def _read_lines(path: Path) -> list[str] | None:
-    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
-    return path.read_text(encoding="utf-8").split("\n")[:-1] if path.is_file() else None
-
-
 def _pair(job, other, warnings: list[str]) -> tuple[list, list, list] | None:
-    """``(baseline hyp, hyp, ref)`` of a job and the baseline job of its seed, or None with a
-    warning where they cannot be compared."""
+    """``(baseline hyp, hyp, ref)`` of a job and its seed's baseline job, or None and a warning."""
+    paths = [j.path / f"test.{kind}.txt" for j in (job, other) for kind in ("hyp", "ref")]
+    # split("\n"), not splitlines(): a hypothesis may contain other Unicode line breaks.
     hyp, ref, base_hyp, base_ref = (
-        _read_lines(j.path / f"test.{kind}.txt") for j in (job, other) for kind in ("hyp", "ref")
+        p.read_text(encoding="utf-8").split("\n")[:-1] if p.is_file() else None for p in paths
     )
     if None in (hyp, ref, base_hyp, base_ref) or ref != base_ref or len(hyp) != len(ref):
         warnings.append(

@@ -1,13 +1,10 @@
 """Word alignments read off cross-attention heads, and their alignment error rate (AER).
 
-A head's hard alignment links each target word to the source word it attends to most (Garg et
-al. 2019; fairseq's ``--print-alignment``). Words are SentencePiece pieces merged at ``▁`` (the
-whitespace-separated words of the text, as gold sets count them): a source word's weight is the
-**sum** of its pieces' weights, a target word's row the **mean** of its pieces' rows (why:
-docs/alignment.md, "From attention to word links"). Links are ``(source word, target word)``,
-0-based, as the Pharaoh format ``i-j`` writes them. AER is Och & Ney's (2003): ``1 - (|A∩S| +
-|A∩P|) / (|A| + |S|)`` with sure links ``S ⊆ P``, summed over the corpus before the ratio.
-"""
+A head links each target word to the source word it attends to most (Garg et al. 2019). Words
+are pieces merged at ``▁``: a source word's weight is the **sum** of its pieces', a target word's
+row the **mean** of its pieces' rows (why: docs/alignment.md, "From attention to word links").
+Links are 0-based ``(source word, target word)``, Pharaoh's ``i-j``. AER is Och & Ney's (2003):
+``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, sure links ``S ⊆ P``, summed over the corpus."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ WORD_START = "\u2581"  # SentencePiece's "▁": this piece begins a new word
 
 
 def word_index(pieces: Sequence[str]) -> list[int]:
-    """The 0-based word of each piece: a piece starting with ``▁`` opens a word, any other
-    continues the last one (the first piece opens word 0 either way)."""
+    """The 0-based word of each piece: one starting with ``▁`` (or the first) opens a word."""
     words, index = [], -1
     for n, piece in enumerate(pieces):
         if n == 0 or piece.startswith(WORD_START):
@@ -60,12 +56,9 @@ def word_attention(
 def align_heads(
     cross: torch.Tensor, src_pieces: Sequence[str], tgt_pieces: Sequence[str]
 ) -> list[list[Link]]:
-    """Each head's hard word alignment of one sentence pair: for every target word the source
-    word of highest :func:`word_attention`, as sorted ``(source word, target word)`` links.
-
-    ``cross`` is one layer's cross-attention ``(H, len(tgt_pieces), len(src_pieces))`` over the
-    real pieces (BOS/EOS rows and columns dropped by the caller); row ``t`` is the query that
-    predicts target piece ``t``."""
+    """Each head's hard word alignment of one pair: for every target word the source word of
+    highest :func:`word_attention`, as sorted links. ``cross``: one layer's ``(H, T, S)`` over the
+    real pieces (BOS/EOS dropped by the caller); row ``t`` predicts target piece ``t``."""
     best = word_attention(cross, src_pieces, tgt_pieces).argmax(dim=-1)  # (H, Wt)
     return [sorted((int(i), j) for j, i in enumerate(head.tolist())) for head in best]
 
@@ -76,9 +69,8 @@ def pharaoh(links: Iterable[Link]) -> str:
 
 
 def parse_pharaoh(line: str) -> tuple[set[Link], set[Link]]:
-    """``(sure, possible)`` links of one line: ``i-j`` is sure, ``i?j`` possible only (the
-    convention of the German-English gold set's scripts, lilt/alignment-scripts). ``possible``
-    includes ``sure``, as AER wants. Raises ValueError on anything else."""
+    """``(sure, possible)`` links of one line: ``i-j`` sure, ``i?j`` possible only (as the
+    German-English gold set's lilt/alignment-scripts); ``possible`` includes ``sure``."""
     sure: set[Link] = set()
     possible: set[Link] = set()
     for token in line.split():
@@ -94,21 +86,18 @@ def parse_pharaoh(line: str) -> tuple[set[Link], set[Link]]:
 
 
 def read_pharaoh(path: str | Path) -> tuple[list[set[Link]], list[set[Link]]]:
-    """``(sure, possible)`` per line of a Pharaoh file (0-based ``i-j`` / ``i?j``); a bad line
-    is one :class:`UserError` naming the file and line."""
+    """``(sure, possible)`` per line of a Pharaoh file; a bad line is a UserError naming it."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"alignments file {path} cannot be read ({err}); check the path") from None
-    sure, possible = [], []
+    links = []
     for n, line in enumerate(lines, 1):
         try:
-            s, p = parse_pharaoh(line)
+            links.append(parse_pharaoh(line))
         except ValueError as err:
             raise UserError(f"{path}:{n}: {err}; write 0-based links as 0-0 1-2 2?3") from None
-        sure.append(s)
-        possible.append(p)
-    return sure, possible
+    return [s for s, _ in links], [p for _, p in links]
 
 
 def aer(
@@ -116,10 +105,8 @@ def aer(
     sure: Sequence[Iterable[Link]],
     possible: Sequence[Iterable[Link]] | None = None,
 ) -> float:
-    """Corpus AER of ``predicted`` links against ``sure`` (and ``possible``) references, one
-    collection of links per sentence: ``1 - (|A∩S| + |A∩P|) / (|A| + |S|)``, each count summed
-    over the sentences. Without ``possible``, ``P = S`` and AER is ``1 - F1``; links in ``S``
-    count as possible too (``S ⊆ P``)."""
+    """Corpus AER, one collection of links per sentence, each count summed over them. Without
+    ``possible``, ``P = S`` and AER is ``1 - F1``; links in ``S`` count as possible too."""
     if len(predicted) != len(sure) or (possible is not None and len(possible) != len(sure)):
         raise ValueError("predicted, sure and possible links must cover the same sentences")
     hits_s = hits_p = n_a = n_s = 0

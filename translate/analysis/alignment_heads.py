@@ -1,11 +1,7 @@
-"""Which cross-attention heads align words: every head's AER on teacher-forced (source,
-reference) pairs against gold or silver alignments, for ``translate.analyze`` and
-``translate.ablation align`` (docs/alignment.md).
-
-Teacher-forced, as Garg et al. (2019) and fairseq's alignment work measure it: the model reads
-the source and the reference, so every head's links are between words of the pair the
-reference alignments describe, and no decoding error moves them.
-"""
+"""Which cross-attention heads align words: every head's AER against gold or silver alignments,
+for ``translate.analyze`` and ``translate.ablation align`` (docs/alignment.md). Teacher-forced,
+as Garg et al. (2019) measure it: the heads link words of the very pair the reference aligns,
+and no decoding error moves them."""
 
 from __future__ import annotations
 
@@ -40,9 +36,8 @@ class Reference:
 def reference_alignments(
     gold: str | None, silver_train_pairs: int, data, sources: Sequence[str], targets: Sequence[str]
 ) -> Reference | None:
-    """Gold alignments from the Pharaoh file ``gold``, else silver ones from eflomal on the
-    pairs and ``silver_train_pairs`` training pairs of ``data``; None (one line said why) when
-    neither can be had."""
+    """Gold alignments from the Pharaoh file ``gold``, else silver ones from eflomal on the pairs
+    and ``silver_train_pairs`` training pairs of ``data``; else None (one line said why)."""
     if gold:
         sure, possible = read_pharaoh(gold)
         if len(sure) < len(sources):
@@ -75,8 +70,7 @@ def cross_links(
     precision: str,
 ) -> dict[tuple[int, int], list[list[Link]]]:
     """``(layer, head) -> links of each pair``, in the split's order, from teacher-forced
-    cross-attention: row ``t`` of ``BOS + target`` predicts target piece ``t``, so the rows of
-    the target's pieces are the first ``T``, the columns of the source's the first ``S``."""
+    cross-attention: row ``t`` of ``BOS + target`` predicts target piece ``t``."""
     n = sum(len(b.indices) for b in batches)
     layers, heads = model.num_layers["decoder_cross"], model.num_heads
     out: dict[tuple[int, int], list] = {

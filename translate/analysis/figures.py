@@ -33,9 +33,8 @@ def pyplot():
 
 
 def head_grid(heads: int) -> tuple[int, int]:
-    """``(rows, cols)`` of a near-square grid of ``heads`` panels: TensorBoard scales an image
-    down to its card's width, so a wide strip (1x4) shrinks its tokens until they cannot be
-    read, where a square keeps them twice as large."""
+    """``(rows, cols)`` of a near-square grid: TensorBoard scales an image to its card's width,
+    so a wide strip (1x4) shrinks its tokens past reading; a square keeps them twice as large."""
     cols = math.ceil(math.sqrt(heads))
     return math.ceil(heads / cols), cols
 
@@ -60,18 +59,15 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
     """One heatmap per head of ``weights (H, T, S)``: a near-square grid (``analyze``'s PNGs,
     seen at their own size), or with ``card`` one head a row sized for TensorBoard's card."""
     heads = weights.size(0)
-    if card:
-        (rows, cols), font = (heads, 1), FONT_PX * 72 / DPI  # points
-        figsize = _card_size(heads, keys, queries)
-    else:
-        (rows, cols), font = head_grid(heads), 11
-        size = max(2.5, 0.22 * max(len(keys), len(queries)))
-        figsize = (size * cols, size * rows)
     # Constrained: tight_layout leaves a tall card's title over its first head.
-    layout = "constrained" if card else "tight"
-    fig, axes = pyplot().subplots(
-        rows, cols, figsize=figsize, dpi=DPI, squeeze=False, layout=layout
-    )
+    if card:
+        (rows, cols), font, layout = (heads, 1), FONT_PX * 72 / DPI, "constrained"  # points
+        size = _card_size(heads, keys, queries)
+    else:
+        (rows, cols), font, layout = head_grid(heads), 11, "tight"
+        side = max(2.5, 0.22 * max(len(keys), len(queries)))
+        size = (side * cols, side * rows)
+    fig, axes = pyplot().subplots(rows, cols, figsize=size, dpi=DPI, squeeze=False, layout=layout)
     data = weights.float().cpu().numpy()
     for h, ax in enumerate(axes.flat):
         if h >= heads:
@@ -88,9 +84,8 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
 def attention_figures(
     maps: AttentionMaps, src: list[str], tgt: list[str], card=False
 ) -> Iterator[tuple[str, Figure]]:
-    """``(tag, figure)`` of every head for every layer of every attention type, batch row 0.
-    One figure at a time: a caller that closes each before the next holds one open, where
-    all of them at once would be 6 or more (and matplotlib warns past 20)."""
+    """``(tag, figure)`` of every layer of every attention type, batch row 0, one at a time: a
+    caller closing each holds one open, not 6 or more (matplotlib warns past 20)."""
     kinds = (
         ("encoder_self", maps.encoder, src, src),
         ("decoder_self", maps.decoder_self, tgt, tgt),
@@ -118,9 +113,8 @@ def sentence_figures(
     return attention_figures(maps, src_labels, tgt_labels, card)
 
 
-# Training's heatmaps in TensorBoard: a group that sorts after the scalar groups (dev, heads,
-# hparam, train), so that the Time Series tab, which lists groups by name and opens the first
-# two, opens with the curves.
+# Training's heatmaps sort after the scalar groups (dev, heads, hparam, train): TensorBoard's Time
+# Series tab lists groups by name and opens the first two, so it opens with the curves.
 TENSORBOARD_GROUP = "viz"
 
 
@@ -131,12 +125,9 @@ def log_attention(writer, model, src_ids, tgt_ids, tokenizer, device, step: int)
 
 
 def log_hparams(writer, hparams: dict, metrics: dict, leading=(), trial: str = "") -> None:
-    """Write the HParams-dashboard summaries into this run's own event file, so that
-    ``tensorboard --logdir <sweep_dir>`` lists one row per job, named ``trial``.
-
-    TensorBoard sorts the hparams by ``differs`` first, then by name (its
-    ``backend_context.py``), and ticks the first five. torch never sets ``differs``, so the
-    columns came out alphabetical: the ``leading`` hparams are marked so."""
+    """The HParams summaries into this run's own event file: ``tensorboard --logdir <sweep_dir>``
+    lists one row per job, named ``trial``. TensorBoard sorts hparams by ``differs``, then name,
+    and ticks the first five; torch never sets ``differs``, so ``leading`` ones are marked so."""
     from torch.utils.tensorboard.summary import hparams as hparams_summary
 
     experiment, session_start, session_end = hparams_summary(hparams, metrics)
@@ -173,8 +164,7 @@ def figure_pixels(fig) -> np.ndarray:
 
 
 def heads_figure(stats: list, num_layers: dict[str, int], num_heads: int):
-    """Normalised entropy and importance, one row per attention module, one column per head;
-    degenerate heads are marked with x."""
+    """Normalised entropy and importance per module (rows) and head; degenerate ones marked x."""
     rows = [(k, n) for k in HEAD_MASK_KEYS for n in range(num_layers[k])]
     index = {(s.kind, s.layer, s.head): s for s in stats}
     panels = (

@@ -1,10 +1,7 @@
 """What the heads of one checkpoint learned, the work of ``python -m translate.analyze``: on a
 fixed prefix of a split, each head's entropy and degenerate flag (:mod:`.heads`), each cross
-head's alignment error rate (:mod:`.alignment_heads`), its importance and the pruning curve
-(:mod:`.importance`), into ``analysis.json``, ``heads.png``, ``alignment.png``, ``pruning.png``,
-``heatmaps/sentence<i>/<kind>_layer<l>.png`` and the same in ``tensorboard/``; silver reference
-alignments into ``silver.align``.
-"""
+head's AER (:mod:`.alignment_heads`), its importance and the pruning curve (:mod:`.importance`),
+into :data:`OUTPUTS`."""
 
 from __future__ import annotations
 
@@ -64,9 +61,8 @@ def _pairs(loaded: Loaded, role: str, limit: int | None) -> tuple[str, list, lis
 def analyze_heads(
     command: CheckpointCommand, a: AnalysisSettings, split: str, out_dir: Path, data_overrides=None
 ) -> dict:
-    """Run every diagnostic on ``split`` (``valid`` or ``test``), write the outputs into
-    ``out_dir``; returns the ``analysis.json`` dict. ``data_overrides`` (``data=<source> ...``
-    on the command line) in place of the checkpoint's data config."""
+    """Every diagnostic on ``split`` into ``out_dir``; returns the ``analysis.json`` dict.
+    ``data_overrides`` (``data=<source> ...``) replace the checkpoint's data config."""
     r = command.runtime
     r.apply_to_process()
     loaded = load_translator(
@@ -113,7 +109,6 @@ def analyze_heads(
 
 
 def _bar(what: str, unit: str) -> Callable:
-    """A progress bar on standard error over a loop's items, gone once the loop ends."""
     return functools.partial(tqdm, desc=what, unit=unit, leave=False, file=sys.stderr)
 
 
@@ -121,9 +116,7 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     """Importance of every head (into each ``HeadStats.extra``) and the pruning curve."""
     model, tr = loaded.model, loaded.translator
 
-    def loss_fn(mask):
-        return mean_nll(model, batches, tr.device, tr.precision, mask)
-
+    loss_fn = functools.partial(mean_nll, model, batches, tr.device, tr.precision)  # (head_mask)
     n_imp, n_prune = a.importance.bleu_sentences, a.pruning.bleu_sentences
     # Importance and pruning compare masks, not systems: every checkpoint decodes with a beam
     # of analysis.beam_size, whatever its own decode settings.
@@ -138,7 +131,9 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
     log.info("4/5 pruning curve: BLEU on %d sentences per point, least important first", n_prune)
     prune = _bar("pruning", "point")
     curve = pruning_curve(model, order, a.pruning.fractions, loss_fn, prune_bleu, tr.device, prune)
-    _log_curve(curve)
+    for p in curve:
+        point = 100 * p["fraction_kept"], p["heads_kept"], p["bleu"], p["loss"]
+        log.info("pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f", *point)
     for rank, hid in enumerate(order):
         scores[hid]["prune_rank"] = rank
     for s in stats:
@@ -147,8 +142,7 @@ def _importance(loaded: Loaded, a: AnalysisSettings, stats, batches, src_ids, re
 
 
 def _alignment(loaded: Loaded, a: AnalysisSettings, batches, sources, refs, out_dir: Path):
-    """Each cross head's AER against gold or silver alignments of the analysed pairs, or None
-    when neither can be had; silver ones are kept in ``silver.align`` to look at."""
+    """Each cross head's AER, or None without reference alignments (silver: ``silver.align``)."""
     log.info("2/5 alignment heads: each cross-attention head's AER, teacher-forced")
     ref = reference_alignments(a.alignments, a.silver_train_pairs, loaded.data, sources, refs)
     if ref is None:
@@ -164,7 +158,6 @@ def _alignment(loaded: Loaded, a: AnalysisSettings, batches, sources, refs, out_
 
 
 def _log_alignment(alignment: dict) -> None:
-    """The best head of each layer and its AER, said to be against gold or silver links."""
     best = ", ".join(
         f"layer {b['layer']} head {b['head']} {b['aer']:.3f}" for b in alignment["best_per_layer"]
     )
@@ -173,7 +166,7 @@ def _log_alignment(alignment: dict) -> None:
 
 
 def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples) -> None:
-    """Heatmaps of ``examples`` (ids), ``heads.png``, ``pruning.png``; also to TensorBoard."""
+    """Heatmaps of ``examples`` (ids) and the PNGs, also to TensorBoard."""
     plt = figures.pyplot()
     writer = io.summary_writer(out_dir / "tensorboard")
 
@@ -202,26 +195,14 @@ def _write_figures(out_dir: Path, loaded: Loaded, stats, result: dict, examples)
 
 
 def _log_heads(summary: dict) -> None:
-    log.info(
-        "mean entropy %s | %d of %d heads degenerate",
-        ", ".join(f"{k} {v:.2f}" for k, v in summary["entropy"].items()),
-        summary["degenerate_heads"],
-        summary["total_heads"],
-    )
+    entropy = ", ".join(f"{k} {v:.2f}" for k, v in summary["entropy"].items())
+    counts = summary["degenerate_heads"], summary["total_heads"]
+    log.info("mean entropy %s | %d of %d heads degenerate", entropy, *counts)
     for d in summary["degenerate"]:
         log.info("degenerate: %(kind)s layer %(layer)d head %(head)d: %(reason)s", d)
 
 
-def _log_curve(curve: list[dict]) -> None:
-    for p in curve:
-        kept = (100 * p["fraction_kept"], p["heads_kept"])
-        log.info(
-            "pruning: %3.0f%% heads kept (%d): BLEU %.2f, loss %.3f", *kept, p["bleu"], p["loss"]
-        )
-
-
 def _log_written(out_dir: Path, result: dict) -> None:
-    """Every file the analysis wrote, as the user will look for them."""
     heatmaps = len(list((out_dir / "heatmaps").rglob("*.png")))
     alignment = result["alignment"]
     aligned = ""
@@ -232,9 +213,5 @@ def _log_written(out_dir: Path, result: dict) -> None:
     log.info(
         "wrote in %s (%.0f s): analysis.json, heads.png, %spruning.png, heatmaps/ (%d PNGs), "
         "tensorboard/ (tensorboard --logdir %s)",
-        out_dir,
-        result["seconds"],
-        aligned,
-        heatmaps,
-        out_dir / "tensorboard",
+        *(out_dir, result["seconds"], aligned, heatmaps, out_dir / "tensorboard"),
     )

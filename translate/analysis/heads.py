@@ -1,10 +1,7 @@
 """Per-head attention statistics (entropy, degenerate-head flags) and head masks, for
-``python -m translate.analyze`` and for the end of every training run (:func:`head_summary`).
-
-Measured on teacher-forced passes (:meth:`Seq2SeqTransformer.attention_maps`) over a fixed
-prefix of a split, so two models are compared on the same sentences; padded queries are
-ignored, and padded keys have zero weight anyway.
-"""
+``python -m translate.analyze`` and the end of every training run (:func:`head_summary`), on
+teacher-forced passes over a fixed prefix of a split: two models are compared on the same
+sentences. Padded queries are ignored; padded keys have zero weight anyway."""
 
 from __future__ import annotations
 
@@ -57,8 +54,7 @@ def pattern_name(pattern: str, kind: str) -> str:
 
 
 class HeadAccumulator:
-    """Sums of per-query statistics for the ``H`` heads of one attention module: :meth:`add`
-    every batch, then read :meth:`stats`."""
+    """Sums of per-query statistics for the ``H`` heads of one attention module."""
 
     def __init__(self, kind: str, layer: int, num_heads: int, max_offset: int) -> None:
         self.kind, self.layer, self.num_heads = kind, layer, num_heads
@@ -172,7 +168,6 @@ def head_statistics(
     device: torch.device,
     precision: str,
     thresholds: Thresholds,
-    head_mask: dict[str, Tensor] | None = None,
 ) -> list[HeadStats]:
     """Every head's :class:`HeadStats` over ``batches``, ordered by kind, layer, head."""
     accs = {
@@ -184,9 +179,7 @@ def head_statistics(
         for batch in batches:
             batch = batch.to(device)
             with autocast(device, precision):
-                maps = model.attention_maps(
-                    batch.src, batch.tgt_in, batch.src_padding_mask, head_mask
-                )
+                maps = model.attention_maps(batch.src, batch.tgt_in, batch.src_padding_mask)
             for kind, layers in zip(KINDS, (maps.encoder, maps.decoder_self, maps.decoder_cross)):
                 ignore, n_keys = query_layout(batch, kind, model.pad_id)
                 for layer, weights in enumerate(layers):
@@ -207,8 +200,7 @@ def summarize(stats: Sequence[HeadStats]) -> dict:
         per_layer = [[s.entropy for s in mine if s.layer == n] for n in layers]
         out["entropy_per_layer"][kind] = [sum(e) / len(e) for e in per_layer]
     degenerate = [s for s in stats if s.degenerate]
-    out["degenerate_heads"] = len(degenerate)
-    out["total_heads"] = len(stats)
+    out["degenerate_heads"], out["total_heads"] = len(degenerate), len(stats)
     out["degenerate"] = [
         {"kind": s.kind, "layer": s.layer, "head": s.head, "reason": s.degenerate}
         for s in degenerate
@@ -227,8 +219,7 @@ def head_summary(
     max_tgt_len: int | None = None,
 ) -> dict:
     """:func:`summarize` (plus ``sentences``) of one teacher-forced pass over the first
-    ``analysis.summary_sentences`` pairs of ``split`` (with ``src_ids`` and ``tgt_ids``), cheap
-    enough for the end of every training run."""
+    ``analysis.summary_sentences`` pairs of ``split``: cheap enough for every training run."""
     n = min(analysis.summary_sentences, len(split.src_ids))
     batches = make_batches(
         split.src_ids[:n], split.tgt_ids[:n], analysis.max_tokens, max_src_len, max_tgt_len

@@ -1,8 +1,5 @@
-"""Head importance by masking (Michel et al. 2019, "Are Sixteen Heads Really Better than
-One?"): how much worse the model gets when one head alone is masked at inference (its output
-zeroed by ``Seq2SeqTransformer``'s ``head_mask``); masking heads in order of increasing
-importance gives the pruning curve.
-"""
+"""Head importance by masking (Michel et al. 2019): how much worse the model gets with one head's
+output zeroed at inference; masking heads by increasing importance gives the pruning curve."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ from translate.nn.model import Seq2SeqTransformer
 
 
 class HeadMasked(nn.Module):
-    """``model`` with a fixed ``head_mask`` in every ``encode`` and ``decode`` that search
-    makes, so that decoding runs the real model with those heads' outputs zeroed."""
+    """``model`` with a fixed ``head_mask`` in every ``encode`` and ``decode`` search makes."""
 
     def __init__(self, model: Seq2SeqTransformer, head_mask: dict[str, Tensor]) -> None:
         super().__init__()

@@ -1,10 +1,6 @@
-"""Silver word alignments, for measuring heads where no human (gold) alignments exist: the
-eflomal aligner (Östling & Tiedemann 2016; ``pip install -e ".[align]"``) trained on the
-analysed pairs together with training pairs, both directions symmetrised by
-grow-diag-final-and.
-
-Why grow-diag-final-and and not the intersection: docs/alignment.md, "Silver".
-"""
+"""Silver word alignments where no gold ones exist: eflomal (Östling & Tiedemann 2016; ``pip
+install -e ".[align]"``) on the analysed and training pairs, both directions symmetrised by
+grow-diag-final-and (why not the intersection: docs/alignment.md, "Silver")."""
 
 from __future__ import annotations
 
@@ -34,9 +30,9 @@ def eflomal_available() -> bool:
 
 
 def grow_diag_final_and(forward: set[Link], reverse: set[Link]) -> set[Link]:
-    """Koehn's symmetrisation of one sentence's two directional alignments (``(i, j)`` links,
-    both source-target): the intersection, grown by union links beside it that cover a word
-    still unaligned on either side, then union links whose words are both unaligned."""
+    """Koehn's symmetrisation of one sentence's two directional (source, target) alignments: the
+    intersection, grown by adjacent union links covering a word still unaligned on either side,
+    then union links whose words are both unaligned."""
     union, links = forward | reverse, forward & reverse
     src_done, tgt_done = {i for i, _ in links}, {j for _, j in links}
 
