@@ -41,9 +41,8 @@ COLUMNS = [
 
 
 def time_engines(spec: dict, exports: dict[str, str], args) -> tuple[dict, dict]:
-    """Seconds (by round) and hypotheses of every (threads, batch, mode, engine): each engine at
-    each thread count in a process of its own, so that their thread pools do not compete, the
-    processes of a round in rotated order."""
+    """Seconds (by round) and hypotheses of every (threads, batch, mode, engine); each engine at
+    each thread count in a process of its own (no competing thread pools), rotated."""
     jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
     times, outputs = {}, {}
     for r in range(args.rounds):
@@ -71,8 +70,8 @@ def rows_from(times: dict, outputs: dict) -> list[dict]:
 
 
 def summary(rows: list[dict], args, n_sentences: int) -> dict:
-    """Our time over CTranslate2's per export and thread count (> 1: CTranslate2 is faster), at
-    the evaluation batch and batch 1; how many of its hypotheses are ours (the fewest)."""
+    """Our time over CTranslate2's per export, thread count and batch (> 1: CTranslate2 is
+    faster); how many of its hypotheses are ours (the fewest)."""
     row = {(r["threads"], r["batch"], r["mode"], r["engine"]): r for r in rows}
     modes = {"beam": f"beam{args.beam_size}", "greedy": "greedy"}.items()
     threads, batches, out = args.ct2_threads, (("eval", "time"), ("1", "latency")), {}
@@ -99,8 +98,7 @@ def title(args, d: DecodeSettings, max_tokens: int, n_latency: int, n_sentences:
 
 
 def section(args, sources: list[np.ndarray], device) -> dict:
-    """The JSON's ``ct2`` section, its ``summary`` entries in it; without ctranslate2, a section
-    that says so."""
+    """The JSON's ``ct2`` section with its ``summary``; without ctranslate2, one that says so."""
     try:
         ctranslate2 = import_ctranslate2()
     except UserError as err:

@@ -3,14 +3,13 @@
     python -m translate.bench.decode --json outputs/bench/decode.json
     python -m translate.bench.decode --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
 
-Without ``--checkpoint``: a seeded random model of the ``experiment=multi30k_cpu`` sizes on
-synthetic sources with Multi30k-like lengths; it rarely emits EOS, so every sentence runs to
-its limit, by default the source's length. With one: the checkpoint's model and decode limits,
-on the first ``--sentences`` lines of ``--src-file``. Batched as ``Translator`` batches, the
-modes interleaved; ``greedy_no_cache`` re-runs the decoder over the whole prefix every step and
-must produce the tokens ``greedy_cache`` does. Without ``--checkpoint`` the same model is timed
-again with each ``--kv-heads``; ``--ct2`` adds the checkpoint's CTranslate2 exports
-(:mod:`translate.bench.ct2`). docs/benchmarks.md has the summary's targets.
+Without ``--checkpoint``: a seeded random model of ``experiment=multi30k_cpu``'s sizes on
+synthetic Multi30k-like sources, each run to its limit (it rarely emits EOS), by default the
+source's length; it is timed again with each ``--kv-heads``. With one: its model and decode
+limits on the first ``--sentences`` lines of ``--src-file``; ``--ct2`` adds its CTranslate2
+exports (:mod:`translate.bench.ct2`). Batched as ``Translator`` batches, the modes interleaved;
+``greedy_no_cache`` re-runs the decoder over the whole prefix every step and must produce the
+tokens ``greedy_cache`` does. docs/benchmarks.md has the summary's targets.
 """
 
 from __future__ import annotations
@@ -80,8 +79,7 @@ def random_model(args, device: torch.device, impl: str, kv_heads: int | None = N
 
 
 def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
-    """One seeded random model per ``--impls`` entry, synthetic sources; the length limit
-    defaults to the source length (``1.0 * src + 0``)."""
+    """A seeded random model per ``--impls``, synthetic sources; limit: ``1.0 * src + 0``."""
     models = {impl: random_model(args, device, impl) for impl in args.impls}
     args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
     args.max_len_b = 0.0 if args.max_len_b is None else args.max_len_b
@@ -102,8 +100,7 @@ def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], s
 
 
 def make_batches(sources: list[np.ndarray], args, device) -> tuple[list[list[int]], list[Batch]]:
-    """Index groups and their padded batches, as ``Translator`` batches: by the source lengths
-    with EOS."""
+    """Index groups and their padded batches, as ``Translator`` batches them."""
     groups = length_sorted_batches([len(s) + 1 for s in sources], None, args.max_tokens)
     batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
     return groups, batches
@@ -148,8 +145,8 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
 
 
 def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precision) -> int:
-    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak over its steps of
-    every decoder layer's self- and cross-attention caches (read by forward hooks), summed."""
+    """KV-cache bytes of decoding every batch in ``mode``: the sum of each batch's peak over its
+    steps of every decoder layer's caches (read by forward hooks)."""
     layers = model.decoder_layers
     now, peak = [0] * len(layers), [0]
 
@@ -174,8 +171,8 @@ def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precisi
 
 
 def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[dict]:
-    """Cached greedy and beam search for every ``--kv-heads``, interleaved; one row per (kv
-    heads, mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
+    """Cached greedy and beam search for every ``--kv-heads``, interleaved: a row per (kv heads,
+    mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
     impl = args.impls[0]
     models = {kv: random_model(args, device, impl, kv) for kv in args.kv_heads}
     outputs = {}

@@ -58,12 +58,10 @@ COLUMNS = [
 
 class TorchTransformer(nn.Module):
     """The baseline: ``torch.nn.Transformer``, pre-norm, inside our :class:`TokenEmbedding`,
-    with our dropout rates and initialisation, so that the benchmark compares the attention
-    alone. ``nn.Transformer`` uses one dropout rate for residuals, attention weights and the
-    feed-forward: the latter two are set to 0 afterwards, as the benchmark runs ours."""
+    with our initialisation and dropout (attention and feed-forward dropout 0, as ours run), so
+    that the benchmark compares the attention alone."""
 
     def __init__(self, vocab_size, d_model, num_heads, d_ff, dropout, pad_id, **layers) -> None:
-        """``layers``: ``num_encoder_layers`` and ``num_decoder_layers``, as both name them."""
         super().__init__()
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
         with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": inference only
@@ -85,8 +83,7 @@ class TorchTransformer(nn.Module):
         init_weights(self)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask=None, target_index=None):
-        """Logits ``(B, T, V)``, or ``(N, V)`` at the flat positions ``target_index (N,)`` only,
-        as :meth:`Seq2SeqTransformer.forward`."""
+        """Logits ``(B, T, V)``, or ``(N, V)`` at ``target_index (N,)``, as ours."""
         T = tgt_in.size(1)
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
         out = self.transformer(
@@ -104,7 +101,7 @@ class TorchTransformer(nn.Module):
 
 def synthetic_batches(args, vocab: int) -> list[Batch]:
     """``args.batches`` full batches cut by ``TokenBatchSampler`` from a pool of Multi30k train's
-    size, whose length buckets are as tight as training's on the real corpus."""
+    size (length buckets as tight as training's)."""
     rng = np.random.default_rng(args.seed)
     n = max(MULTI30K_TRAIN_PAIRS, 4 * args.batches * args.max_tokens // 16)
     src_lens, tgt_lens = common.multi30k_lengths(n, rng)
@@ -141,7 +138,6 @@ def build(name: str, kwargs: dict, seed: int) -> nn.Module:
 
 
 def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
-    """``({name: Trainer}, {name: parameter count})``."""
     kwargs = model_kwargs(args, vocab)
     trainers, params = {}, {}
     pad = pads_shapes(device, precision)  # as training pads them
@@ -157,9 +153,8 @@ def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
 
 def train_flops(batch: Batch, args, vocab: int) -> float:
     """Matmul FLOPs of one training step (2 per multiply-add, x 3 for forward+backward) over the
-    padded positions the layers compute (no causal halving), plus the tied vocabulary projection
-    over the real target tokens only (``Trainer`` passes ``target_index``). Not counted: the
-    embedding gather, norms, softmax, dropout, the loss and the optimizer."""
+    padded positions (no causal halving), plus the tied output projection over the real target
+    tokens only (``target_index``); not the embedding, norms, softmax, loss or optimizer."""
     B, S = batch.src.shape
     T = batch.tgt_in.size(1)
     D, F, L = args.d_model, args.d_ff, args.layers
@@ -171,8 +166,8 @@ def train_flops(batch: Batch, args, vocab: int) -> float:
 
 
 def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, gemm) -> None:
-    """Compiled models see every batch shape twice (the second distinct shape recompiles with
-    dynamic sizes), so no compile is timed."""
+    """Compiled models see every batch shape twice (the second recompiles dynamic): no compile
+    is timed."""
     warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
     for trainer in trainers.values():
         for i in range(warmup):
@@ -183,8 +178,7 @@ def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, ge
 
 def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device, gemm):
     """``(runs, gemm_s)``: per model, tokens per second of each round; the GEMM's seconds per
-    call, by round. Each batch is trained on by every model and the GEMM runs once, in rotated
-    order, so interference from elsewhere on the machine falls on all of them alike."""
+    call, by round. Each batch: every model and the GEMM once, in rotated order."""
     names = [*trainers, GEMM]
     runs: dict[str, list[float]] = {name: [] for name in trainers}
     gemm_s: list[list[float]] = []
@@ -205,8 +199,7 @@ def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int
 
 
 def make_rows(runs: dict, params: dict, batches: list[Batch], args, vocab, gemm) -> list[dict]:
-    """One row per model; ``gemm``: ``Gemm.report``. ``vs_torch_median_of_rounds`` cross-checks
-    ``vs_torch`` with the ratio within each round."""
+    """One row per model; ``gemm``: ``Gemm.report``; ``vs_torch_median_of_rounds``: per round."""
     tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
     tflop_per_token = sum(train_flops(b, args, vocab) for b in batches) / tokens_per_round / 1e12
     base = common.median(runs["torch"]) if "torch" in runs else None
@@ -232,8 +225,7 @@ def make_rows(runs: dict, params: dict, batches: list[Batch], args, vocab, gemm)
 
 
 def batch_report(batches: list[Batch]) -> dict:
-    """Real and padded tokens per side (target: ``tgt_out``, what the loss counts), their
-    ``padding_ratio`` and every batch's shape."""
+    """Real and padded tokens per side (target: ``tgt_out``), ratio, every batch's shape."""
     return {
         "count": len(batches),
         "src_tokens": sum(b.num_src_tokens for b in batches),
