@@ -36,8 +36,7 @@ ENGINES = {"torch": _torch, "ctranslate2": _ctranslate2}
 def load_engine(
     command: EngineCommand, decode: DecodeSettings | dict, data_overrides=None
 ) -> Loaded:
-    """The command's engine, ``decode`` (settings, or the keys a command set) over the stored
-    ones and ``data_overrides`` in place of the stored data config."""
+    """The command's engine, ``decode`` over the stored settings, ``data_overrides`` for data's."""
     command.runtime.apply_to_process()
     return ENGINES[command.engine](command, decode, data_overrides)
 

@@ -19,15 +19,14 @@ from translate.schema import DecodeSettings
 SPECIAL_IDS = {"bos_id": Tokenizer.BOS, "eos_id": Tokenizer.EOS, "pad_id": Tokenizer.PAD}
 
 
-@functools.cache
+@functools.cache  # generate runs for every batch
 def _parameters(search: Callable) -> frozenset[str]:
-    # Read once: generate runs for every batch.
     return frozenset(inspect.signature(search).parameters)
 
 
 def taken_by(search: Callable, settings: DecodeSettings) -> dict[str, Any]:
-    """The decode settings ``search`` has a parameter for: a new setting reaches a search that
-    takes it with no change here (one that no search takes fails tests/decoding/test_search.py)."""
+    """The decode settings ``search`` has a parameter for (tests/decoding/test_search.py checks
+    that every setting reaches one)."""
     params = _parameters(search)
     return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in params}
 
