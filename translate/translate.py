@@ -45,8 +45,7 @@ def translate_lines(command: TranslateCommand, lines: list[str]) -> list[str]:
 
 
 def prompt(command: TranslateCommand) -> None:
-    """Translate each line typed until Ctrl-D or Ctrl-C; the prompt goes to stderr, so that
-    stdout still carries translations only."""
+    """Translate each line typed until Ctrl-D or Ctrl-C (the prompt on stderr)."""
     translator = load(command)
     print("type German, Enter translates; Ctrl-D ends", file=sys.stderr)
     try:
