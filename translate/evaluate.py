@@ -1,10 +1,8 @@
 """Score a checkpoint: ``python -m translate.evaluate checkpoint=<path> [src=<file> ref=<file>]``,
 or an exported model: ``engine=ctranslate2 model_dir=<dir>``.
 
-Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (or
-``data=<source> data.dir=...``). ``hyp.txt`` and ``scores.json`` (BLEU, chrF, the sacreBLEU
-signature, and what was scored, by path and SHA-256) go to this command's run dir, held while
-it runs; one that holds another evaluation's outputs is refused.
+Without ``src``/``ref``: the test split of the checkpoint's data config. ``hyp.txt`` and
+``scores.json`` go to this command's run dir, held while it runs.
 """
 
 from __future__ import annotations

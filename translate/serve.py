@@ -1,8 +1,6 @@
 """Serve a model over HTTP: ``python -m translate.serve checkpoint=<path> [port=8000]``, or an
-export: ``engine=ctranslate2 model_dir=<dir> [checkpoint=<path> for /attention]``.
-
-Loads the model once; ``POST /translate``, ``POST /attention`` and a page at ``/``
-(:mod:`translate.serving`, docs/serve.md). Needs the ``serve`` extra (Starlette, uvicorn).
+export: ``engine=ctranslate2 model_dir=<dir> [checkpoint=<path> for /attention]`` (docs/serve.md;
+needs the ``serve`` extra).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Multi-head attention side by side: our ``MultiHeadAttention`` (``impl=manual`` and
 ``impl=sdpa``) against ``torch.nn.MultiheadAttention``.
 
-    python -m translate.bench.attention --json outputs/bench/attention.json
-    python -m translate.bench.attention --device cuda --json outputs/bench/attention_cuda.json
-
 Self-attention over ``x (B, L, D)``, the same weights, dropout 0, ``B = max(1, --tokens // L)``:
-forward in eval mode without autograd (``nn.MultiheadAttention``'s fused fast path) and forward
-+ backward in training mode. Peak memory at L=2048 (on CUDA at every L): the growth during one
-call; on the CPU the peak resident size of a fresh subprocess per case, whose glibc returns
-freed tensors to the system. docs/benchmarks.md has the summary's targets.
+forward in eval mode without autograd (``nn.MultiheadAttention``'s fused path) and forward +
+backward in training mode. Peak memory at L=2048 (CUDA: every L) is one call's growth; on the
+CPU the peak resident size of a fresh subprocess per case (glibc returns its freed tensors).
 """
 
 from __future__ import annotations
@@ -78,8 +74,7 @@ class Runner:
         self.kwargs = {"need_weights": False} if impl == "torch" else {}
         gen = torch.Generator().manual_seed(seed + 1)
         shape = (case.batch, case.length, d_model)
-        self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
-        self.x.requires_grad_(True)
+        self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype).requires_grad_()
         self.grad = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
 
     def _call(self, x):

@@ -1,5 +1,4 @@
-"""What the benchmarks (``python -m translate.bench.attention``, ``.train``, ``.decode``,
-``.ladder``) share: options, interleaved timing, the machine's own large-GEMM reference
+"""What the benchmarks share: options, interleaved timing, the machine's large-GEMM reference
 (:class:`Gemm`), a plain-text table and the JSON report with the machine it ran on."""
 
 from __future__ import annotations
@@ -108,12 +107,9 @@ def parser(name: str, doc: str, timing: bool = True) -> argparse.ArgumentParser:
 
 
 def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--system-malloc",
-        action="store_true",
-        help="glibc's default malloc; without it freed memory is kept for reuse, as the "
-        "commands keep it (keep_freed_memory in conf/)",
-    )
+    why = "glibc's default malloc; without it freed memory is kept for reuse, as the commands "
+    why += "keep it (keep_freed_memory in conf/)"
+    parser.add_argument("--system-malloc", action="store_true", help=why)
 
 
 @contextlib.contextmanager
@@ -135,9 +131,8 @@ def session(args: argparse.Namespace) -> Iterator[torch.device]:
 def interleaved(fns: dict, device: torch.device, warmup: int, repeats: int) -> dict[str, list]:
     """Seconds per call of each function in ``repeats`` rotated rounds after ``warmup`` each."""
     names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
+    for name in names * warmup:
+        fns[name]()
     synchronize(device)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
@@ -243,9 +238,7 @@ def _plain(value):
 def fmt(value, spec: str = ".3g") -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return format(value, spec)
-    return str(value)
+    return format(value, spec) if isinstance(value, float) else str(value)
 
 
 def print_table(rows: list[dict], columns: list[tuple[str, str, str]], title: str = "") -> str:

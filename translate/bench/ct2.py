@@ -1,10 +1,8 @@
 """``python -m translate.bench.decode --checkpoint CKPT --ct2``: our engine against CTranslate2
 on one checkpoint, exported (float32 and int8) into a temporary folder, on the CPU.
 
-Every engine decodes through its :class:`~translate.decoding.translator.Translator` with the
-same settings, greedy and beam, at batch 1 on the first ``--latency-sentences`` sources and at
-the evaluation batch on all of them. CTranslate2's greedy search takes the same argmax as ours,
-so its float32 hypotheses should be ours token for token; its beam search stops by another
+Each engine decodes through its ``Translator``, greedy and beam, at batch 1 and at the evaluation
+batch. Greedy float32 hypotheses should be ours token for token; beam search stops by another
 rule above length penalty 0 (:mod:`translate.decoding.ct2`): the identical ones are counted.
 """
 

@@ -1,15 +1,10 @@
 """Decoding speed: greedy search with and without the attention cache, and beam search (size 5).
 
-    python -m translate.bench.decode --json outputs/bench/decode.json
-    python -m translate.bench.decode --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
-
 Without ``--checkpoint``: a seeded random model of ``experiment=multi30k_cpu``'s sizes on
-synthetic Multi30k-like sources, each run to its limit (it rarely emits EOS), by default the
-source's length; it is timed again with each ``--kv-heads``. With one: its model and decode
-limits on the first ``--sentences`` lines of ``--src-file``; ``--ct2`` adds its CTranslate2
-exports (:mod:`translate.bench.ct2`). Batched as ``Translator`` batches, the modes interleaved;
-``greedy_no_cache`` re-runs the decoder over the whole prefix every step and must produce the
-tokens ``greedy_cache`` does. docs/benchmarks.md has the summary's targets.
+synthetic Multi30k-like sources, each run to its limit (it rarely emits EOS), then timed again
+with each ``--kv-heads``. With one: its model and limits on ``--src-file``; ``--ct2`` adds its
+CTranslate2 exports (:mod:`translate.bench.ct2`). Batched as ``Translator`` batches, the modes
+interleaved; ``greedy_no_cache`` must produce the tokens ``greedy_cache`` does.
 """
 
 from __future__ import annotations
@@ -145,8 +140,7 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
 
 
 def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precision) -> int:
-    """KV-cache bytes of decoding every batch in ``mode``: the sum of each batch's peak over its
-    steps of every decoder layer's caches (read by forward hooks)."""
+    """KV-cache bytes decoding in ``mode``: the sum of each batch's peak (read by forward hooks)."""
     layers = model.decoder_layers
     now, peak = [0] * len(layers), [0]
 
@@ -171,8 +165,7 @@ def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precisi
 
 
 def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[dict]:
-    """Cached greedy and beam search for every ``--kv-heads``, interleaved: a row per (kv heads,
-    mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
+    """A row per ``--kv-heads`` and cached mode, interleaved, with ratios to multi-head's."""
     impl = args.impls[0]
     models = {kv: random_model(args, device, impl, kv) for kv in args.kv_heads}
     outputs = {}

@@ -1,11 +1,7 @@
 """The GPU check in one command: the CUDA tests, short runs of the IWSLT2017 recipe's sizes in
 bf16, fp16 and compiled, and the three benchmarks; no network (docs/gpu.md).
 
-    python -m translate.bench.gpu --out outputs/gpu_acceptance            # a GPU box, ~8 min
-    python -m translate.bench.gpu --device cpu --quick --out /tmp/accept  # the plumbing, CPU
-
-Every part is a subprocess with a time limit (one failing or hanging leaves the others to
-run); docs/gpu.md describes the report.
+Every part is a subprocess with a time limit: one failing or hanging leaves the others to run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A budget ladder: one training recipe at several ``trainer.max_minutes`` on one machine.
 
-Each rung and seed is one ``python -m translate.train`` run with ``trainer.resume=auto``, one
-after the other: the same command again skips the finished rungs and resumes an interrupted
-one. Ctrl-C (to the process group) stops the rung at its next step with a checkpoint; a signal
-to the ladder alone lets the rung finish, then stops. Per run: its results, its dev curve from
-TensorBoard, the step of the lowest dev loss. docs/benchmarks.md says more.
+Each rung and seed is one ``python -m translate.train`` run with ``trainer.resume=auto``, in
+turn: the same command again skips finished rungs and resumes an interrupted one. Ctrl-C (to the
+process group) stops the rung at its next step with a checkpoint; a signal to the ladder alone
+lets the rung finish, then stops. docs/benchmarks.md says more.
 """
 
 from __future__ import annotations
@@ -215,25 +214,20 @@ def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
     curve = dev_curve(run_dir)
     lowest_step, rise = lowest_dev_loss(curve)
     greedy = results["bleu_greedy"]
+    ran = ("steps", "precision", "device", "train_minutes", "tokens_per_s")
     return {
         "rung": name,
         "minutes": minutes,
         "seed": seed,
         "run_dir": str(run_dir),
-        "steps": results["steps"],
-        "precision": results["precision"],
-        "device": results["device"],
-        "train_minutes": results["train_minutes"],
-        "tokens_per_s": results["tokens_per_s"],
+        **{k: results[k] for k in ran},
         "validations": len(curve),
         "dev_curve": curve,
         "best_dev_loss_step": lowest_step,
         "last_dev_loss_above_min": rise,
         # The step a dev loss without a new low started the cooldown (optim.cooldown_patience).
         "early_cooldown_from": (results.get("early_cooldown") or [None])[0],
-        "scored_checkpoint": results["scored_checkpoint"],
-        "beam_size": results["beam_size"],
-        "bleu": results["bleu"],
+        **{k: results[k] for k in ("scored_checkpoint", "beam_size", "bleu")},
         # A greedy recipe scores greedy: its test BLEU is the greedy one.
         "bleu_greedy": results["bleu"] if greedy is None else greedy,
     }

@@ -1,15 +1,11 @@
 """Serving: one sentence through ``POST /translate`` against the decode benchmark's batch-1
 path, concurrent clients, and the server's resident memory.
 
-    python -m translate.bench.serve --checkpoint CKPT --json outputs/bench/serve.json
-
-The server is ``python -m translate.serve`` in a process of its own on a free port, at
-``--threads``; every client keeps its connection. Latency: each of the first ``--sentences``
-lines of ``--src-file`` sent alone, one request at a time, against the same sentences decoded
-one per call in this process (``translate_ids``, as ``bench.decode --ct2`` times batch 1), the
-two alternated round by round. Then ``--clients`` threads send ``--requests`` requests each,
-one sentence apiece, every answer compared with this process's translation. The server's
-resident memory (VmRSS, Linux) is read after the first 10 requests and after the clients'.
+The server (``python -m translate.serve``) runs in a process of its own on a free port, at
+``--threads``; clients keep their connections. Latency: the first ``--sentences`` lines sent
+one request at a time, alternated round by round with the same sentences decoded one per call
+here (``translate_ids``). Then ``--clients`` threads send ``--requests`` each, every answer
+compared with this process's translation; VmRSS is read after 10 requests and after them.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Training throughput side by side: our ``Seq2SeqTransformer`` (``impl=manual`` and
 ``impl=sdpa``) against the same architecture built from ``torch.nn.Transformer``.
 
-    python -m translate.bench.train --json outputs/bench/train.json
-    python -m translate.bench.train --device cuda --precision bf16 --compile --max-tokens 8192
-
-The sizes default to ``experiment=multi30k_cpu``'s, with attention and activation dropout 0;
-the baseline (:class:`TorchTransformer`) has the same parameters and initialisation. All train
-with :class:`translate.training.step.Trainer` and ``--optim`` on the same synthetic batches,
-interleaved step by step with a large GEMM (:class:`common.Gemm`): each model's matmul FLOP/s
-over the GEMM's is its ``matmul_efficiency``, how close training is to the machine.
-docs/benchmarks.md has the summary's targets.
+Sizes default to ``experiment=multi30k_cpu``'s, attention and activation dropout 0. All train
+with ``Trainer`` and ``--optim`` on the same synthetic batches, interleaved step by step with a
+large GEMM (:class:`common.Gemm`): a model's matmul FLOP/s over the GEMM's is its
+``matmul_efficiency``, how close training is to the machine.
 """
 
 from __future__ import annotations
@@ -57,9 +52,8 @@ COLUMNS = [
 
 
 class TorchTransformer(nn.Module):
-    """The baseline: ``torch.nn.Transformer``, pre-norm, inside our :class:`TokenEmbedding`,
-    with our initialisation and dropout (attention and feed-forward dropout 0, as ours run), so
-    that the benchmark compares the attention alone."""
+    """The baseline: ``torch.nn.Transformer``, pre-norm, inside our :class:`TokenEmbedding`, with
+    our initialisation and dropouts (attention and feed-forward 0): only the attention differs."""
 
     def __init__(self, vocab_size, d_model, num_heads, d_ff, dropout, pad_id, **layers) -> None:
         super().__init__()
@@ -100,8 +94,7 @@ class TorchTransformer(nn.Module):
 
 
 def synthetic_batches(args, vocab: int) -> list[Batch]:
-    """``args.batches`` full batches cut by ``TokenBatchSampler`` from a pool of Multi30k train's
-    size (length buckets as tight as training's)."""
+    """``args.batches`` full batches cut by ``TokenBatchSampler`` from a Multi30k-sized pool."""
     rng = np.random.default_rng(args.seed)
     n = max(MULTI30K_TRAIN_PAIRS, 4 * args.batches * args.max_tokens // 16)
     src_lens, tgt_lens = common.multi30k_lengths(n, rng)
@@ -166,8 +159,7 @@ def train_flops(batch: Batch, args, vocab: int) -> float:
 
 
 def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, gemm) -> None:
-    """Compiled models see every batch shape twice (the second recompiles dynamic): no compile
-    is timed."""
+    """Compiled models see every batch shape twice (the second recompiles): none is timed."""
     warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
     for trainer in trainers.values():
         for i in range(warmup):
@@ -177,8 +169,7 @@ def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, ge
 
 
 def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device, gemm):
-    """``(runs, gemm_s)``: per model, tokens per second of each round; the GEMM's seconds per
-    call, by round. Each batch: every model and the GEMM once, in rotated order."""
+    """Per model tokens/s by round, the GEMM's seconds by round; each batch rotated among them."""
     names = [*trainers, GEMM]
     runs: dict[str, list[float]] = {name: [] for name in trainers}
     gemm_s: list[list[float]] = []

@@ -1,23 +1,19 @@
 """Decoding with a model exported for CTranslate2 (``python -m translate.export``).
 
-An export is a folder: ``model.bin`` with its vocabulary, our tokenizer and :data:`MANIFEST`
-(the run's decode and data settings, special ids, position rows, the tokenizer's and
-``model.bin``'s SHA-256), each checked on load. :func:`load_exported` makes it a ``Translator``
-(batching, truncation and tokenization ours); :class:`CT2Engine` decodes each batch, searching
-as :mod:`translate.decoding.search` does:
+An export is a folder: ``model.bin``, its vocabulary, our tokenizer and :data:`MANIFEST` (the
+run's settings, special ids, position rows, SHA-256s), each checked on load.
+:func:`load_exported` makes it a ``Translator``; :class:`CT2Engine` decodes each batch,
+searching as :mod:`translate.decoding.search` does:
 
-* ``max_decoding_length`` per group of sources sharing our limit (few in a length-sorted
-  batch); ``min_decoding_length=0``; ``max_input_length=0`` (the translator truncates).
-* ``suppress_sequences`` of PAD and BOS. CTranslate2 removes them before its softmax, ours
-  after it (as fairseq), so its log-probabilities are ours plus ``-log(1 - p(PAD) - p(BOS))``:
-  the same greedy argmax, but beam scores that can tip a near tie (label smoothing gives PAD and
-  BOS about ``label_smoothing / V`` each).
-* ``return_end_token=True``: its ``sum(log p) / len ** length_penalty`` then counts the EOS
-  (stripped here), as ours does.
-* The stopping rule differs. At ``length_penalty=0`` both return the best-scoring hypothesis.
-  Above 0 CTranslate2 stops at ``round(K * patience)`` finished hypotheses; ours also needs the
-  best live beam not to beat the ``K``-th of them, so it can search longer. ``patience=1``
-  (fairseq's rule) agrees whenever ours stops there too.
+* ``max_decoding_length`` per group of sources sharing our limit; ``min_decoding_length=0``;
+  ``max_input_length=0`` (the translator truncates).
+* ``suppress_sequences`` of PAD and BOS, removed before its softmax (ours: after, as fairseq):
+  its log-probs are ours plus ``-log(1 - p(PAD) - p(BOS))``, the same greedy argmax, but beam
+  scores that can tip a near tie (label smoothing gives each about ``label_smoothing / V``).
+* ``return_end_token=True``: its length normalisation then counts the EOS, as ours does.
+* At ``length_penalty=0`` both return the best-scoring hypothesis. Above, CTranslate2 stops at
+  ``round(K * patience)`` finished; ours also needs the best live beam not to beat the ``K``-th,
+  so it can search longer. ``patience=1`` agrees whenever ours stops there too.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The engine switch of ``translate`` and ``evaluate``: ``engine=torch checkpoint=<ckpt>`` (our
-model) or ``engine=ctranslate2 model_dir=<dir>`` (an export), chosen here and nowhere after.
-
-Each engine's module (and torch) is imported when the engine loads: the commands' ``--help``
-and their refused keys answer without them (tests/test_architecture.py).
+"""The engine switch of ``translate`` and ``evaluate``: ``engine=torch checkpoint=<ckpt>`` or
+``engine=ctranslate2 model_dir=<dir>``. Each engine's module (and torch) is imported when it
+loads: ``--help`` and refused keys answer without them (tests/test_architecture.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """The one way the package decodes a batch with our model: the search ``decode.strategy`` names
-in :data:`STRATEGIES`. A new strategy is a function here, one entry and one
-``conf/decode/<name>.yaml`` (docs/extending.md).
-"""
+in :data:`STRATEGIES` (a new one: a function, an entry, a ``conf/decode/`` file)."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ def _parameters(search: Callable) -> frozenset[str]:
 
 
 def taken_by(search: Callable, settings: DecodeSettings) -> dict[str, Any]:
-    """The decode settings ``search`` has a parameter for (tests/decoding/test_search.py checks
-    that every setting reaches one)."""
+    """The decode settings ``search`` has a parameter for (test_search.py: each reaches one)."""
     params = _parameters(search)
     return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in params}
 

@@ -21,9 +21,8 @@ BEST_BY = "lowest mean entropy among the cross-attention heads"
 
 
 def cross_alignments(cross: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]):
-    """Each head's Pharaoh line of one layer's cross-attention ``(H, 1 + T, S + 1)``: the BOS
-    query predicts the first piece and the last query the EOS (dropped), as is the source's
-    EOS key."""
+    """Each head's Pharaoh line of one layer's cross-attention ``(H, 1 + T, S + 1)``; the last
+    query (it predicts the EOS) and the source's EOS key are dropped."""
     if not tgt_pieces:  # an empty translation aligns nothing
         return [""] * cross.size(0)
     real = cross[:, : len(tgt_pieces), : len(src_pieces)].float().cpu()  # (H, T, S)

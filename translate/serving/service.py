@@ -1,7 +1,5 @@
-"""The loaded model(s) behind the server, and the lock that queues every request's decoding.
-
-Our decoder caches and the model's modules are not safe to use from two threads at once, so
-each request decodes alone, in arrival order; a request's sentences are batched together.
+"""The loaded model(s) behind the server, and the lock that queues every request's decoding:
+our decoder caches and modules are not thread-safe, so each request decodes alone, in order.
 """
 
 from __future__ import annotations
