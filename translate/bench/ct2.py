@@ -68,8 +68,7 @@ def rows_from(times: dict, outputs: dict) -> list[dict]:
 
 
 def summary(rows: list[dict], args, n_sentences: int) -> dict:
-    """Our time over CTranslate2's per export, thread count and batch (> 1: CTranslate2 is
-    faster); how many of its hypotheses are ours (the fewest)."""
+    """Our time over CTranslate2's (> 1: it is faster); how many of its hypotheses are ours."""
     row = {(r["threads"], r["batch"], r["mode"], r["engine"]): r for r in rows}
     modes = {"beam": f"beam{args.beam_size}", "greedy": "greedy"}.items()
     threads, batches, out = args.ct2_threads, (("eval", "time"), ("1", "latency")), {}

@@ -24,7 +24,6 @@ class Engine(Protocol):
 
     def generate(self, src_ids: list[list[int]], decode: DecodeSettings) -> list[list[int]]:
         """Hypothesis ids (no BOS/EOS) for each source (ids without EOS), in input order."""
-        ...
 
 
 class TorchEngine:

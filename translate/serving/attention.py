@@ -32,8 +32,7 @@ def cross_alignments(cross: torch.Tensor, src_pieces: list[str], tgt_pieces: lis
 def sentence_attention(
     heads: Translator, src_ids: list[int], hyp_ids: list[int], thresholds: DegenerateThresholds
 ) -> dict:
-    """The /attention answer but the translation, from ``heads``' model teacher-forced on the
-    pair (source + EOS, BOS + output): tokens, weights, entropies, alignments."""
+    """The /attention answer but the translation, from ``heads``' model teacher-forced."""
     model, device, precision = heads.model, heads.device, heads.precision
     batch = make_batches([src_ids], [hyp_ids], max_tokens=2**30)[0].to(device)
     with torch.inference_mode(), eval_mode(model), autocast(device, precision):

@@ -30,8 +30,8 @@ class Refused(Exception):
 
 @dataclass
 class Service:
-    """``loaded`` translates; ``heads`` (our model: ``loaded``, an export's checkpoint=, or
-    None) gives attention and alignments."""
+    """``loaded`` translates; ``heads`` (``loaded``, the checkpoint= beside an export, or None)
+    gives attention and alignments."""
 
     loaded: Loaded
     heads: Loaded | None
@@ -47,8 +47,7 @@ class Service:
     def translate(
         self, texts: list[str], alignments: bool = False, nbest: int | None = None
     ) -> dict:
-        """``/translate``'s answer: each text's translation (its ``nbest`` best, scored; with
-        ``alignments`` its best head's word alignment) and a warning for each text cut."""
+        """``/translate``'s answer: translations (``nbest``, ``alignments``) and cut warnings."""
         self._check(alignments, nbest)
         ids = self.translator.tokenizer.encode([text.strip() for text in texts])
         src = [self.translator.capped(i) for i in ids]
