@@ -242,18 +242,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             rows += case_rows
         print()
         common.print_table(rows, COLUMNS, title=f"MultiHeadAttention, d_model={args.d_model}")
+        method = "torch.cuda.max_memory_allocated"
+        if device.type != "cuda":
+            method = "peak resident growth (VmHWM, reset through /proc/self/clear_refs) in a fresh "
+            method += "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536"
+        summary = summarise(rows)
         return common.finish(
-            "attention",
-            argv,
-            args,
-            device,
-            summarise(rows),
-            TARGETS,
-            memory_method="torch.cuda.max_memory_allocated"
-            if device.type == "cuda"
-            else "peak resident growth (VmHWM, reset through /proc/self/clear_refs) in a fresh "
-            "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536",
-            rows=rows,
+            "attention", argv, args, device, summary, TARGETS, memory_method=method, rows=rows
         )
 
 

@@ -58,18 +58,10 @@ def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
 
 
 def random_model(args, device: torch.device, impl: str, kv_heads: int | None = None):
+    sizes = dict(d_model=args.d_model, num_heads=args.heads, d_ff=args.d_ff, num_kv_heads=kv_heads)
+    sizes.update(num_encoder_layers=args.layers, num_decoder_layers=args.layers)
     torch.manual_seed(args.seed)
-    model = Seq2SeqTransformer(
-        args.vocab,
-        d_model=args.d_model,
-        num_heads=args.heads,
-        num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers,
-        d_ff=args.d_ff,
-        attention_impl=impl,
-        pad_id=Tokenizer.PAD,
-        num_kv_heads=kv_heads,
-    )
+    model = Seq2SeqTransformer(args.vocab, **sizes, attention_impl=impl, pad_id=Tokenizer.PAD)
     return model.to(device).eval()
 
 
@@ -264,10 +256,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             rows += time_modes(impl, model, batches, len(sources), args, device, precision)
         first = next(r for r in rows if "speedup_vs_no_cache" in r)  # the first model's
         summary = {"greedy_cache_speedup": first["speedup_vs_no_cache"]}
-        src_lens = [len(s) + 1 for s in sources]
+        mean_len = float(np.mean([len(s) + 1 for s in sources]))
         sizes = "/".join(str(len(g)) for g in groups)
         title = (
-            f"Decoding {len(sources)} sentences (source {np.mean(src_lens):.1f} tokens on "
+            f"Decoding {len(sources)} sentences (source {mean_len:.1f} tokens on "
             f"average with EOS), {len(batches)} batches of {sizes}, {weights} weights, "
             f"max length {args.max_len_a} * src + {args.max_len_b}, precision {precision}"
         )
@@ -281,22 +273,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             summary.update(kv_summary(kv_rows, args))
         engines = ct2.section(args, sources, device) if args.ct2 else None
         summary.update(engines.pop("summary") if engines else {})
-        return common.finish(
-            "decode",
-            argv,
-            args,
-            device,
-            summary,
-            TARGETS,
-            weights=weights,
-            precision=precision,
-            sentences=len(sources),
-            batch_sizes=[len(g) for g in groups],
-            mean_source_len=float(np.mean(src_lens)),
-            rows=rows,
-            kv_rows=kv_rows,
-            ct2=engines,
-        )
+        sections = dict(weights=weights, precision=precision, sentences=len(sources))
+        sections.update(batch_sizes=[len(g) for g in groups], mean_source_len=mean_len)
+        sections.update(rows=rows, kv_rows=kv_rows, ct2=engines)
+        return common.finish("decode", argv, args, device, summary, TARGETS, **sections)
 
 
 if __name__ == "__main__":

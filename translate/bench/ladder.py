@@ -261,16 +261,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rows = [run_rung(args, minutes, seed) for minutes, seed in plan]
     print()
     common.print_table(rows, COLUMNS, title=f"Budget ladder: {args.experiment}")
-    return common.finish(
-        "ladder",
-        argv,
-        args,
-        torch.device("cpu"),
-        summarize(rows, args.minutes),
-        experiment=args.experiment,
-        overrides=args.overrides,
-        rows=rows,
-    )
+    sections = {"experiment": args.experiment, "overrides": args.overrides, "rows": rows}
+    summary = summarize(rows, args.minutes)
+    return common.finish("ladder", argv, args, torch.device("cpu"), summary, **sections)
 
 
 if __name__ == "__main__":

@@ -303,19 +303,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         rows = make_rows(runs, params, batches, args, args.vocab, gemm_info)
         batch_info = batch_report(batches)
         print_rows(rows, batch_info, gemm_info, precision)
-        return common.finish(
-            "train",
-            argv,
-            args,
-            device,
-            make_summary(rows),
-            TARGETS,
-            precision=precision,
-            optim=dataclasses.asdict(optim),
-            batches=batch_info,
-            gemm=gemm_info,
-            rows=rows,
-        )
+        sections = dict(precision=precision, optim=dataclasses.asdict(optim), batches=batch_info)
+        sections.update(gemm=gemm_info, rows=rows)
+        return common.finish("train", argv, args, device, make_summary(rows), TARGETS, **sections)
 
 
 if __name__ == "__main__":
