@@ -250,27 +250,23 @@ def print_rows(rows: list[dict], batches: dict, gemm: dict, precision: str) -> N
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.parser("train", __doc__)
-    number = common.number
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
-    parser.add_argument("--compile", action="store_true", help="torch.compile every model")
-    parser.add_argument(
-        "--optim", type=common.existing_file, default=OPTIM_CONF, help="a conf/optim file"
-    )
+    number, add = common.number, parser.add_argument
+    add("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    add("--precision", default="32", choices=["32", "bf16", "fp16"])
+    add("--compile", action="store_true", help="torch.compile every model")
+    add("--optim", type=common.existing_file, default=OPTIM_CONF, help="a conf/optim file")
     # Synthetic batches draw ids from 4 (after the special ones) to --vocab.
-    parser.add_argument("--vocab", type=number(low=5), default=5000)
-    parser.add_argument("--max-tokens", type=number(), default=2048, help="per side, padded")
-    parser.add_argument("--batches", type=number(), default=None, help="batches per round")
-    parser.add_argument("--rounds", type=number(), default=None)
-    parser.add_argument("--warmup", type=number(low=0), default=2, help="untimed steps a model")
-    parser.add_argument("--d-model", type=number(), default=256)
-    parser.add_argument("--heads", type=number(), default=8)
-    parser.add_argument("--layers", type=number(), default=2, help="encoder and decoder each")
-    parser.add_argument("--d-ff", type=number(), default=512)
-    parser.add_argument("--dropout", type=number(float, 0, 0.99), default=0.1)
-    parser.add_argument(
-        "--gemm-size", type=number(), default=None, help="n of the n x n GEMM (CPU 2048, CUDA 8192)"
-    )
+    add("--vocab", type=number(low=5), default=5000)
+    add("--max-tokens", type=number(), default=2048, help="per side, padded")
+    add("--batches", type=number(), default=None, help="batches per round")
+    add("--rounds", type=number(), default=None)
+    add("--warmup", type=number(low=0), default=2, help="untimed steps a model")
+    add("--d-model", type=number(), default=256)
+    add("--heads", type=number(), default=8)
+    add("--layers", type=number(), default=2, help="encoder and decoder each")
+    add("--d-ff", type=number(), default=512)
+    add("--dropout", type=number(float, 0, 0.99), default=0.1)
+    add("--gemm-size", type=number(), help="n of the n x n GEMM (CPU 2048, CUDA 8192)")
     args = parser.parse_args(argv)
     common.check_heads(parser, args.d_model, [args.heads])
     args.batches = args.batches or (2 if args.quick else 4)
