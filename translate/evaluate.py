@@ -1,10 +1,8 @@
 """Score a checkpoint: ``python -m translate.evaluate checkpoint=<path> [src=<file> ref=<file>]``,
 or an exported model: ``engine=ctranslate2 model_dir=<dir>``.
 
-Without ``src``/``ref`` the test split of the checkpoint's own data config is scored (or
-``data=<source> data.dir=...``). ``hyp.txt`` and ``scores.json`` (BLEU, chrF, the sacreBLEU
-signature, and what was scored, by path and SHA-256) go to this command's run dir, held while
-it runs; one that holds another evaluation's outputs is refused.
+Without ``src``/``ref``: the test split of the checkpoint's data config. ``hyp.txt`` and
+``scores.json`` go to this command's run dir, held while it runs.
 """
 
 from __future__ import annotations
@@ -54,15 +52,6 @@ def _texts(command: EvaluateCommand, loaded) -> tuple[str, list[str], list[str]]
     return Path(src).name, sources, references
 
 
-def _weights(command: EngineCommand) -> Path:
-    """The file whose bytes are the scored model: the checkpoint, or the export's model.bin."""
-    if command.engine == "torch":
-        return Path(command.checkpoint)
-    from translate.decoding.ct2 import MODEL_BIN
-
-    return Path(command.model_dir) / MODEL_BIN
-
-
 def _stat(path: Path) -> tuple | None:
     try:
         st = path.stat()
@@ -72,15 +61,18 @@ def _stat(path: Path) -> tuple | None:
 
 
 def _load(command: EngineCommand, overrides: dict, data) -> tuple[Loaded, dict]:
-    """The engine loaded, and what it loaded, by the bytes of its weights: their path and
-    SHA-256 (and, for an export, the checkpoint it was made from), hashed from the very file
-    loaded: one replaced meanwhile (a best.pt a live run writes anew) is refused."""
-    weights = _weights(command)
+    """The engine loaded, and what it loaded: its weights' path and SHA-256 (an export's: and its
+    checkpoint), from the very file loaded: one replaced meanwhile (a live best.pt) is refused."""
+    exported = command.engine == "ctranslate2"
+    if exported:
+        from translate.decoding.ct2 import MODEL_BIN
+
+        weights = Path(command.model_dir) / MODEL_BIN
+    else:
+        weights = Path(command.checkpoint)
     before = _stat(weights)
     loaded = load_engine(command, overrides, data)
-    # An export's model.bin was hashed as it loaded, and found to be the one its manifest
-    # records (decoding.ct2.check_model): not read again. A checkpoint is hashed here.
-    exported = command.engine == "ctranslate2"
+    # An export's model.bin was hashed as it loaded (decoding.ct2.check_model); a checkpoint here.
     digest = loaded.config["model_bin"]["sha256"] if exported else file_sha256(weights)
     if _stat(weights) != before:
         raise UserError(
@@ -94,8 +86,7 @@ def _load(command: EngineCommand, overrides: dict, data) -> tuple[Loaded, dict]:
 
 
 def _write_outputs(out_dir: Path, hyps: list[str], result: dict) -> None:
-    """hyp.txt and scores.json, both or neither: a hyp.txt left alone (scores.json refused by a
-    full disk) would make a rerun into this dir refuse to replace an earlier evaluation's."""
+    """hyp.txt and scores.json, both or neither (a hyp.txt alone would make a rerun refuse)."""
     hyp = out_dir / "hyp.txt"
     io.write(hyp, "".join(h + "\n" for h in hyps), "evaluation hypotheses")
     try:

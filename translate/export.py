@@ -1,10 +1,6 @@
 """Export a checkpoint for CTranslate2:
-``python -m translate.export checkpoint=<ckpt> output=<dir> [quantization=int8]``.
-
-Writes one folder (``model.bin``, ``sentencepiece.model``, ``translate.json``; see
-:mod:`translate.decoding.ct2_export`) and nothing else; then
-``python -m translate.translate engine=ctranslate2 model_dir=<dir>`` (or ``translate.evaluate``)
-decodes with it. Needs the optional ``ctranslate2`` package (``pip install -e ".[ct2]"``).
+``python -m translate.export checkpoint=<ckpt> output=<dir> [quantization=int8]``: one folder
+(:mod:`translate.decoding.ct2_export`) for ``engine=ctranslate2 model_dir=<dir>``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Serve a model over HTTP: ``python -m translate.serve checkpoint=<path> [port=8000]``, or an
-export: ``engine=ctranslate2 model_dir=<dir> [checkpoint=<path> for /attention]``.
-
-Loads the model once; ``POST /translate``, ``POST /attention`` and a page at ``/``
-(:mod:`translate.serving`, docs/serve.md). Needs the ``serve`` extra (Starlette, uvicorn).
+export: ``engine=ctranslate2 model_dir=<dir> [checkpoint=<path> for /attention]`` (docs/serve.md;
+needs the ``serve`` extra).
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ BACKLOG = 2048  # uvicorn's default
 
 
 def import_web():
-    """The web stack (Starlette, uvicorn), an optional extra."""
     try:
         import uvicorn
 
@@ -40,7 +37,6 @@ def import_web():
 
 
 def load_service(command: ServeCommand) -> Service:
-    """The :class:`~translate.serving.service.Service` of the command's model(s)."""
     from translate.decoding.translator import load_translator
     from translate.serving.service import NO_HEADS, Service
 
@@ -60,13 +56,11 @@ def load_service(command: ServeCommand) -> Service:
 
 
 def bound_socket(host: str, port: int) -> socket.socket:
-    """The listening socket, made here so that port=0 is a free port known before the start
-    line, a port in use is one line, and a client may connect as soon as the line is out
-    (the backlog holds it until uvicorn accepts)."""
+    """The listening socket, made here: port=0's port known before the start line, a port in use
+    one line, a client accepted as soon as the line is out (the backlog holds it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on sockets that say they are
-    # TCP, and without it a client keeping its connection waited ~40 ms for every answer
-    # (Nagle's algorithm against the client's delayed ACK).
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP (without
+    # it, Nagle's algorithm made a kept connection wait ~40 ms for every answer).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

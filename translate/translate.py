@@ -1,13 +1,8 @@
 """Translate text with a checkpoint: ``python -m translate.translate checkpoint=<path>``, or with
 an exported model: ``engine=ctranslate2 model_dir=<dir>``.
 
-Reads stdin (or ``input=<file>``, ``.gz`` accepted) and writes one translation per input line
-to stdout (or ``output=<file>``, never the input or a file of a run): lines end at ``\n`` (or
-``\r\n``) alone, and empty lines give empty lines. Lines longer than the run's
-``data.eval_max_len`` are truncated, with a warning on stderr.
-
-On a terminal (stdin a TTY, neither ``input=`` nor ``output=``) it is a prompt instead: the
-model loaded once, each line translated as it is entered, until Ctrl-D (or Ctrl-C).
+stdin (or ``input=``) to stdout (or ``output=``), one line per line; on a terminal (no
+``input=``/``output=``) a prompt instead, the model loaded once.
 """
 
 from __future__ import annotations
@@ -45,8 +40,7 @@ def translate_lines(command: TranslateCommand, lines: list[str]) -> list[str]:
 
 
 def prompt(command: TranslateCommand) -> None:
-    """Translate each line typed until Ctrl-D or Ctrl-C; the prompt goes to stderr, so that
-    stdout still carries translations only."""
+    """Translate each line typed until Ctrl-D or Ctrl-C (the prompt on stderr)."""
     translator = load(command)
     print("type German, Enter translates; Ctrl-D ends", file=sys.stderr)
     try:

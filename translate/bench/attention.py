@@ -1,15 +1,10 @@
 """Multi-head attention side by side: our ``MultiHeadAttention`` (``impl=manual`` and
 ``impl=sdpa``) against ``torch.nn.MultiheadAttention``.
 
-    python -m translate.bench.attention --json outputs/bench/attention.json
-    python -m translate.bench.attention --device cuda --json outputs/bench/attention_cuda.json
-
 Self-attention over ``x (B, L, D)``, the same weights, dropout 0, ``B = max(1, --tokens // L)``:
-forward in eval mode without autograd (``nn.MultiheadAttention``'s fused fast path) and forward
-+ backward in training mode. Peak memory at L=2048 (on CUDA at every L) is the growth during
-one call over the memory in use before it; on the CPU the peak resident size of a fresh
-subprocess per case, whose glibc returns freed tensors to the system rather than keep them
-unseen in a malloc arena. docs/benchmarks.md has the summary's targets.
+forward in eval mode without autograd (``nn.MultiheadAttention``'s fused path) and forward +
+backward in training mode. Peak memory at L=2048 (CUDA: every L) is one call's growth; on the
+CPU the peak resident size of a fresh subprocess per case (glibc returns its freed tensors).
 """
 
 from __future__ import annotations
@@ -53,9 +48,8 @@ class Case:
 
 
 def default_grid(device: torch.device, quick: bool) -> list[tuple[int, int, str]]:
-    """``(L, H, dtype)`` cases: on CUDA 6 lengths x 4 head counts x 2 dtypes. On the CPU that
-    takes too long: lengths at 8 heads, heads 1/4/16 at L=256 and 2048, all in fp32, and bf16
-    only at L=256 (without native bf16 matmuls L=2048 takes tens of seconds a call)."""
+    """``(L, H, dtype)`` cases: on CUDA 6 lengths x 4 head counts x 2 dtypes; on the CPU lengths
+    at 8 heads, heads 1/4/16 at L=256 and 2048, in fp32, and bf16 at L=256 only (slow there)."""
     lengths = [64, 128, 256, 512, 1024, 2048]
     if quick:
         return [(256, 8, "fp32"), (2048, 8, "fp32")]
@@ -80,8 +74,7 @@ class Runner:
         self.kwargs = {"need_weights": False} if impl == "torch" else {}
         gen = torch.Generator().manual_seed(seed + 1)
         shape = (case.batch, case.length, d_model)
-        self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
-        self.x.requires_grad_(True)
+        self.x = torch.randn(shape, generator=gen).to(device=device, dtype=dtype).requires_grad_()
         self.grad = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
 
     def _call(self, x):
@@ -103,8 +96,7 @@ class Runner:
 
 
 def peak_growth(runner: Runner, device: torch.device) -> dict:
-    """MiB that one forward, then one forward+backward, add at their peak to the memory in use
-    just before them (the peak window is reset right before each call)."""
+    """MiB that one forward, then one forward+backward, add at their peak to the memory in use."""
     out = {}
     for key, fn in (("fwd_mb", runner.forward), ("fwd_bwd_mb", runner.forward_backward)):
         runner.clear()
@@ -170,9 +162,8 @@ def grid(args, device: torch.device) -> list[Case]:
         cells = [(L, H, d) for d in dtypes for L in lengths for H in heads]
     else:
         cells = default_grid(device, args.quick)
-    tokens = {"fp32": args.tokens, "bf16": args.tokens}
-    if device.type != "cuda":
-        tokens["bf16"] = CPU_BF16_TOKENS
+    cuda = device.type == "cuda"
+    tokens = {"fp32": args.tokens, "bf16": args.tokens if cuda else CPU_BF16_TOKENS}
     return [Case(L, H, d, max(1, tokens[d] // L)) for L, H, d in cells]
 
 
@@ -212,8 +203,7 @@ def run_case(case: Case, args, device) -> list[dict]:
 
 
 def summarise(rows: list[dict]) -> dict:
-    """sdpa's time ratios' geometric mean; its memory ratio at L=2048 and 8 heads (else the
-    fewest heads measured there), in the first dtype measured."""
+    """sdpa's time ratios' geometric mean; its memory ratio at L=2048, 8 heads (else the fewest)."""
     sdpa = [row for row in rows if row["impl"] == "sdpa"]
     mem = [r for r in sdpa if r["length"] == MEMORY_LENGTH and r["mem_vs_manual"] is not None]
     mem.sort(key=lambda row: (row["heads"] != REFERENCE_HEADS, row["heads"]))
@@ -252,18 +242,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             rows += case_rows
         print()
         common.print_table(rows, COLUMNS, title=f"MultiHeadAttention, d_model={args.d_model}")
+        method = "torch.cuda.max_memory_allocated"
+        if device.type != "cuda":
+            method = "peak resident growth (VmHWM, reset through /proc/self/clear_refs) in a fresh "
+            method += "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536"
+        summary = summarise(rows)
         return common.finish(
-            "attention",
-            argv,
-            args,
-            device,
-            summarise(rows),
-            TARGETS,
-            memory_method="torch.cuda.max_memory_allocated"
-            if device.type == "cuda"
-            else "peak resident growth (VmHWM, reset through /proc/self/clear_refs) in a fresh "
-            "subprocess per case, MALLOC_MMAP_THRESHOLD_=65536",
-            rows=rows,
+            "attention", argv, args, device, summary, TARGETS, memory_method=method, rows=rows
         )
 
 

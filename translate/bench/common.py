@@ -1,5 +1,4 @@
-"""What the benchmarks (``python -m translate.bench.attention``, ``.train``, ``.decode``,
-``.ladder``) share: options, interleaved timing, the machine's own large-GEMM reference
+"""What the benchmarks share: options, interleaved timing, the machine's large-GEMM reference
 (:class:`Gemm`), a plain-text table and the JSON report with the machine it ran on."""
 
 from __future__ import annotations
@@ -29,18 +28,16 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout: conf/, outputs/, git
 
 
 def multi30k_lengths(n: int, rng) -> tuple:
-    """``n`` source and target subword counts (without BOS/EOS) distributed like Multi30k
-    De-En train under its joint 5k unigram SentencePiece model: German 16.2 +- 6.3 (log-normal,
-    log-mean 2.715, log-sd 0.373), English / German 0.95 +- 0.18 (measured 15.3 +- 5.3);
-    clipped to 3..60 (the corpus's longest is 58)."""
+    """``n`` source and target subword counts (no BOS/EOS) like Multi30k De-En train's under its
+    joint 5k SentencePiece model: German 16.2 +- 6.3 (log-normal, log-mean 2.715, log-sd 0.373),
+    English / German 0.95 +- 0.18 (measured 15.3 +- 5.3); clipped to 3..60 (longest: 58)."""
     src = np.clip(np.round(rng.lognormal(2.715, 0.373, n)), 3, 60).astype(np.int64)
     tgt = np.clip(np.round(src * rng.normal(0.95, 0.18, n)), 3, 60).astype(np.int64)
     return src, tgt
 
 
 def number(kind: type = int, low: float = 1, high: float | None = None) -> Callable[[str], float]:
-    """An argparse ``type``: a ``kind`` number in ``low..high``, so that ``--threads 0`` or
-    ``--dropout nan`` is refused in argparse's one line, not by a traceback from deep inside."""
+    """An argparse ``type``: a ``kind`` number in ``low..high`` (``--threads 0``: one line)."""
 
     def parse(text: str):
         try:
@@ -83,8 +80,7 @@ def check_heads(parser: argparse.ArgumentParser, d_model: int, heads: Sequence[i
 
 
 def json_output(name: str) -> Callable[[str], io.Output]:
-    """An argparse ``type``: where benchmark ``name`` writes its JSON, checked before any work
-    by the one rule for every write (:func:`translate.io.check_output_file`)."""
+    """An argparse ``type``: benchmark ``name``'s JSON, checked before any work."""
 
     def parse(text: str) -> io.Output:
         try:
@@ -96,8 +92,7 @@ def json_output(name: str) -> Callable[[str], io.Output]:
 
 
 def parser(name: str, doc: str, timing: bool = True) -> argparse.ArgumentParser:
-    """The parser of ``python -m translate.bench.<name>``, described by ``doc``'s first
-    paragraph; ``timing``: with the options every timing benchmark has."""
+    """``python -m translate.bench.<name>``'s parser; ``timing``: with the timing options."""
     prog = f"python -m translate.bench.{name}"
     parser = argparse.ArgumentParser(prog=prog, description=plain_text(doc.split("\n\n")[0]))
     if timing:
@@ -112,18 +107,14 @@ def parser(name: str, doc: str, timing: bool = True) -> argparse.ArgumentParser:
 
 
 def add_malloc_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--system-malloc",
-        action="store_true",
-        help="glibc's default malloc; without it freed memory is kept for reuse, as the "
-        "commands keep it (keep_freed_memory in conf/)",
-    )
+    why = "glibc's default malloc; without it freed memory is kept for reuse, as the commands "
+    why += "keep it (keep_freed_memory in conf/)"
+    parser.add_argument("--system-malloc", action="store_true", help=why)
 
 
 @contextlib.contextmanager
 def session(args: argparse.Namespace) -> Iterator[torch.device]:
-    """The run's device, at ``--threads``; the thread count is restored after, so that a
-    script's ``main`` can run inside another process (the tests)."""
+    """The run's device, at ``--threads`` (restored after: the tests run ``main`` in-process)."""
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA GPU is visible")
@@ -138,12 +129,10 @@ def session(args: argparse.Namespace) -> Iterator[torch.device]:
 
 
 def interleaved(fns: dict, device: torch.device, warmup: int, repeats: int) -> dict[str, list]:
-    """Seconds per call of each function in ``repeats`` rounds in rotated order (A B C, B C A,
-    ...) after ``warmup`` untimed calls each."""
+    """Seconds per call of each function in ``repeats`` rotated rounds after ``warmup`` each."""
     names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
+    for name in names * warmup:
+        fns[name]()
     synchronize(device)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
@@ -181,10 +170,8 @@ GEMM_WARMUP = 3  # untimed calls before the first timed one
 
 
 class Gemm:
-    """The machine's own large-GEMM reference: ``torch.mm`` into a preallocated ``C`` with
-    square ``n x n`` operands (default 2048 in fp32 on the CPU, 8192 in bf16 on CUDA). The
-    operands come from a private generator: the global RNG (initialisation, dropout) is left
-    alone."""
+    """The machine's large-GEMM reference: ``torch.mm`` of ``n x n`` operands into a preallocated
+    ``C`` (2048 fp32 on the CPU, 8192 bf16 on CUDA), drawn from a private generator."""
 
     def __init__(self, device: torch.device, n: int | None, seed: int = 0) -> None:
         cuda = device.type == "cuda"
@@ -199,8 +186,8 @@ class Gemm:
     def __call__(self) -> Tensor:
         return torch.mm(self.a, self.b, out=self.c)
 
-    def warm_up(self, calls: int = GEMM_WARMUP) -> None:
-        for _ in range(calls):
+    def warm_up(self) -> None:
+        for _ in range(GEMM_WARMUP):
             self()
         synchronize(self.device)
 
@@ -222,17 +209,8 @@ class Gemm:
         }
 
 
-def finish(
-    name: str,
-    argv: Sequence[str],
-    args: argparse.Namespace,
-    device: torch.device,
-    summary: dict,
-    targets: dict[str, tuple[str, float]] | None = None,
-    **sections,
-) -> dict:
-    """Print the summary against its targets and write ``--json``: the summary first, then the
-    machine, the command, the arguments, the targets and the sections."""
+def finish(name: str, argv, args, device, summary: dict, targets=None, **sections) -> dict:
+    """Print the summary against its targets and write ``--json``, the summary first."""
     print_summary(summary, targets or {})
     result = {
         "summary": summary,
@@ -260,9 +238,7 @@ def _plain(value):
 def fmt(value, spec: str = ".3g") -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return format(value, spec)
-    return str(value)
+    return format(value, spec) if isinstance(value, float) else str(value)
 
 
 def print_table(rows: list[dict], columns: list[tuple[str, str, str]], title: str = "") -> str:
@@ -286,10 +262,7 @@ def print_summary(summary: dict, targets: dict[str, tuple[str, float]]) -> None:
         line = f"{key} = {fmt(value, '.3f')}"
         if key in targets:
             op, bound = targets[key]
-            if value is None:
-                verdict = "not measured"
-            else:
-                ok = value >= bound if op == ">=" else value <= bound
-                verdict = "met" if ok else "NOT met"
+            met = value is not None and (value >= bound if op == ">=" else value <= bound)
+            verdict = "not measured" if value is None else "met" if met else "NOT met"
             line += f"   (target {op} {bound}: {verdict})"
         print(line)

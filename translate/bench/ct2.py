@@ -1,10 +1,8 @@
 """``python -m translate.bench.decode --checkpoint CKPT --ct2``: our engine against CTranslate2
 on one checkpoint, exported (float32 and int8) into a temporary folder, on the CPU.
 
-Every engine decodes through its :class:`~translate.decoding.translator.Translator` with the
-same settings, greedy and beam, at batch 1 on the first ``--latency-sentences`` sources and at
-the evaluation batch on all of them. CTranslate2's greedy search takes the same argmax as ours,
-so its float32 hypotheses should be ours token for token; its beam search stops by another
+Each engine decodes through its ``Translator``, greedy and beam, at batch 1 and at the evaluation
+batch. Greedy float32 hypotheses should be ours token for token; beam search stops by another
 rule above length penalty 0 (:mod:`translate.decoding.ct2`): the identical ones are counted.
 """
 
@@ -41,9 +39,8 @@ COLUMNS = [
 
 
 def time_engines(spec: dict, exports: dict[str, str], args) -> tuple[dict, dict]:
-    """Seconds (by round) and hypotheses of every (threads, batch, mode, engine): each engine at
-    each thread count in a process of its own, so that their thread pools do not compete, the
-    processes of a round in rotated order."""
+    """Seconds (by round) and hypotheses of every (threads, batch, mode, engine); each engine at
+    each thread count in a process of its own (no competing thread pools), rotated."""
     jobs = [(t, e) for t in args.ct2_threads for e in ENGINES]
     times, outputs = {}, {}
     for r in range(args.rounds):
@@ -71,8 +68,7 @@ def rows_from(times: dict, outputs: dict) -> list[dict]:
 
 
 def summary(rows: list[dict], args, n_sentences: int) -> dict:
-    """Our time over CTranslate2's per export and thread count (> 1: CTranslate2 is faster), at
-    the evaluation batch and batch 1; how many of its hypotheses are ours (the fewest)."""
+    """Our time over CTranslate2's (> 1: it is faster); how many of its hypotheses are ours."""
     row = {(r["threads"], r["batch"], r["mode"], r["engine"]): r for r in rows}
     modes = {"beam": f"beam{args.beam_size}", "greedy": "greedy"}.items()
     threads, batches, out = args.ct2_threads, (("eval", "time"), ("1", "latency")), {}
@@ -99,8 +95,7 @@ def title(args, d: DecodeSettings, max_tokens: int, n_latency: int, n_sentences:
 
 
 def section(args, sources: list[np.ndarray], device) -> dict:
-    """The JSON's ``ct2`` section, its ``summary`` entries in it; without ctranslate2, a section
-    that says so."""
+    """The JSON's ``ct2`` section with its ``summary``; without ctranslate2, one that says so."""
     try:
         ctranslate2 = import_ctranslate2()
     except UserError as err:

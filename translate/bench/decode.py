@@ -1,16 +1,10 @@
 """Decoding speed: greedy search with and without the attention cache, and beam search (size 5).
 
-    python -m translate.bench.decode --json outputs/bench/decode.json
-    python -m translate.bench.decode --checkpoint CKPT --ct2 --src-file test.de.gz --sentences 1000
-
-Without ``--checkpoint``: a seeded random model of the ``experiment=multi30k_cpu`` sizes on
-synthetic sources with Multi30k-like lengths; it rarely emits EOS, so every sentence runs to
-its limit, by default the source's length. With one: the checkpoint's model and decode limits,
-on the first ``--sentences`` lines of ``--src-file``. Batched as ``Translator`` batches, the
-modes interleaved; ``greedy_no_cache`` re-runs the decoder over the whole prefix every step and
-must produce the tokens ``greedy_cache`` does. Without ``--checkpoint`` the same model is timed
-again with each ``--kv-heads``; ``--ct2`` adds the checkpoint's CTranslate2 exports
-(:mod:`translate.bench.ct2`). docs/benchmarks.md has the summary's targets.
+Without ``--checkpoint``: a seeded random model of ``experiment=multi30k_cpu``'s sizes on
+synthetic Multi30k-like sources, each run to its limit (it rarely emits EOS), then timed again
+with each ``--kv-heads``. With one: its model and limits on ``--src-file``; ``--ct2`` adds its
+CTranslate2 exports (:mod:`translate.bench.ct2`). Batched as ``Translator`` batches, the modes
+interleaved; ``greedy_no_cache`` must produce the tokens ``greedy_cache`` does.
 """
 
 from __future__ import annotations
@@ -64,24 +58,15 @@ def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
 
 
 def random_model(args, device: torch.device, impl: str, kv_heads: int | None = None):
+    sizes = dict(d_model=args.d_model, num_heads=args.heads, d_ff=args.d_ff, num_kv_heads=kv_heads)
+    sizes.update(num_encoder_layers=args.layers, num_decoder_layers=args.layers)
     torch.manual_seed(args.seed)
-    model = Seq2SeqTransformer(
-        args.vocab,
-        d_model=args.d_model,
-        num_heads=args.heads,
-        num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers,
-        d_ff=args.d_ff,
-        attention_impl=impl,
-        pad_id=Tokenizer.PAD,
-        num_kv_heads=kv_heads,
-    )
+    model = Seq2SeqTransformer(args.vocab, **sizes, attention_impl=impl, pad_id=Tokenizer.PAD)
     return model.to(device).eval()
 
 
 def random_models(args, device: torch.device) -> tuple[dict, list[np.ndarray], str]:
-    """One seeded random model per ``--impls`` entry, synthetic sources; the length limit
-    defaults to the source length (``1.0 * src + 0``)."""
+    """A seeded random model per ``--impls``, synthetic sources; limit: ``1.0 * src + 0``."""
     models = {impl: random_model(args, device, impl) for impl in args.impls}
     args.max_len_a = 1.0 if args.max_len_a is None else args.max_len_a
     args.max_len_b = 0.0 if args.max_len_b is None else args.max_len_b
@@ -102,8 +87,7 @@ def trained_model(args, device: torch.device) -> tuple[dict, list[np.ndarray], s
 
 
 def make_batches(sources: list[np.ndarray], args, device) -> tuple[list[list[int]], list[Batch]]:
-    """Index groups and their padded batches, as ``Translator`` batches: by the source lengths
-    with EOS."""
+    """Index groups and their padded batches, as ``Translator`` batches them."""
     groups = length_sorted_batches([len(s) + 1 for s in sources], None, args.max_tokens)
     batches = [collate([(i, sources[i], sources[i][:1]) for i in g]).to(device) for g in groups]
     return groups, batches
@@ -148,8 +132,7 @@ def time_modes(impl, model, batches, n_sentences: int, args, device, precision) 
 
 
 def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precision) -> int:
-    """KV-cache bytes of decoding every batch in ``mode``: each batch's peak over its steps of
-    every decoder layer's self- and cross-attention caches (read by forward hooks), summed."""
+    """KV-cache bytes decoding in ``mode``: the sum of each batch's peak (read by forward hooks)."""
     layers = model.decoder_layers
     now, peak = [0] * len(layers), [0]
 
@@ -174,8 +157,7 @@ def kv_cache_bytes(model, batches: list[Batch], mode: str, args, device, precisi
 
 
 def time_kv_heads(args, batches, n_sentences: int, device, precision) -> list[dict]:
-    """Cached greedy and beam search for every ``--kv-heads``, interleaved; one row per (kv
-    heads, mode), with its KV-cache bytes per sentence and ratios to the multi-head model."""
+    """A row per ``--kv-heads`` and cached mode, interleaved, with ratios to multi-head's."""
     impl = args.impls[0]
     models = {kv: random_model(args, device, impl, kv) for kv in args.kv_heads}
     outputs = {}
@@ -274,10 +256,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             rows += time_modes(impl, model, batches, len(sources), args, device, precision)
         first = next(r for r in rows if "speedup_vs_no_cache" in r)  # the first model's
         summary = {"greedy_cache_speedup": first["speedup_vs_no_cache"]}
-        src_lens = [len(s) + 1 for s in sources]
+        mean_len = float(np.mean([len(s) + 1 for s in sources]))
         sizes = "/".join(str(len(g)) for g in groups)
         title = (
-            f"Decoding {len(sources)} sentences (source {np.mean(src_lens):.1f} tokens on "
+            f"Decoding {len(sources)} sentences (source {mean_len:.1f} tokens on "
             f"average with EOS), {len(batches)} batches of {sizes}, {weights} weights, "
             f"max length {args.max_len_a} * src + {args.max_len_b}, precision {precision}"
         )
@@ -291,22 +273,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             summary.update(kv_summary(kv_rows, args))
         engines = ct2.section(args, sources, device) if args.ct2 else None
         summary.update(engines.pop("summary") if engines else {})
-        return common.finish(
-            "decode",
-            argv,
-            args,
-            device,
-            summary,
-            TARGETS,
-            weights=weights,
-            precision=precision,
-            sentences=len(sources),
-            batch_sizes=[len(g) for g in groups],
-            mean_source_len=float(np.mean(src_lens)),
-            rows=rows,
-            kv_rows=kv_rows,
-            ct2=engines,
-        )
+        sections = dict(weights=weights, precision=precision, sentences=len(sources))
+        sections.update(batch_sizes=[len(g) for g in groups], mean_source_len=mean_len)
+        sections.update(rows=rows, kv_rows=kv_rows, ct2=engines)
+        return common.finish("decode", argv, args, device, summary, TARGETS, **sections)
 
 
 if __name__ == "__main__":

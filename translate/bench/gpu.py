@@ -1,11 +1,7 @@
 """The GPU check in one command: the CUDA tests, short runs of the IWSLT2017 recipe's sizes in
 bf16, fp16 and compiled, and the three benchmarks; no network (docs/gpu.md).
 
-    python -m translate.bench.gpu --out outputs/gpu_acceptance            # a GPU box, ~8 min
-    python -m translate.bench.gpu --device cpu --quick --out /tmp/accept  # the plumbing, CPU
-
-Every part is a subprocess with a time limit, so one that fails or hangs leaves the others to
-run; docs/gpu.md describes the report.
+Every part is a subprocess with a time limit: one failing or hanging leaves the others to run.
 """
 
 from __future__ import annotations
@@ -103,8 +99,7 @@ def run_part(args, name: str, cmd: list[str]) -> dict:
 
 
 def dev_loss_report(run_dir: Path) -> dict:
-    """A training part's dev-loss curve, validated every quarter of its updates, and whether
-    its last dev loss is above its lowest by more than the ladder's noise margin."""
+    """A training part's dev-loss curve and whether its last loss rose (:func:`ladder.rose`)."""
     curve = ladder.dev_curve(run_dir)
     _, rise = ladder.lowest_dev_loss(curve)
     points = [[point["step"], point["dev_loss"]] for point in curve if "dev_loss" in point]

@@ -1,11 +1,9 @@
 """A budget ladder: one training recipe at several ``trainer.max_minutes`` on one machine.
 
-Each rung and seed is one ``python -m translate.train`` run (:func:`train_command`) with
-``trainer.resume=auto``, one after the other: the same command again skips the finished rungs
-and resumes an interrupted one. Ctrl-C (a signal to the process group) stops the running rung
-at its next step with a checkpoint; a signal to the ladder's process alone lets the rung
-finish, then stops. Per run: its results, its dev curve from TensorBoard, the step of the
-lowest dev loss; ``summary``: :func:`summarize`. docs/benchmarks.md says more.
+Each rung and seed is one ``python -m translate.train`` run with ``trainer.resume=auto``, in
+turn: the same command again skips finished rungs and resumes an interrupted one. Ctrl-C (to the
+process group) stops the rung at its next step with a checkpoint; a signal to the ladder alone
+lets the rung finish, then stops. docs/benchmarks.md says more.
 """
 
 from __future__ import annotations
@@ -121,9 +119,8 @@ def train_command(args: argparse.Namespace, minutes: float, seed: int) -> list[s
 
 @contextlib.contextmanager
 def signals_noted() -> Iterator[list[int]]:
-    """While a rung trains: SIGINT and SIGTERM to the ladder are noted, not raised. Ctrl-C
-    reaches the whole process group, so the training run saves a checkpoint and exits on its
-    own; raising here would kill it (``subprocess.run`` kills its child on any exception)."""
+    """While a rung trains: SIGINT and SIGTERM to the ladder are noted, not raised (Ctrl-C
+    reaches the run, which saves and exits; ``subprocess.run`` would kill it on a raise)."""
     noted: list[int] = []
     previous = {sig: signal.signal(sig, lambda n, _: noted.append(n)) for sig in _STOP}
     try:
@@ -163,8 +160,7 @@ def run_rung(args: argparse.Namespace, minutes: float, seed: int) -> dict:
 
 
 def child_error(stderr: str) -> str:
-    """What a failed training run said: its ``error:`` line, else (Hydra refusing an override)
-    the first line it wrote."""
+    """A failed run's ``error:`` line, else (Hydra refusing an override) its first line."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
     return errors[-1] if errors else lines[0] if lines else "no message"
@@ -186,8 +182,7 @@ def stop_on_signal(name: str, run_dir: Path, noted: list[int], returncode: int) 
 
 
 def dev_curve(run_dir: Path) -> list[dict]:
-    """Each validation's step, dev loss and dev BLEU from the run's TensorBoard; a resumed
-    run's repeated steps count once (the later value)."""
+    """Each validation's step, dev loss and dev BLEU from TensorBoard (repeated step: the later)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
@@ -219,34 +214,28 @@ def rung_row(name: str, minutes: float, seed: int, run_dir: Path) -> dict:
     curve = dev_curve(run_dir)
     lowest_step, rise = lowest_dev_loss(curve)
     greedy = results["bleu_greedy"]
+    ran = ("steps", "precision", "device", "train_minutes", "tokens_per_s")
     return {
         "rung": name,
         "minutes": minutes,
         "seed": seed,
         "run_dir": str(run_dir),
-        "steps": results["steps"],
-        "precision": results["precision"],
-        "device": results["device"],
-        "train_minutes": results["train_minutes"],
-        "tokens_per_s": results["tokens_per_s"],
+        **{k: results[k] for k in ran},
         "validations": len(curve),
         "dev_curve": curve,
         "best_dev_loss_step": lowest_step,
         "last_dev_loss_above_min": rise,
         # The step a dev loss without a new low started the cooldown (optim.cooldown_patience).
         "early_cooldown_from": (results.get("early_cooldown") or [None])[0],
-        "scored_checkpoint": results["scored_checkpoint"],
-        "beam_size": results["beam_size"],
-        "bleu": results["bleu"],
+        **{k: results[k] for k in ("scored_checkpoint", "beam_size", "bleu")},
         # A greedy recipe scores greedy: its test BLEU is the greedy one.
         "bleu_greedy": results["bleu"] if greedy is None else greedy,
     }
 
 
 def summarize(rows: list[dict], minutes: list[float]) -> dict:
-    """Per rung the mean test BLEU over its seeds and whether the dev loss rose at the end of
-    any of its runs by more than :data:`ROSE_BY`; whether the longest rung scores below the
-    one before it."""
+    """Per rung the mean test BLEU over its seeds and whether any run's dev loss rose at the end
+    (:func:`rose`); whether the longest rung scores below the one before it."""
     summary, means = {}, {}
     for m in sorted(minutes):
         mine = [row for row in rows if row["minutes"] == m]
@@ -272,16 +261,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     rows = [run_rung(args, minutes, seed) for minutes, seed in plan]
     print()
     common.print_table(rows, COLUMNS, title=f"Budget ladder: {args.experiment}")
-    return common.finish(
-        "ladder",
-        argv,
-        args,
-        torch.device("cpu"),
-        summarize(rows, args.minutes),
-        experiment=args.experiment,
-        overrides=args.overrides,
-        rows=rows,
-    )
+    sections = {"experiment": args.experiment, "overrides": args.overrides, "rows": rows}
+    summary = summarize(rows, args.minutes)
+    return common.finish("ladder", argv, args, torch.device("cpu"), summary, **sections)
 
 
 if __name__ == "__main__":

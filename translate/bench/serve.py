@@ -1,16 +1,11 @@
 """Serving: one sentence through ``POST /translate`` against the decode benchmark's batch-1
 path, concurrent clients, and the server's resident memory.
 
-    python -m translate.bench.serve --checkpoint CKPT --json outputs/bench/serve.json
-
-The server is ``python -m translate.serve`` in a process of its own on a free port, at
-``--threads``; every client keeps its connection, as HTTP clients do. Latency: each of the
-first ``--sentences`` lines of ``--src-file`` sent alone, one request at a time, against the
-same sentences decoded one per call in this process at the same threads (``translate_ids``, as
-``bench.decode --ct2`` times batch 1), the two alternated round by round while the other idles.
-Then ``--clients`` threads send ``--requests`` requests each, one sentence apiece; every answer
-is compared with this process's translation of its sentence. The server's resident memory
-(VmRSS, Linux) is read after the first 10 requests and after the clients' 1,000 more.
+The server (``python -m translate.serve``) runs in a process of its own on a free port, at
+``--threads``; clients keep their connections. Latency: the first ``--sentences`` lines sent
+one request at a time, alternated round by round with the same sentences decoded one per call
+here (``translate_ids``). Then ``--clients`` threads send ``--requests`` each, every answer
+compared with this process's translation; VmRSS is read after 10 requests and after them.
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from translate.data.sources import read_lines, sample_dir
 from translate.decoding.timing_process import decode_timed
 from translate.decoding.translator import load_translator
 from translate.errors import UserError, override_word
+from translate.runtime.timing import rotated
 from translate.serving.process import KeptConnection, ServerProcess, server_process
 
 TARGETS = {
@@ -54,7 +50,7 @@ def resident_bytes(pid: int) -> int | None:
 
 
 def latency(server: ServerProcess, translator, texts: list[str], rounds: int) -> dict:
-    """Median ms per sentence of each path, by round (the paths alternating in order)."""
+    """Ms per sentence of each path, by round (the paths alternating in order)."""
     ids = translator.tokenizer.encode(texts)
     client = KeptConnection(server.url)
 
@@ -75,7 +71,7 @@ def latency(server: ServerProcess, translator, texts: list[str], rounds: int) ->
             fn()
         seconds = {name: [] for name in paths}
         for r in range(rounds):
-            for name in list(paths)[r % 2 :] + list(paths)[: r % 2]:
+            for name in rotated(list(paths), r):
                 seconds[name].append(paths[name]())
     return {name: [1e3 * s / len(texts) for s in runs] for name, runs in seconds.items()}
 

@@ -1,15 +1,10 @@
 """Training throughput side by side: our ``Seq2SeqTransformer`` (``impl=manual`` and
 ``impl=sdpa``) against the same architecture built from ``torch.nn.Transformer``.
 
-    python -m translate.bench.train --json outputs/bench/train.json
-    python -m translate.bench.train --device cuda --precision bf16 --compile --max-tokens 8192
-
-The sizes default to ``experiment=multi30k_cpu``'s, with attention and activation dropout 0;
-the baseline (:class:`TorchTransformer`) has the same parameters and initialisation. All train
-with :class:`translate.training.step.Trainer` and ``--optim`` on the same synthetic batches,
-interleaved step by step with a large GEMM (:class:`common.Gemm`): each model's matmul FLOP/s
-over the GEMM's is its ``matmul_efficiency``, how close training is to the machine.
-docs/benchmarks.md has the summary's targets.
+Sizes default to ``experiment=multi30k_cpu``'s, attention and activation dropout 0. All train
+with ``Trainer`` and ``--optim`` on the same synthetic batches, interleaved step by step with a
+large GEMM (:class:`common.Gemm`): a model's matmul FLOP/s over the GEMM's is its
+``matmul_efficiency``, how close training is to the machine.
 """
 
 from __future__ import annotations
@@ -57,13 +52,10 @@ COLUMNS = [
 
 
 class TorchTransformer(nn.Module):
-    """The baseline: ``torch.nn.Transformer``, pre-norm, inside our :class:`TokenEmbedding`,
-    with our dropout rates and initialisation, so that the benchmark compares the attention
-    alone. ``nn.Transformer`` uses one dropout rate for residuals, attention weights and the
-    feed-forward: the latter two are set to 0 afterwards, as the benchmark runs ours."""
+    """The baseline: ``torch.nn.Transformer``, pre-norm, inside our :class:`TokenEmbedding`, with
+    our initialisation and dropouts (attention and feed-forward 0): only the attention differs."""
 
     def __init__(self, vocab_size, d_model, num_heads, d_ff, dropout, pad_id, **layers) -> None:
-        """``layers``: ``num_encoder_layers`` and ``num_decoder_layers``, as both name them."""
         super().__init__()
         self.embedding = TokenEmbedding(vocab_size, d_model, pad_id, dropout)
         with warnings.catch_warnings():  # "enable_nested_tensor is True, but ...": inference only
@@ -85,8 +77,7 @@ class TorchTransformer(nn.Module):
         init_weights(self)
 
     def forward(self, src: Tensor, tgt_in: Tensor, src_padding_mask=None, target_index=None):
-        """Logits ``(B, T, V)``, or ``(N, V)`` at the flat positions ``target_index (N,)`` only,
-        as :meth:`Seq2SeqTransformer.forward`."""
+        """Logits ``(B, T, V)``, or ``(N, V)`` at ``target_index (N,)``, as ours."""
         T = tgt_in.size(1)
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=src.device)  # (T, T)
         out = self.transformer(
@@ -103,8 +94,7 @@ class TorchTransformer(nn.Module):
 
 
 def synthetic_batches(args, vocab: int) -> list[Batch]:
-    """``args.batches`` full batches cut by ``TokenBatchSampler`` from a pool of Multi30k train's
-    size, whose length buckets are as tight as training's on the real corpus."""
+    """``args.batches`` full batches cut by ``TokenBatchSampler`` from a Multi30k-sized pool."""
     rng = np.random.default_rng(args.seed)
     n = max(MULTI30K_TRAIN_PAIRS, 4 * args.batches * args.max_tokens // 16)
     src_lens, tgt_lens = common.multi30k_lengths(n, rng)
@@ -141,7 +131,6 @@ def build(name: str, kwargs: dict, seed: int) -> nn.Module:
 
 
 def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
-    """``({name: Trainer}, {name: parameter count})``."""
     kwargs = model_kwargs(args, vocab)
     trainers, params = {}, {}
     pad = pads_shapes(device, precision)  # as training pads them
@@ -157,9 +146,8 @@ def make_trainers(args, vocab, optim, device, precision) -> tuple[dict, dict]:
 
 def train_flops(batch: Batch, args, vocab: int) -> float:
     """Matmul FLOPs of one training step (2 per multiply-add, x 3 for forward+backward) over the
-    padded positions the layers compute (no causal halving), plus the tied vocabulary projection
-    over the real target tokens only (``Trainer`` passes ``target_index``). Not counted: the
-    embedding gather, norms, softmax, dropout, the loss and the optimizer."""
+    padded positions (no causal halving), plus the tied output projection over the real target
+    tokens only (``target_index``); not the embedding, norms, softmax, loss or optimizer."""
     B, S = batch.src.shape
     T = batch.tgt_in.size(1)
     D, F, L = args.d_model, args.d_ff, args.layers
@@ -171,8 +159,7 @@ def train_flops(batch: Batch, args, vocab: int) -> float:
 
 
 def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, gemm) -> None:
-    """Compiled models see every batch shape twice (the second distinct shape recompiles with
-    dynamic sizes), so no compile is timed."""
+    """Compiled models see every batch shape twice (the second recompiles): none is timed."""
     warmup = max(args.warmup, 2 * len(batches)) if args.compile else args.warmup
     for trainer in trainers.values():
         for i in range(warmup):
@@ -182,9 +169,7 @@ def warm_up(trainers: dict[str, Trainer], batches: list[Batch], args, device, ge
 
 
 def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int, device, gemm):
-    """``(runs, gemm_s)``: per model, tokens per second of each round; the GEMM's seconds per
-    call, by round. Each batch is trained on by every model and the GEMM runs once, in rotated
-    order, so interference from elsewhere on the machine falls on all of them alike."""
+    """Per model tokens/s by round, the GEMM's seconds by round; each batch rotated among them."""
     names = [*trainers, GEMM]
     runs: dict[str, list[float]] = {name: [] for name in trainers}
     gemm_s: list[list[float]] = []
@@ -205,8 +190,7 @@ def train_rounds(trainers: dict[str, Trainer], batches: list[Batch], rounds: int
 
 
 def make_rows(runs: dict, params: dict, batches: list[Batch], args, vocab, gemm) -> list[dict]:
-    """One row per model; ``gemm``: ``Gemm.report``. ``vs_torch_median_of_rounds`` cross-checks
-    ``vs_torch`` with the ratio within each round."""
+    """One row per model; ``gemm``: ``Gemm.report``; ``vs_torch_median_of_rounds``: per round."""
     tokens_per_round = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
     tflop_per_token = sum(train_flops(b, args, vocab) for b in batches) / tokens_per_round / 1e12
     base = common.median(runs["torch"]) if "torch" in runs else None
@@ -232,8 +216,7 @@ def make_rows(runs: dict, params: dict, batches: list[Batch], args, vocab, gemm)
 
 
 def batch_report(batches: list[Batch]) -> dict:
-    """Real and padded tokens per side (target: ``tgt_out``, what the loss counts), their
-    ``padding_ratio`` and every batch's shape."""
+    """Real and padded tokens per side (target: ``tgt_out``), ratio, every batch's shape."""
     return {
         "count": len(batches),
         "src_tokens": sum(b.num_src_tokens for b in batches),
@@ -267,27 +250,23 @@ def print_rows(rows: list[dict], batches: dict, gemm: dict, precision: str) -> N
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.parser("train", __doc__)
-    number = common.number
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--precision", default="32", choices=["32", "bf16", "fp16"])
-    parser.add_argument("--compile", action="store_true", help="torch.compile every model")
-    parser.add_argument(
-        "--optim", type=common.existing_file, default=OPTIM_CONF, help="a conf/optim file"
-    )
+    number, add = common.number, parser.add_argument
+    add("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    add("--precision", default="32", choices=["32", "bf16", "fp16"])
+    add("--compile", action="store_true", help="torch.compile every model")
+    add("--optim", type=common.existing_file, default=OPTIM_CONF, help="a conf/optim file")
     # Synthetic batches draw ids from 4 (after the special ones) to --vocab.
-    parser.add_argument("--vocab", type=number(low=5), default=5000)
-    parser.add_argument("--max-tokens", type=number(), default=2048, help="per side, padded")
-    parser.add_argument("--batches", type=number(), default=None, help="batches per round")
-    parser.add_argument("--rounds", type=number(), default=None)
-    parser.add_argument("--warmup", type=number(low=0), default=2, help="untimed steps a model")
-    parser.add_argument("--d-model", type=number(), default=256)
-    parser.add_argument("--heads", type=number(), default=8)
-    parser.add_argument("--layers", type=number(), default=2, help="encoder and decoder each")
-    parser.add_argument("--d-ff", type=number(), default=512)
-    parser.add_argument("--dropout", type=number(float, 0, 0.99), default=0.1)
-    parser.add_argument(
-        "--gemm-size", type=number(), default=None, help="n of the n x n GEMM (CPU 2048, CUDA 8192)"
-    )
+    add("--vocab", type=number(low=5), default=5000)
+    add("--max-tokens", type=number(), default=2048, help="per side, padded")
+    add("--batches", type=number(), default=None, help="batches per round")
+    add("--rounds", type=number(), default=None)
+    add("--warmup", type=number(low=0), default=2, help="untimed steps a model")
+    add("--d-model", type=number(), default=256)
+    add("--heads", type=number(), default=8)
+    add("--layers", type=number(), default=2, help="encoder and decoder each")
+    add("--d-ff", type=number(), default=512)
+    add("--dropout", type=number(float, 0, 0.99), default=0.1)
+    add("--gemm-size", type=number(), help="n of the n x n GEMM (CPU 2048, CUDA 8192)")
     args = parser.parse_args(argv)
     common.check_heads(parser, args.d_model, [args.heads])
     args.batches = args.batches or (2 if args.quick else 4)
@@ -320,19 +299,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         rows = make_rows(runs, params, batches, args, args.vocab, gemm_info)
         batch_info = batch_report(batches)
         print_rows(rows, batch_info, gemm_info, precision)
-        return common.finish(
-            "train",
-            argv,
-            args,
-            device,
-            make_summary(rows),
-            TARGETS,
-            precision=precision,
-            optim=dataclasses.asdict(optim),
-            batches=batch_info,
-            gemm=gemm_info,
-            rows=rows,
-        )
+        sections = dict(precision=precision, optim=dataclasses.asdict(optim), batches=batch_info)
+        sections.update(gemm=gemm_info, rows=rows)
+        return common.finish("train", argv, args, device, make_summary(rows), TARGETS, **sections)
 
 
 if __name__ == "__main__":

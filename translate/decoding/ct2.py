@@ -1,24 +1,19 @@
 """Decoding with a model exported for CTranslate2 (``python -m translate.export``).
 
-An export is a folder: ``model.bin`` with its vocabulary (:data:`VOCABULARY`), our tokenizer
-and :data:`MANIFEST` (the run's decode and data settings, the special ids, the position rows,
-the SHA-256 of the tokenizer and of ``model.bin``), each checked on load. :func:`load_exported`
-makes it a :class:`~translate.decoding.translator.Translator`, so batching, truncation and
-tokenization are ours; :class:`CT2Engine` only decodes each batch, searching as
-:mod:`translate.decoding.search` does:
+An export is a folder: ``model.bin``, its vocabulary, our tokenizer and :data:`MANIFEST` (the
+run's settings, special ids, position rows, SHA-256s), each checked on load.
+:func:`load_exported` makes it a ``Translator``; :class:`CT2Engine` decodes each batch,
+searching as :mod:`translate.decoding.search` does:
 
-* ``max_decoding_length`` per group of sources sharing our limit (few in a length-sorted
-  batch); ``min_decoding_length=0``; ``max_input_length=0`` (the translator truncates).
-* ``suppress_sequences`` of PAD and BOS. CTranslate2 removes them before its softmax, ours
-  after it (as fairseq), so its log-probabilities are ours plus ``-log(1 - p(PAD) - p(BOS))``:
-  the same greedy argmax, but beam scores that can tip a near tie (label smoothing gives PAD and
-  BOS about ``label_smoothing / V`` each).
-* ``return_end_token=True``: its ``sum(log p) / len ** length_penalty`` then counts the EOS
-  (stripped here), as ours does.
-* The stopping rule differs. At ``length_penalty=0`` both return the best-scoring hypothesis.
-  Above 0 CTranslate2 stops at ``round(K * patience)`` finished hypotheses; ours also needs the
-  best live beam not to beat the ``K``-th of them, so it can search longer. ``patience=1``
-  (fairseq's rule) agrees whenever ours stops there too.
+* ``max_decoding_length`` per group of sources sharing our limit; ``min_decoding_length=0``;
+  ``max_input_length=0`` (the translator truncates).
+* ``suppress_sequences`` of PAD and BOS, removed before its softmax (ours: after, as fairseq):
+  its log-probs are ours plus ``-log(1 - p(PAD) - p(BOS))``, the same greedy argmax, but beam
+  scores that can tip a near tie (label smoothing gives each about ``label_smoothing / V``).
+* ``return_end_token=True``: its length normalisation then counts the EOS, as ours does.
+* At ``length_penalty=0`` both return the best-scoring hypothesis. Above, CTranslate2 stops at
+  ``round(K * patience)`` finished; ours also needs the best live beam not to beat the ``K``-th,
+  so it can search longer. ``patience=1`` agrees whenever ours stops there too.
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ def output_limit(src_len: int, decode: DecodeSettings) -> int:
 
 
 class CT2Engine:
-    """``pieces``: id -> piece (CTranslate2 reads pieces); ``max_positions``: rows of the
-    exported position table, which bounds every output."""
+    """``pieces``: id -> piece; ``max_positions``: the exported position rows (bound outputs)."""
 
     strategies = ("beam", "greedy")  # its beam search; a beam of 1 is its greedy search
 
@@ -107,7 +101,6 @@ class CT2Engine:
     def _translate(
         self, src_ids: list[list[int]], limit: int, decode: DecodeSettings
     ) -> list[list[int]]:
-        # The options as the module docstring explains.
         results = self.translator.translate_batch(
             [[self.pieces[i] for i in ids] for ids in src_ids],
             beam_size=1 if decode.strategy == "greedy" else decode.beam_size,
@@ -178,8 +171,7 @@ MANIFEST_FIELDS = {
 
 
 def _check_manifest(path: Path, manifest: dict) -> None:
-    """Refuse, naming it, a field that is missing or not what an export writes (a hand-edited or
-    damaged file): decoding would use it, or trust it, as written."""
+    """Refuse, naming it, a field missing or not as an export writes it (decoding trusts it)."""
     problem = field_problem(manifest, MANIFEST_FIELDS)
     if problem is not None:
         raise UserError(f"{path}: {problem}; {_redo(manifest)}")
@@ -203,11 +195,8 @@ def tokenizer_identity(tokenizer: Tokenizer) -> dict:
     return {"sha256": digest, "vocab_size": tokenizer.vocab_size}
 
 
-def check_tokenizer(
-    model_dir: Path, manifest: dict, tokenizer: Tokenizer, pieces: list[str]
-) -> None:
-    """Refuse a tokenizer that is not the export's own (one copied from another export would
-    give wrong hypotheses without a word)."""
+def check_tokenizer(model_dir: Path, manifest: dict, tokenizer: Tokenizer, pieces: list) -> None:
+    """Refuse a tokenizer not the export's own (another's gives wrong hypotheses silently)."""
     path, redo = model_dir / SENTENCEPIECE, _redo(manifest)
     recorded, found = manifest["tokenizer"], tokenizer_identity(tokenizer)
     if recorded["sha256"] != found["sha256"]:
@@ -221,7 +210,12 @@ def check_tokenizer(
             f"but {path}, the tokenizer whose SHA-256 it records, has {found['vocab_size']} "
             f"subwords; {redo}"
         )
-    vocabulary = _vocabulary(model_dir, redo)
+    try:
+        vocabulary = json.loads((model_dir / VOCABULARY).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(
+            f"{model_dir / VOCABULARY} is missing or corrupt ({type(err).__name__}); {redo}"
+        ) from None
     if vocabulary != pieces:
         differ = f"{len(pieces)} subwords, the model {len(vocabulary)}"
         if len(pieces) == len(vocabulary):
@@ -241,14 +235,6 @@ def check_model(model_dir: Path, manifest: dict) -> None:
             f"{path} is not the model {model_dir} was exported with (its SHA-256 differs from "
             f"the one {MANIFEST} records; copied from another export?); {_redo(manifest)}"
         )
-
-
-def _vocabulary(model_dir: Path, redo: str) -> list[str]:
-    path = model_dir / VOCABULARY
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{path} is missing or corrupt ({type(err).__name__}); {redo}") from None
 
 
 def _source_cap(cap: int | None, decode: DecodeSettings, positions: int) -> int:
@@ -278,8 +264,7 @@ def load_exported(
     decode: DecodeSettings | dict | None = None,
     data_overrides=None,
 ) -> Loaded:
-    """Exported model folder -> :class:`Loaded` (``config``: the manifest), as
-    :func:`~translate.decoding.translator.load_translator` loads a checkpoint."""
+    """Exported model folder -> :class:`Loaded` (``config``: the manifest), as a checkpoint's."""
     model_dir = Path(model_dir)
     manifest = read_manifest(model_dir)
     tokenizer = Tokenizer.from_file(model_dir / SENTENCEPIECE)

@@ -1,11 +1,8 @@
 """Export a checkpoint as a CTranslate2 model folder (``python -m translate.export``): our
-weights described layer by layer through ``ctranslate2.specs``, saved with the chosen
-quantization beside the SentencePiece model and :data:`~translate.decoding.ct2.MANIFEST`.
-
-* The specs are built directly: ``TransformerSpec.from_config`` cannot set ``num_heads_kv``.
-* CTranslate2's own sinusoidal table is not ours (sin and cos concatenated, another frequency
-  formula, positions from 1), so ours is stored, with ``max_positions`` rows.
-"""
+weights layer by layer through ``ctranslate2.specs`` (built directly: ``from_config`` cannot set
+``num_heads_kv``), quantized, beside the SentencePiece model and the manifest. CTranslate2's
+sinusoidal table is not ours (sin and cos concatenated, other frequencies, positions from 1):
+ours is stored, with ``max_positions`` rows."""
 
 from __future__ import annotations
 
@@ -48,7 +45,6 @@ def _linear(spec, module: nn.Linear) -> None:
 
 
 def _fused(spec, modules: list[nn.Linear]) -> None:
-    """``modules`` as one linear layer (CTranslate2's fused QKV/KV)."""
     spec.weight = np.concatenate([_array(m.weight) for m in modules])  # (sum of outputs, D)
     spec.bias = np.concatenate([_array(m.bias) for m in modules])
 
@@ -125,16 +121,11 @@ def build_spec(model: Seq2SeqTransformer, settings: ModelSettings, pieces: list[
     return spec
 
 
-# Quantizations that store every float weight in a narrower type than float32 -> that type.
-_NARROW = {"float16": torch.float16}
-
-
 def _check_range(model: Seq2SeqTransformer, quantization: str) -> None:
-    """Refuse weights ``quantization`` cannot hold: float16 stores values beyond 65,504 as
-    infinity, an export that decodes to empty lines."""
-    dtype = _NARROW.get(quantization)
-    if dtype is None:
+    """Refuse weights float16 cannot hold: beyond 65,504 they are infinity (empty lines)."""
+    if quantization != "float16":  # the one that narrows every float weight
         return
+    dtype = torch.float16
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not torch.isfinite(tensor.to(dtype)).all():
             largest = tensor.abs().max().item()
@@ -163,9 +154,7 @@ def _positions(ckpt: dict, max_positions: int | None) -> int:
     return max(cap, output_limit(cap, decode_settings(ckpt["config"]["decode"])))
 
 
-def _manifest(
-    ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer: Tokenizer, model: Path
-) -> dict:
+def _manifest(ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokenizer, model) -> dict:
     data = dict(ckpt["config"]["data"])
     data["eval_max_len"] = data_settings(data).eval_cap  # explicit for an older checkpoint
     return {
@@ -185,8 +174,7 @@ def _manifest(
 def export_checkpoint(
     checkpoint: str | Path, output: str | Path, quantization: str, max_positions: int | None
 ) -> Path:
-    """Write ``checkpoint`` as a CTranslate2 model folder ``output`` (never half an export:
-    :func:`translate.io.write_folder`); returns its path."""
+    """Write ``checkpoint`` as the CTranslate2 model folder ``output`` (never half); its path."""
     import_ctranslate2()  # a missing package is the first thing said
     checkpoint, output = Path(checkpoint), Path(output)
     check_output_folder(output, "output")  # new or empty; its parents are made below

@@ -1,7 +1,5 @@
-"""What decodes a batch of source ids for a :class:`~translate.decoding.translator.Translator`:
-:class:`TorchEngine` (our model) or :class:`translate.decoding.ct2.CT2Engine`. Both follow
-:mod:`translate.decoding.search`'s conventions, the source with an EOS appended.
-"""
+"""What decodes a batch of source ids (EOS appended) for a ``Translator``: :class:`TorchEngine`
+(our model) or :class:`translate.decoding.ct2.CT2Engine`, both as :mod:`.search` decodes."""
 
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ from translate.schema import DecodeSettings
 
 
 class Engine(Protocol):
-    """``device``: where it runs (timings wait for its queued work); ``strategies``: the
-    ``decode.strategy`` values it runs."""
+    """``device``: timings wait for its queued work; ``strategies``: its ``decode.strategy``s."""
 
     device: torch.device
     precision: str
@@ -27,7 +24,6 @@ class Engine(Protocol):
 
     def generate(self, src_ids: list[list[int]], decode: DecodeSettings) -> list[list[int]]:
         """Hypothesis ids (no BOS/EOS) for each source (ids without EOS), in input order."""
-        ...
 
 
 class TorchEngine:
@@ -43,11 +39,8 @@ class TorchEngine:
             return generate(self.model, rows, decode)
 
     @torch.inference_mode()
-    def nbest(
-        self, src_ids: list[list[int]], decode: DecodeSettings, n: int
-    ) -> list[list[tuple[float, list[int]]]]:
-        """Each source's ``n`` best hypotheses (``n <= decode.beam_size``) with their scores,
-        best first, by beam search (a beam of 1 is greedy search's output, scored)."""
+    def nbest(self, src_ids: list[list[int]], decode: DecodeSettings, n: int) -> list[list[tuple]]:
+        """Each source's ``n <= decode.beam_size`` best ``(score, ids)`` by beam search."""
         rows = collate([(i, ids, []) for i, ids in enumerate(src_ids)]).to(self.device)
         with eval_mode(self.model), autocast(self.device, self.precision):
             taken = taken_by(beam_search, decode)

@@ -1,8 +1,6 @@
-"""The engine switch of ``translate`` and ``evaluate``: ``engine=torch checkpoint=<ckpt>`` (our
-model) or ``engine=ctranslate2 model_dir=<dir>`` (an export), chosen here and nowhere after.
-
-Each engine's module (and torch) is imported when the engine loads: the commands' ``--help``
-and their refused keys answer without them (tests/test_architecture.py).
+"""The engine switch of ``translate`` and ``evaluate``: ``engine=torch checkpoint=<ckpt>`` or
+``engine=ctranslate2 model_dir=<dir>``. Each engine's module (and torch) is imported when it
+loads: ``--help`` and refused keys answer without them (tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ ENGINES = {"torch": _torch, "ctranslate2": _ctranslate2}
 def load_engine(
     command: EngineCommand, decode: DecodeSettings | dict, data_overrides=None
 ) -> Loaded:
-    """The command's engine, ``decode`` (settings, or the keys a command set) over the stored
-    ones and ``data_overrides`` in place of the stored data config."""
+    """The command's engine, ``decode`` over the stored settings, ``data_overrides`` for data's."""
     command.runtime.apply_to_process()
     return ENGINES[command.engine](command, decode, data_overrides)
 

@@ -1,7 +1,5 @@
 """The one way the package decodes a batch with our model: the search ``decode.strategy`` names
-in :data:`STRATEGIES`. A new strategy is a function here, one entry and one
-``conf/decode/<name>.yaml`` (docs/extending.md).
-"""
+in :data:`STRATEGIES` (a new one: a function, an entry, a ``conf/decode/`` file)."""
 
 from __future__ import annotations
 
@@ -19,15 +17,13 @@ from translate.schema import DecodeSettings
 SPECIAL_IDS = {"bos_id": Tokenizer.BOS, "eos_id": Tokenizer.EOS, "pad_id": Tokenizer.PAD}
 
 
-@functools.cache
+@functools.cache  # generate runs for every batch
 def _parameters(search: Callable) -> frozenset[str]:
-    # Read once: generate runs for every batch.
     return frozenset(inspect.signature(search).parameters)
 
 
 def taken_by(search: Callable, settings: DecodeSettings) -> dict[str, Any]:
-    """The decode settings ``search`` has a parameter for: a new setting reaches a search that
-    takes it with no change here (one that no search takes fails tests/decoding/test_search.py)."""
+    """The decode settings ``search`` has a parameter for (test_search.py: each reaches one)."""
     params = _parameters(search)
     return {f.name: getattr(settings, f.name) for f in fields(settings) if f.name in params}
 

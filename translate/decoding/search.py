@@ -1,15 +1,11 @@
 """Greedy and batched beam search over the decoder's incremental cache (fairseq's contract).
 
-Finished sentences are dropped from the batch (:meth:`DecoderCache.reorder`), so long sentences
-do not make short ones pay. Both searches return, per input row in input order, the generated
-ids without BOS and EOS; at most ``int(max_len_a * src_len + max_len_b)`` of them (``src_len``:
-non-pad source tokens; fairseq's ``--max-len-a/b``), where a sentence stops without EOS and no
-EOS log-probability is scored. PAD and BOS are never generated. Log-softmax and scores are
-float32, whatever dtype the model runs in.
-
-Beam search normalises a finished hypothesis as fairseq's ``--lenpen``,
-``sum(log p) / len ** length_penalty`` with ``len`` counting the EOS (not GNMT's
-``((5 + len) / 6) ** alpha``).
+Finished sentences leave the batch (:meth:`DecoderCache.reorder`). Both searches return, per
+input row in order, the ids without BOS and EOS; at most ``int(max_len_a * src_len + max_len_b)``
+(``src_len``: non-pad source tokens; fairseq's ``--max-len-a/b``), where a sentence stops
+without EOS and no EOS log-probability is scored. PAD and BOS are never generated. Log-softmax
+and scores are float32. Beam search normalises as fairseq's ``--lenpen``,
+``sum(log p) / len ** length_penalty`` with ``len`` counting the EOS (not GNMT's).
 """
 
 from __future__ import annotations
@@ -41,8 +37,7 @@ def max_lengths(src: Tensor, src_padding_mask: Tensor | None, a: float, b: float
 
 
 def _padding_only(mask: Tensor | None) -> Tensor | None:
-    """``mask`` if it excludes a key, else None: a batch without padding skips the mask's
-    arithmetic at every step."""
+    """``mask`` if it excludes a key, else None (no mask arithmetic at every step)."""
     return mask if mask is not None and bool(mask.any()) else None
 
 
@@ -71,9 +66,8 @@ def greedy_search(
     use_cache: bool = True,
     pick: Callable[[Tensor], Tensor] = most_probable,
 ) -> list[list[int]]:
-    """One token per step, by ``pick`` (log-probs ``(n, V)`` of the live rows to ids ``(n,)``;
-    a sampling strategy passes its own draw). ``use_cache=False`` re-runs the decoder on the
-    whole prefix every step (the same tokens, for benchmarking the cache)."""
+    """One token per step, by ``pick`` (log-probs ``(n, V)`` to ids ``(n,)``: sampling passes its
+    own). ``use_cache=False`` re-runs the decoder on the whole prefix (benchmarks the cache)."""
     B = src.size(0)
     if B == 0:
         return []
@@ -120,17 +114,13 @@ class _Beams:
     self-attention caches is beam ``k`` of sentence ``i``; ``memory``, ``mask`` and the
     cross-attention caches have one row per sentence, which its beams share."""
 
-    # (n, S, D) until the first step projects it into the cross-attention caches, then None:
-    # a dropped sentence's rows are not copied out of it at every later step.
-    memory: Tensor | None
+    memory: Tensor | None  # (n, S, D) until the first step moves it into the cross caches
     mask: Tensor | None  # (n, S), True = pad
     cache: DecoderCache
     tokens: Tensor  # (n*K, t + 1): BOS, then each beam's prefix
     scores: Tensor  # (n, K) summed float32 log-probs; -inf for a beam that is not live
-    # Host bookkeeping, plain Python (as greedy search's): per live sentence its original
-    # index, and whether it is finished and not yet dropped.
-    sents: list[int]
-    done: list[bool]
+    sents: list[int]  # per live sentence, plain Python: its original index
+    done: list[bool]  # finished, not yet dropped
 
 
 def _start_beams(
@@ -154,8 +144,7 @@ def _start_beams(
 def _finish_at_limit(
     beams: _Beams, limits: list[int], t: int, length_penalty: float, finished: _Finished
 ) -> None:
-    """Finish the live beams of sentences at their length limit ``t``, without EOS (normalised
-    at ``max(t, 1)``: a limit of 0 does not divide by zero)."""
+    """Finish the live beams of sentences at their limit ``t``, without EOS (at ``max(t, 1)``)."""
     at_limit = [i for i, s in enumerate(beams.sents) if limits[s] <= t and not beams.done[i]]
     if not at_limit:
         return
@@ -191,9 +180,8 @@ def _drop_done(beams: _Beams) -> bool:
 
 
 def _top_candidates(scores: Tensor, lprobs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Summed log-prob, source beam and token of each sentence's ``2K`` best extensions, best
-    first, each ``(n, 2K)``, from ``scores (n, K)`` and ``lprobs (n*K, V)``; ties keep
-    :meth:`Tensor.topk`'s order."""
+    """Summed log-prob, source beam and token of each sentence's ``2K`` best extensions, each
+    ``(n, 2K)``, from ``scores (n, K)`` and ``lprobs (n*K, V)``; ties in topk's order."""
     n, K = scores.shape
     # A sentence's best 2K extensions are among each beam's best 2K tokens, so only those get
     # the beam's score added (n*K*2K sums, not n*K*V) before the sentence-wide choice.
@@ -214,8 +202,8 @@ def _finish_eos(
     length_penalty: float,
     finished: _Finished,
 ) -> None:
-    """EOS among a sentence's first ``K`` candidates: a finished hypothesis of ``t + 1`` tokens
-    (EOS counted), its beam's prefix: call before :func:`_advance`."""
+    """EOS among a sentence's first ``K`` candidates finishes its beam's prefix (``t + 1``
+    tokens with EOS); before :func:`_advance`."""
     K = beams.scores.size(1)
     if not is_eos[:, :K].any():  # most steps: one check instead of the search below
         return
@@ -232,7 +220,7 @@ def _finish_eos(
 def _advance(
     beams: _Beams, top_scores: Tensor, top_beams: Tensor, top_tokens: Tensor, is_eos: Tensor
 ) -> None:
-    """Make the first ``K`` non-EOS candidates ``(n, 2K)``, in score order, the live beams."""
+    """Make the first ``K`` non-EOS candidates ``(n, 2K)`` the live beams."""
     n, K = beams.scores.shape
     width, device = top_scores.size(1), top_scores.device
     # Non-EOS candidates sort first, each group keeping its score order.
@@ -244,14 +232,11 @@ def _advance(
     new_tokens = top_tokens.gather(1, live).view(n * K, 1)  # (n*K, 1)
     prefixes = beams.tokens.index_select(0, rows)  # (n*K, t + 1)
     beams.tokens = torch.cat([prefixes, new_tokens], dim=1)  # (n*K, t + 2)
-    # Parents are beams of the same sentence, which share its row of the encoder's keys and
-    # values: only the self-attention caches move.
-    beams.cache.reorder(rows, None)
+    beams.cache.reorder(rows, None)  # parents are the same sentence's: cross caches stay
 
 
 def _mark_stopped(beams: _Beams, t: int, length_penalty: float, finished: _Finished) -> None:
-    """Mark done the sentences with ``K`` finished hypotheses that the best live beam, normalised
-    at its current length ``t``, can't beat (:func:`beam_search`)."""
+    """Mark done the sentences with ``K`` finished hypotheses the best live beam can't beat."""
     K = beams.scores.size(1)
     full = [i for i, sent in enumerate(beams.sents) if len(finished[sent]) >= K]
     if not full:
@@ -278,18 +263,13 @@ def beam_search(
     with_scores: bool = False,
     nbest: int | None = None,
 ) -> list[list[int]] | list[tuple[float, list[int]]] | list[list[tuple[float, list[int]]]]:
-    """Batched beam search, ``B`` sentences times ``K = beam_size`` beams as ``B*K`` rows; each
-    sentence's best finished hypothesis (``with_scores``: with its normalised score), or with
-    ``nbest`` its ``nbest`` best as ``(score, ids)``, best first (at most ``K``: the search keeps
-    ``K`` finished).
-
-    Each step takes the top ``2K`` extensions of a sentence's beams (fairseq): EOS among the
-    first ``K`` finishes a hypothesis, the first ``K`` non-EOS stay live. A sentence stops when
-    it has ``K`` finished hypotheses and its best live beam, normalised at its current length,
-    scores no better than the worst of them (Hugging Face's default rule: exact for
-    ``length_penalty <= 0``, a heuristic above), or at its maximum length, where the live beams
-    finish without EOS. With ``K = 1`` this is greedy search.
-    """
+    """Batched beam search, ``K = beam_size`` beams per sentence; each sentence's best finished
+    hypothesis (``with_scores``: with its score), or its ``nbest`` (at most ``K``) best as
+    ``(score, ids)``, best first. Each step takes a sentence's top ``2K`` extensions (fairseq):
+    EOS among the first ``K`` finishes a hypothesis, the first ``K`` non-EOS stay live. A
+    sentence stops at ``K`` finished that its best live beam, normalised at its current length,
+    does not beat (Hugging Face's rule: exact for ``length_penalty <= 0``), or at its maximum
+    length, its live beams finished without EOS. With ``K = 1`` this is greedy search."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     B = src.size(0)

@@ -1,7 +1,6 @@
-"""Decoding timed in a process of its own (``python -m translate.decoding.timing_process``: the
-jobs as JSON on standard input, the times on standard output), one engine at one thread count:
-two engines in one process would take turns spinning their thread pools on the same cores.
-``bench.decode --ct2`` and ``ablation speed`` time CTranslate2 through :func:`time_in_process`.
+"""Decoding timed in a process of its own (the jobs as JSON on stdin, the times on stdout), one
+engine at one thread count: two engines in one process would spin their thread pools on the
+same cores. ``bench.decode --ct2`` and ``ablation speed`` time CTranslate2 through it.
 """
 
 from __future__ import annotations
@@ -24,13 +23,10 @@ ONE_AT_A_TIME = "1"  # the inputs decoded one sentence per call (batch-1 latency
 
 
 def time_in_process(jobs: list[dict], threads: int) -> list[dict[tuple[str, str], tuple]]:
-    """Per job, ``(inputs, mode) -> (seconds, hypotheses)``: each of ``job["inputs"]`` (name ->
-    source ids; :data:`ONE_AT_A_TIME` one sentence per call, else all at the evaluation batch)
-    in each of ``job["modes"]`` (name -> beam size), once after a short warm-up; the jobs one
-    after the other in one new process at ``threads`` threads (torch's, and CTranslate2's
-    ``intra_threads``), freed memory kept there as here. A job: ``engine`` (``"ours"`` with
-    ``checkpoint`` and ``precision``, else a CTranslate2 export's ``model_dir``), ``device``,
-    ``decode`` (:class:`DecodeSettings` as a dict)."""
+    """Per job, ``(inputs, mode) -> (seconds, hypotheses)`` of each ``job["inputs"]`` (name -> ids)
+    in each ``job["modes"]`` (name -> beam size), in one new process at ``threads`` threads. A
+    job: ``engine`` (``"ours"``: ``checkpoint``, ``precision``; else ``model_dir``), ``device``,
+    ``decode`` (a dict)."""
     spec = {"keep_freed_memory": keeps_freed_memory(), "threads": threads, "jobs": jobs}
     proc = subprocess.run(
         [sys.executable, "-m", __name__], input=json.dumps(spec), capture_output=True, text=True
@@ -42,8 +38,7 @@ def time_in_process(jobs: list[dict], threads: int) -> list[dict[tuple[str, str]
 
 
 def decode_timed(translator, ids: list, beam_size: int, one_at_a_time: bool) -> tuple[list, float]:
-    """``(hypotheses, seconds)`` of ``ids`` decoded one sentence per call (batch-1 latency) or
-    all at the evaluation batch, in a timing process or in ``ablation speed``'s own."""
+    """``(hypotheses, seconds)`` of ``ids`` decoded one per call or at the evaluation batch."""
     calls = [[s] for s in ids] if one_at_a_time else [ids]
     return timed(
         lambda: [hyp for c in calls for hyp in translator.translate_ids(c, beam_size=beam_size)],

@@ -1,6 +1,5 @@
-"""Running a trained model on text: batching, truncation, tokenization and timing around an
-:class:`~translate.decoding.engine.Engine` (nothing here depends on which), and the one way a
-checkpoint becomes a ready :class:`Translator` (:func:`load_translator`)."""
+"""Running a trained model on text: batching, truncation, tokenization and timing around any
+:class:`~translate.decoding.engine.Engine`, and :func:`load_translator`, a checkpoint's."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ WARN_LINES = 3  # truncated lines named one by one; beyond that, only their coun
 
 
 class Translator:
-    """Translate token ids or text in batches of similar length, ``max_tokens`` padded source
-    tokens each. Sources are cut at ``max_src_len`` tokens with the EOS (None: no limit), with a
-    warning that says where that cap comes from (``cap_note``)."""
+    """Translate token ids or text in batches of ``max_tokens`` padded source tokens; sources cut
+    at ``max_src_len`` tokens with the EOS (None: no cap) with a warning naming ``cap_note``."""
 
     def __init__(
         self,
@@ -102,7 +100,7 @@ class Translator:
         return out
 
     def capped(self, ids: list[int]) -> list[int]:
-        """``ids`` as they are decoded: cut at the cap, room left for the EOS."""
+        """``ids`` cut at the cap, room left for the EOS."""
         return ids[: self._max_src]
 
     def over_cap(self, src_ids: list[list[int]]) -> list[tuple[int, int]]:
@@ -156,8 +154,7 @@ class Loaded:
 
 
 def model_from_checkpoint(ckpt: dict, path: Path) -> tuple[Seq2SeqTransformer, Tokenizer]:
-    """A loaded checkpoint's model, in eval mode on the CPU, and its tokenizer; every refusal
-    names ``path``: a broken tokenizer, non-finite weights (garbage with exit 0), misfits."""
+    """A checkpoint's model (eval mode, CPU) and tokenizer, or a refusal that names ``path``."""
     try:
         tokenizer = Tokenizer(ckpt["tokenizer"])
     except UserError as err:
@@ -178,8 +175,7 @@ _NAMED = 3  # weight names a refusal lists; beyond that, their count
 
 
 def _load_weights(model: Seq2SeqTransformer, weights: dict, path: Path) -> None:
-    """``weights`` into ``model``, or one line naming the first misfits (torch's message runs
-    to a line per weight)."""
+    """``weights`` into ``model``, or one line naming the first misfits (not torch's many)."""
     try:
         fit = model.load_state_dict(weights, strict=False)
     except RuntimeError as err:  # a shape differs: torch names it on the line after its header
@@ -200,16 +196,6 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:_NAMED]) + more
 
 
-def _cap_note(cap: int | None, run_cap: int | None) -> str | None:
-    """Where the source cap comes from when the command's ``data=`` set another than the run's."""
-    if cap == run_cap:
-        return None
-    return (
-        f"data.eval_max_len={cap} of this command's data config, counting the EOS; the "
-        f"checkpoint's run evaluated with {run_cap}"
-    )
-
-
 def load_translator(
     checkpoint: str | Path,
     device: str = "auto",
@@ -217,8 +203,7 @@ def load_translator(
     decode: DecodeSettings | dict | None = None,
     data_overrides=None,
 ) -> Loaded:
-    """Checkpoint -> model in eval mode on ``device`` and a :class:`Translator` over it;
-    ``decode`` and ``data_overrides`` as :func:`~translate.decoding.engine_switch.load_engine`'s."""
+    """Checkpoint -> :class:`Loaded`; ``decode`` and ``data_overrides`` as ``load_engine``'s."""
     torch_device = resolve_device(device)
     precision = resolve_precision(precision, torch_device)
     ckpt = load_checkpoint(checkpoint)
@@ -227,12 +212,11 @@ def load_translator(
     model.to(torch_device)
     data = data_settings(config["data"], data_overrides)
     decode = decode_over(config["decode"], decode)
-    translator = Translator(
-        TorchEngine(model, torch_device, precision),
-        tokenizer,
-        decode,
-        data.eval_max_tokens,
-        data.eval_cap,
-        _cap_note(data.eval_cap, data_settings(config["data"]).eval_cap),
-    )
+    cap, run_cap = data.eval_cap, data_settings(config["data"]).eval_cap
+    note = None  # where the cap comes from, when the command's data= set another than the run's
+    if cap != run_cap:
+        note = f"data.eval_max_len={cap} of this command's data config, counting the EOS; the "
+        note += f"checkpoint's run evaluated with {run_cap}"
+    engine = TorchEngine(model, torch_device, precision)
+    translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, cap, note)
     return Loaded(translator, data, config, int(ckpt["step"]))

@@ -1,9 +1,7 @@
 """The web layer on Starlette: ``POST /translate``, ``POST /attention`` and the page at ``/``.
 
-Bodies are read and checked here, so that every bad request is one ``{"error": "..."}`` line
-with a 4xx status: too big (413, before it is all read), not UTF-8, not JSON, not the expected
-keys. Decoding runs in one worker thread of its own, so the event loop keeps answering;
-requests decode one at a time in arrival order.
+Every bad request is one ``{"error": "..."}`` line with a 4xx status (too big: 413, before it
+is all read). Decoding runs in one worker thread, so the event loop keeps answering.
 """
 
 from __future__ import annotations
@@ -76,8 +74,7 @@ def create_app(service: Service, limits: Limits) -> Starlette:
 
 
 async def json_body(request: Request, max_bytes: int, keys: set[str]) -> dict:
-    """The request's JSON object, refused when over ``max_bytes`` (counted as it arrives),
-    not UTF-8, not JSON, or with keys other than ``keys``."""
+    """The request's JSON object, refused over ``max_bytes`` (counted as it arrives) or bad."""
     too_big = Refused(f"the body is over {max_bytes} bytes (max_body_bytes)", 413)
     if int(request.headers.get("content-length") or 0) > max_bytes:
         raise too_big

@@ -4,34 +4,25 @@ head's entropy (:mod:`translate.analysis.heads`) and each cross head's word alig
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from translate.analysis.alignment import align_heads, pharaoh
 from translate.analysis.heads import KINDS, head_statistics, make_batches
-from translate.data.tokenizer import Tokenizer
-from translate.nn.model import Seq2SeqTransformer
 from translate.runtime.device import autocast, eval_mode
 from translate.schema import DegenerateThresholds
+
+if TYPE_CHECKING:
+    from translate.decoding.translator import Translator
 
 DIGITS = 4  # a weight's decimals in the answer: the page shows 3, the JSON stays small
 BEST_BY = "lowest mean entropy among the cross-attention heads"
 
 
-def teacher_forced(
-    model: Seq2SeqTransformer, src_ids: list[int], hyp_ids: list[int], device, precision: str
-):
-    """``(batch, maps)``: the pair as one teacher-forced batch (source + EOS, BOS + output)
-    and its attention maps, each ``(1, H, T_query, T_key)`` per layer."""
-    batch = make_batches([src_ids], [hyp_ids], max_tokens=2**30)[0].to(device)
-    with torch.inference_mode(), eval_mode(model), autocast(device, precision):
-        maps = model.attention_maps(batch.src, batch.tgt_in, batch.src_padding_mask)
-    return batch, maps
-
-
 def cross_alignments(cross: torch.Tensor, src_pieces: list[str], tgt_pieces: list[str]):
-    """Each head's Pharaoh line of one layer's cross-attention ``(H, 1 + T, S + 1)``: the BOS
-    query predicts the first piece and the last query the EOS (dropped), as is the source's
-    EOS key."""
+    """Each head's Pharaoh line of one layer's cross-attention ``(H, 1 + T, S + 1)``; the last
+    query (it predicts the EOS) and the source's EOS key are dropped."""
     if not tgt_pieces:  # an empty translation aligns nothing
         return [""] * cross.size(0)
     real = cross[:, : len(tgt_pieces), : len(src_pieces)].float().cpu()  # (H, T, S)
@@ -39,18 +30,16 @@ def cross_alignments(cross: torch.Tensor, src_pieces: list[str], tgt_pieces: lis
 
 
 def sentence_attention(
-    model: Seq2SeqTransformer,
-    tokenizer: Tokenizer,
-    src_ids: list[int],
-    hyp_ids: list[int],
-    device,
-    precision: str,
-    thresholds: DegenerateThresholds,
+    heads: Translator, src_ids: list[int], hyp_ids: list[int], thresholds: DegenerateThresholds
 ) -> dict:
-    """The /attention answer but the translation: tokens, weights, entropies, alignments."""
-    batch, maps = teacher_forced(model, src_ids, hyp_ids, device, precision)
+    """The /attention answer but the translation, from ``heads``' model teacher-forced."""
+    model, device, precision = heads.model, heads.device, heads.precision
+    batch = make_batches([src_ids], [hyp_ids], max_tokens=2**30)[0].to(device)
+    with torch.inference_mode(), eval_mode(model), autocast(device, precision):
+        # Per layer (1, H, T_query, T_key).
+        maps = model.attention_maps(batch.src, batch.tgt_in, batch.src_padding_mask)
     stats = head_statistics(model, [batch], device, precision, thresholds)
-    src_pieces, tgt_pieces = tokenizer.pieces(src_ids), tokenizer.pieces(hyp_ids)
+    src_pieces, tgt_pieces = heads.tokenizer.pieces(src_ids), heads.tokenizer.pieces(hyp_ids)
     weights = {
         kind: [layer[0].double().cpu().numpy().round(DIGITS).tolist() for layer in layers]
         for kind, layers in zip(KINDS, (maps.encoder, maps.decoder_self, maps.decoder_cross))

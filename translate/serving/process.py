@@ -1,7 +1,6 @@
-"""``python -m translate.serve`` in a process of its own, as the benchmark and the tests run
-it: on a free port, ready once its start line names the URL (its socket already listens, so
-a request sent then waits in the backlog), and a JSON client for it that keeps its connection,
-as HTTP clients and browsers do."""
+"""``python -m translate.serve`` in a process of its own (the benchmark's, the tests'), on a
+free port, ready once its start line names the URL (its socket already listens); and a JSON
+client that keeps its connection, as HTTP clients do."""
 
 from __future__ import annotations
 
@@ -37,16 +36,14 @@ class ServerProcess:
         return code
 
     def post(self, path: str, body: dict, timeout: float = 120) -> tuple[int, dict]:
-        """``(status, answer)`` of a JSON request on a connection of its own, a 4xx or 5xx
-        included."""
+        """``(status, answer)`` of a JSON request on a connection of its own."""
         with contextlib.closing(KeptConnection(self.url, timeout)) as client:
             return client.post(path, body)
 
 
 class KeptConnection:
-    """A JSON client on one HTTP/1.1 connection, kept between requests. A kept connection the
-    server has since closed (uvicorn closes one idle for 5 s) is reopened and the request sent
-    again, once, as HTTP clients do; any other failure closes it and is raised."""
+    """A JSON client on one kept HTTP/1.1 connection: one the server closed (uvicorn: idle 5 s)
+    is reopened and the request sent again, once; any other failure closes it and is raised."""
 
     def __init__(self, url: str, timeout: float = 120) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -81,8 +78,7 @@ class KeptConnection:
 
 @contextlib.contextmanager
 def server_process(overrides: list[str], start_s: float = 180) -> Iterator[ServerProcess]:
-    """The server with ``overrides`` (``checkpoint=...``) on a free port; stopped by Ctrl-C
-    (SIGINT) when the block ends, if it still runs."""
+    """The server with ``overrides`` on a free port; SIGINT when the block ends, if it runs."""
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "TRANSLATE_DEBUG")}
     command = [sys.executable, "-m", "translate.serve", "port=0", *overrides]
     proc = subprocess.Popen(

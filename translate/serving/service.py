@@ -1,7 +1,5 @@
-"""The loaded model(s) behind the server, and the lock that queues every request's decoding.
-
-Our decoder caches and the model's modules are not safe to use from two threads at once, so
-each request decodes alone, in arrival order; a request's sentences are batched together.
+"""The loaded model(s) behind the server, and the lock that queues every request's decoding:
+our decoder caches and modules are not thread-safe, so each request decodes alone, in order.
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ class Refused(Exception):
 
 @dataclass
 class Service:
-    """``loaded`` translates; ``heads`` (our model: the same one with engine=torch, the
-    checkpoint= beside an export, or None) gives attention and alignments."""
+    """``loaded`` translates; ``heads`` (``loaded``, the checkpoint= beside an export, or None)
+    gives attention and alignments."""
 
     loaded: Loaded
     heads: Loaded | None
@@ -49,9 +47,7 @@ class Service:
     def translate(
         self, texts: list[str], alignments: bool = False, nbest: int | None = None
     ) -> dict:
-        """``/translate``'s answer: each text's translation, with ``nbest`` its ``nbest`` best
-        with their scores, with ``alignments`` the word alignment of its best-aligning head; and
-        a warning for each text over the model's source cap."""
+        """``/translate``'s answer: translations (``nbest``, ``alignments``) and cut warnings."""
         self._check(alignments, nbest)
         ids = self.translator.tokenizer.encode([text.strip() for text in texts])
         src = [self.translator.capped(i) for i in ids]
@@ -114,19 +110,10 @@ class Service:
         return answer
 
     def _heads(self, translation: str, src_ids: list[int], hyp_ids: list[int]) -> dict:
-        """Our model's heads on the pair, teacher-forced; beside an export of another
-        tokenizer, on the pair as our model's tokenizer cuts the text."""
+        """Our model's heads on the pair (beside an export of another tokenizer: re-encoded)."""
         heads = self.heads.translator
         if heads.tokenizer.model_proto != self.translator.tokenizer.model_proto:
             source = self.translator.tokenizer.decode([src_ids])[0]
             src_ids, hyp_ids = heads.tokenizer.encode([source, translation])
             src_ids = heads.capped(src_ids)
-        return sentence_attention(
-            heads.model,
-            heads.tokenizer,
-            src_ids,
-            hyp_ids,
-            heads.device,
-            heads.precision,
-            self.thresholds,
-        )
+        return sentence_attention(heads, src_ids, hyp_ids, self.thresholds)
