@@ -176,9 +176,16 @@ def _check(settings, name: str) -> None:
 # ------------------------------------------------------------------------ commands
 
 
-model_settings = functools.partial(build, ModelSettings, name="model")
-decode_settings = functools.partial(build, DecodeSettings, name="decode")
-analysis_settings = functools.partial(build, AnalysisSettings, name="analysis")
+def model_settings(node: Any) -> ModelSettings:
+    return build(ModelSettings, node, "model")
+
+
+def decode_settings(node: Any) -> DecodeSettings:
+    return build(DecodeSettings, node, "decode")
+
+
+def analysis_settings(node: Any) -> AnalysisSettings:
+    return build(AnalysisSettings, node, "analysis")
 
 
 # evaluate's and translate's decode group: every key null, "as the run decoded" (DecodeOverrides);

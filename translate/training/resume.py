@@ -25,9 +25,17 @@ log = logging.getLogger(__name__)
 
 # Prefixes of dotted config keys; one ending in "." covers a whole group.
 IDENTITY = (
-    *("heads", "kv_heads", "model.", "seed"),
-    *("data.source", "data.src_lang", "data.tgt_lang", "data.pair"),
-    *("data.splits.", "data.tokenizer.", "data.filter."),
+    "heads",
+    "kv_heads",
+    "model.",
+    "seed",
+    "data.source",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.pair",
+    "data.splits.",
+    "data.tokenizer.",
+    "data.filter.",
 )
 LOCATION = ("data.dir", "data.path", "data.hub.")
 # How a job runs: never worth a word when it differs. The fields marked so, and the command.
