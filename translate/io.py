@@ -171,7 +171,12 @@ def written_here(path: Path) -> bool:
 
 
 def _check_replace(
-    path: Path, kind: str, inputs: Iterable = (), key=None, adopt=False, content=True
+    path: Path,
+    kind: str,
+    inputs: Iterable = (),
+    key: str | None = None,
+    adopt: bool = False,
+    content: bool = True,
 ) -> None:
     """``content=False`` leaves out whether a marked file changed (a read of the whole file)."""
     if path.is_symlink():
@@ -245,7 +250,9 @@ def _mark_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _claimed(path: Path, kind: str, inputs: Iterable = (), key=None, adopt=False) -> Iterator:
+def _claimed(
+    path: Path, kind: str, inputs: Iterable = (), key: str | None = None, adopt: bool = False
+) -> Iterator[None]:
     """The lock on ``path``'s marks folder, held once ``path`` may be replaced."""
     # First without the lock, which makes the marks folder: a refusal leaves nothing behind.
     # Whether a marked file changed is asked once, under the lock: its marks folder is there.
@@ -293,22 +300,25 @@ class Output:
 
     def write(self, data: str | bytes) -> None:
         payload = data.encode("utf-8") if isinstance(data, str) else data
-        if self.path is not None and not self.through:
-            write(self.path, payload, self.kind, inputs=self.inputs, key=self.key)
-            return
-        if self.through:
+        if self.path is None:
+            _write_stdout(payload)
+        elif self.through:
             with mapped_write_errors(self.path), open(self.path, "wb") as f:
                 f.write(payload)
-            return
-        try:
-            sys.stdout.flush()
-            sys.stdout.buffer.write(payload)
-            sys.stdout.flush()
-        except OSError as err:
-            # Nothing more can reach stdout: so Python's own flush at exit prints no second error.
-            point_at_devnull(sys.stdout)
-            why = write_error_reason(err)
-            raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
+        else:
+            write(self.path, payload, self.kind, inputs=self.inputs, key=self.key)
+
+
+def _write_stdout(payload: bytes) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(payload)
+        sys.stdout.flush()
+    except OSError as err:
+        # Nothing more can reach stdout: so Python's own flush at exit prints no second error.
+        point_at_devnull(sys.stdout)
+        why = write_error_reason(err)
+        raise WriteFailed(f"could not write to standard output: {why}", err.errno) from None
 
 
 def point_at_devnull(stream) -> None:

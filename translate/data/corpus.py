@@ -227,7 +227,8 @@ def _columns(ds, langs: tuple[str, str]) -> dict[str, list[str]]:
 
 def _filter(
     src_ids: list[np.ndarray], tgt_ids: list[np.ndarray], limits: FilterSettings, apply: bool
-) -> tuple[np.ndarray, dict[str, int]]:  # the keep mask, {reason: pairs dropped}
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Keep mask and ``{reason: dropped}``."""
     n = len(src_ids)
     if not apply:
         return np.ones(n, bool), {}

@@ -246,7 +246,15 @@ class MultiHeadAttention(nn.Module):
                 "is batch-first; construct nn.MultiheadAttention(..., batch_first=True)"
             )
         D, bias, out = module.embed_dim, module.in_proj_bias is not None, module.out_proj
-        ours = cls(D, module.num_heads, module.dropout, bias, impl, module.kdim, module.vdim)
+        ours = cls(
+            D,
+            module.num_heads,
+            module.dropout,
+            bias=bias,
+            impl=impl,
+            kdim=module.kdim,
+            vdim=module.vdim,
+        )
         if module._qkv_same_embed_dim:
             weights = module.in_proj_weight.detach().split(D, dim=0)  # 3 x (D, D)
         else:

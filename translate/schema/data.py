@@ -172,5 +172,6 @@ class DataSettings:
                 )
 
     @property
-    def split_names(self) -> dict[str, str]:  # the roles in use
+    def split_names(self) -> dict[str, str]:
+        """``{role: split name}`` of the roles in use."""
         return {str(r): str(n) for r, n in self.splits.items() if n is not None}

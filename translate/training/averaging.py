@@ -28,7 +28,8 @@ _STEP_FILE = re.compile(r"step_(\d+)\.pt")
 _RESERVED = ("last.pt", "best.pt")
 
 
-def step_checkpoints(directory: str | Path) -> list[Path]:  # by step
+def step_checkpoints(directory: str | Path) -> list[Path]:
+    """The ``step_<N>.pt`` files in ``directory``, by step."""
     found = [
         (int(match[1]), path)
         for path in Path(directory).glob("step_*.pt")

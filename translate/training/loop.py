@@ -116,7 +116,8 @@ def _updates(run: Run, batches: TrainBatches) -> Iterator[StepResult | None]:
         yield None
 
 
-def _count_step(run: Run, result: StepResult) -> bool:  # False for a skipped (NaN/Inf) update
+def _count_step(run: Run, result: StepResult) -> bool:
+    """Count an update; False for a skipped (NaN/Inf) one."""
     p, t = run.progress, run.settings.trainer
     if result.skipped:
         p.bad_steps += 1
@@ -176,7 +177,8 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
         run.writer.add_scalar(f"train/{name}", value, p.step)
 
 
-def _stop_reason(run: Run, stop: StopRequest) -> str | None:  # a step or time limit, or a signal
+def _stop_reason(run: Run, stop: StopRequest) -> str | None:
+    """A step or time limit, or a signal."""
     _tell_schedule(run)
     budget = budget_reached(run.progress, run.settings.trainer)
     return budget or (signal.Signals(stop.signal).name if stop.signal else None)
@@ -288,8 +290,13 @@ def _log_heatmaps(run: Run, last: bool) -> None:
 
 def _checkpoint(run: Run, improved: bool) -> None:
     """Write the checkpoint; TensorBoard is flushed to stay in step with it."""
-    p, c = run.progress, run.corpus
-    state = checkpoint_state(run.trainer, p, run.settings.config, c.tokenizer, c.fingerprints)
+    state = checkpoint_state(
+        run.trainer,
+        run.progress,
+        run.settings.config,
+        run.corpus.tokenizer,
+        run.corpus.fingerprints,
+    )
     run.ckpts.save(state, run.progress.step, improved, run.progress.best_step)
     run.saved_step = run.progress.step
     run.writer.flush()

@@ -168,8 +168,15 @@ def _heads(run: Run) -> dict | None:
     analysis = run.settings.analysis
     if not analysis.summary_sentences:
         return None
-    valid, cap, trainer = run.corpus.splits["valid"], run.corpus.eval_max_len, run.trainer
-    summary = head_summary(run.model, valid, trainer.device, trainer.precision, analysis, cap, cap)
+    summary = head_summary(
+        run.model,
+        run.corpus.splits["valid"],
+        run.trainer.device,
+        run.trainer.precision,
+        analysis,
+        run.corpus.eval_max_len,
+        run.corpus.eval_max_len,
+    )
     step = run.progress.step
     for kind, entropy in summary["entropy"].items():
         run.writer.add_scalar(f"heads/entropy_{kind}", entropy, step)
