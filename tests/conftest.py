@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -106,6 +107,15 @@ def file_size_limit(limit: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return setup
+
+
+def assert_plain_help(proc) -> str:
+    """A ``--help`` as every one must be: exit 0, some text (a module without a main prints
+    nothing), and no reST markup (``x``, :mod:`x`). Returns the text."""
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip(), "no help printed"
+    assert "``" not in proc.stdout and not re.search(r":\w+:`", proc.stdout), proc.stdout
+    return proc.stdout
 
 
 def assert_one_line_error(proc, *fragments: str) -> None:

@@ -9,7 +9,7 @@ import re
 import typing
 
 import pytest
-from conftest import CONF, assert_one_line_error, run_cli
+from conftest import CONF, assert_one_line_error, assert_plain_help, run_cli
 from omegaconf import OmegaConf
 from test_settings import train_keys
 
@@ -42,12 +42,8 @@ def config_keys(config_name: str) -> set[str]:
 
 
 def plain_help(module: str) -> str:
-    """``python -m <module> --help``'s text, as every --help must be: exit 0, and no reST
-    markup (``x``, :mod:`x`)."""
-    proc = run_cli(module, "--help")
-    assert proc.returncode == 0, proc.stderr
-    assert "``" not in proc.stdout and not re.search(r":\w+:`", proc.stdout), proc.stdout
-    return proc.stdout
+    """``python -m <module> --help``'s text (:func:`conftest.assert_plain_help`)."""
+    return assert_plain_help(run_cli(module, "--help"))
 
 
 @pytest.mark.parametrize("module", COMMANDS)
@@ -115,12 +111,9 @@ def test_a_config_hydra_cannot_compose_is_one_line(module, overrides, fragment):
 
 
 # Every command a user runs with --help but those whose --help the tests above and below read
-# (plain_help): the ablation study's report and speed build their own parser
-# (translate/ablation/report.py, speed.py).
+# (plain_help), and the heads study's (python -m translate.ablation report|speed|align --help,
+# tests/ablation/test_ablation_command.py).
 PLAIN_HELP = [
-    "translate.ablation",
-    "translate.ablation.report",
-    "translate.ablation.speed",
     *(f"translate.bench.{name}" for name in ("attention", "decode", "gpu", "ladder", "train")),
     "translate.bench.serve",
 ]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, assert_plain_help
 
 from translate.ablation.__main__ import main
 
@@ -35,7 +35,7 @@ def test_a_missing_or_unknown_command_is_one_usage_error(capsys, argv, says):
 @pytest.mark.parametrize("command", ["report", "speed", "align"])
 def test_each_command_has_its_own_help_and_refuses_a_missing_sweep_dir(command, tmp_path):
     shown = run(command, "--help")
-    assert shown.returncode == 0, shown.stderr
+    assert_plain_help(shown)
     assert shown.stdout.startswith(f"usage: python -m translate.ablation {command} [-h]")
     assert "sweep_dir" in shown.stdout
     missing = run(command, str(tmp_path / "nope"))
