@@ -61,10 +61,14 @@ def attention_figure(weights: Tensor, keys: list[str], queries: list[str], title
     heads = weights.size(0)
     # Constrained: tight_layout leaves a tall card's title over its first head.
     if card:
-        (rows, cols), font, layout = (heads, 1), FONT_PX * 72 / DPI, "constrained"  # points
+        rows, cols = heads, 1
+        font = FONT_PX * 72 / DPI  # points
+        layout = "constrained"
         size = _card_size(heads, keys, queries)
     else:
-        (rows, cols), font, layout = head_grid(heads), 11, "tight"
+        rows, cols = head_grid(heads)
+        font = 11
+        layout = "tight"
         side = max(2.5, 0.22 * max(len(keys), len(queries)))
         size = (side * cols, side * rows)
     fig, axes = pyplot().subplots(rows, cols, figsize=size, dpi=DPI, squeeze=False, layout=layout)

@@ -200,7 +200,8 @@ def summarize(stats: Sequence[HeadStats]) -> dict:
         per_layer = [[s.entropy for s in mine if s.layer == n] for n in layers]
         out["entropy_per_layer"][kind] = [sum(e) / len(e) for e in per_layer]
     degenerate = [s for s in stats if s.degenerate]
-    out["degenerate_heads"], out["total_heads"] = len(degenerate), len(stats)
+    out["degenerate_heads"] = len(degenerate)
+    out["total_heads"] = len(stats)
     out["degenerate"] = [
         {"kind": s.kind, "layer": s.layer, "head": s.head, "reason": s.degenerate}
         for s in degenerate

@@ -262,7 +262,10 @@ def print_summary(summary: dict, targets: dict[str, tuple[str, float]]) -> None:
         line = f"{key} = {fmt(value, '.3f')}"
         if key in targets:
             op, bound = targets[key]
-            met = value is not None and (value >= bound if op == ">=" else value <= bound)
-            verdict = "not measured" if value is None else "met" if met else "NOT met"
+            if value is None:
+                verdict = "not measured"
+            else:
+                met = value >= bound if op == ">=" else value <= bound
+                verdict = "met" if met else "NOT met"
             line += f"   (target {op} {bound}: {verdict})"
         print(line)

@@ -58,10 +58,18 @@ def synthetic_sources(n: int, vocab: int, seed: int) -> list[np.ndarray]:
 
 
 def random_model(args, device: torch.device, impl: str, kv_heads: int | None = None):
-    sizes = dict(d_model=args.d_model, num_heads=args.heads, d_ff=args.d_ff, num_kv_heads=kv_heads)
-    sizes.update(num_encoder_layers=args.layers, num_decoder_layers=args.layers)
     torch.manual_seed(args.seed)
-    model = Seq2SeqTransformer(args.vocab, **sizes, attention_impl=impl, pad_id=Tokenizer.PAD)
+    model = Seq2SeqTransformer(
+        args.vocab,
+        d_model=args.d_model,
+        num_heads=args.heads,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        d_ff=args.d_ff,
+        attention_impl=impl,
+        pad_id=Tokenizer.PAD,
+        num_kv_heads=kv_heads,
+    )
     return model.to(device).eval()
 
 
@@ -273,10 +281,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
             summary.update(kv_summary(kv_rows, args))
         engines = ct2.section(args, sources, device) if args.ct2 else None
         summary.update(engines.pop("summary") if engines else {})
-        sections = dict(weights=weights, precision=precision, sentences=len(sources))
-        sections.update(batch_sizes=[len(g) for g in groups], mean_source_len=mean_len)
-        sections.update(rows=rows, kv_rows=kv_rows, ct2=engines)
-        return common.finish("decode", argv, args, device, summary, TARGETS, **sections)
+        return common.finish(
+            "decode",
+            argv,
+            args,
+            device,
+            summary,
+            TARGETS,
+            weights=weights,
+            precision=precision,
+            sentences=len(sources),
+            batch_sizes=[len(g) for g in groups],
+            mean_source_len=mean_len,
+            rows=rows,
+            kv_rows=kv_rows,
+            ct2=engines,
+        )
 
 
 if __name__ == "__main__":

@@ -90,11 +90,15 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[Iterable[int]]) -> list[str]:
         """Text of each id sequence: cut at the first EOS, PAD and BOS dropped."""
-        kept = []
+        specials, kept = (self.PAD, self.BOS), []
         for seq in ids:
-            seq = [int(i) for i in seq]
-            end = seq.index(self.EOS) if self.EOS in seq else len(seq)
-            kept.append([i for i in seq[:end] if i not in (self.PAD, self.BOS)])
+            out = []
+            for i in map(int, seq):
+                if i == self.EOS:
+                    break
+                if i not in specials:
+                    out.append(i)
+            kept.append(out)
         if len(kept) < POOLED:
             return [self._sp.decode(seq) for seq in kept]
         return self._sp.decode(kept, num_threads=_threads())

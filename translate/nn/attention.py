@@ -245,7 +245,8 @@ class MultiHeadAttention(nn.Module):
                 "the nn.MultiheadAttention is seq-first (batch_first=False) but MultiHeadAttention "
                 "is batch-first; construct nn.MultiheadAttention(..., batch_first=True)"
             )
-        D, bias, out = module.embed_dim, module.in_proj_bias is not None, module.out_proj
+        D, out = module.embed_dim, module.out_proj
+        bias = module.in_proj_bias is not None
         ours = cls(
             D,
             module.num_heads,

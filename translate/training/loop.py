@@ -172,8 +172,14 @@ def _log_step(run: Run, result: StepResult, bar: TrainBar) -> None:
     bar.update(
         p, loss=f"{result.loss:.3f}", lr=f"{result.lr:.2e}", tok_s=f"{tps:,.0f}", real=f"{real:.0%}"
     )
-    train = {"loss": result.loss, "lr": result.lr, "grad_norm": result.grad_norm}
-    for name, value in {**train, "tokens_per_s": tps, "real_token_ratio": real}.items():
+    train = {
+        "loss": result.loss,
+        "lr": result.lr,
+        "grad_norm": result.grad_norm,
+        "tokens_per_s": tps,
+        "real_token_ratio": real,
+    }
+    for name, value in train.items():
         run.writer.add_scalar(f"train/{name}", value, p.step)
 
 
@@ -223,7 +229,8 @@ def _validate(run: Run) -> bool:
     p, corpus = run.progress, run.corpus
     batches = corpus.splits["valid"].batches(corpus.eval_max_tokens, corpus.eval_max_len)
     loss = mean_nll(run.model, batches, run.trainer.device, run.trainer.precision)
-    scores, ppl = dev_scores(run), math.exp(min(loss, 50))
+    scores = dev_scores(run)
+    ppl = math.exp(min(loss, 50))
     dev = {"loss": loss, "ppl": ppl, "bleu": scores["bleu"], "chrf": scores["chrf"]}
     for name, value in dev.items():
         run.writer.add_scalar(f"dev/{name}", value, p.step)

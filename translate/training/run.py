@@ -67,7 +67,8 @@ class Run:
 
 
 def setup(settings: TrainSettings) -> Run:
-    r, t, run_dir = settings.runtime, settings.trainer, Path(settings.run_dir)
+    r, t = settings.runtime, settings.trainer
+    run_dir = Path(settings.run_dir)
     device = resolve_device(r.device)
     precision = resolve_precision(r.precision, device, training=True)
     lock = RunLock(run_dir).acquire()
