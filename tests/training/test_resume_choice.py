@@ -186,3 +186,24 @@ def test_a_step_file_cut_short_is_trained_again_and_replaced(
     results = train(config(run, cache_dir, "trainer.resume=true"))
     assert results["status"] == "completed" and results["steps"] == 4
     assert torch.load(ckpts / "step_00000004.pt", weights_only=True)["step"] == 4
+
+
+def test_a_run_killed_before_linking_its_newest_checkpoint_points_at_it_after_a_resume(
+    finished_template, tmp_path, cache_dir
+):
+    """A kill between writing step_00000004.pt and linking last.pt (and best.pt) to it: the
+    resume starts from step 4, already at its limit, trains nothing and writes no checkpoint,
+    yet both names must be the resumed state's (at eb0d597 last.pt stayed at step 2)."""
+    run = _layout(finished_template, tmp_path / "run", "step_*.pt")
+    ckpts = run / "checkpoints"
+    newest = ckpts / "step_00000004.pt"
+    best_step = torch.load(newest, weights_only=True)["progress"]["best_step"]
+    os.link(ckpts / "step_00000002.pt", ckpts / "last.pt")
+    # best.pt at the other step (in this template's run step 2 was the best): a name the state
+    # disagrees with, whichever it is, is pointed at the state's.
+    other = "step_00000002.pt" if best_step == 4 else "step_00000004.pt"
+    os.link(ckpts / other, ckpts / "best.pt")
+    results = train(config(run, cache_dir, "trainer.resume=true"))
+    assert results["steps"] == 4
+    assert (ckpts / "last.pt").samefile(newest)
+    assert (ckpts / "best.pt").samefile(ckpts / f"step_{best_step:08d}.pt")

@@ -106,6 +106,7 @@ def _build(settings: TrainSettings, device, precision: str, run_dir: Path) -> Ru
     progress = Progress()
     if t.resume:
         progress = resume_or_start(ckpts.directory, trainer, corpus, settings)
+        ckpts.relink(progress.step, progress.best_step)
     engine = TorchEngine(model, device, precision)
     translator = Translator(
         engine, tok, settings.decode, corpus.eval_max_tokens, corpus.eval_max_len

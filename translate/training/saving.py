@@ -27,8 +27,11 @@ class CheckpointManager:
         self.around_best = around_best
         self.last, self.best = self.directory / "last.pt", self.directory / "best.pt"
 
+    def step_file(self, step: int) -> Path:
+        return self.directory / f"step_{step:08d}.pt"
+
     def save(self, state: dict, step: int, is_best: bool, best_step: int | None = None) -> Path:
-        path = self.directory / f"step_{step:08d}.pt"
+        path = self.step_file(step)
         # This manager's own names: a fresh run starts without checkpoints and a resume found
         # each one this experiment's, so they may be replaced, but no other kind of output.
         save_checkpoint(state, path, adopt=True)
@@ -44,6 +47,16 @@ class CheckpointManager:
                 io.remove(old)
         log.debug("saved %s%s", path, " (best)" if is_best else "")
         return path
+
+    def relink(self, step: int, best_step: int) -> None:
+        """Point ``last.pt`` and ``best.pt`` at the step files of the state a run resumed: one
+        killed between writing ``step_<N>.pt`` and linking them left them at an older step, and
+        a resume already at its limit writes no checkpoint that would mend them."""
+        names = {self.last: self.step_file(step), self.best: self.step_file(best_step)}
+        for name, target in names.items():
+            if target.is_file() and not (name.is_file() and name.samefile(target)):
+                log.info("%s: linked to %s, as the resumed state says", name, target.name)
+                io.link(target, name, CHECKPOINT, adopt=True)
 
 
 def checkpoint_state(
