@@ -1,10 +1,12 @@
 """The tokenizer and encoding caches are built once when several processes (the jobs of a sweep
 started together) load the same corpus into a cold cache: the second waits for the first's
 build and reads it, instead of building its own. Here the two loaders are threads: the lock is
-an flock on a file opened by each, and two opens exclude each other even within one process."""
+an flock on a file opened by each, and two opens exclude each other even within one process.
+The first holds the lock until the second has asked for it, so no timing decides the order."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import threading
 import time
@@ -20,15 +22,30 @@ from translate.data.tokenizer import (
 )
 
 TEXTS = read_lines(sample_dir() / "train.de")[:1500] + read_lines(sample_dir() / "train.en")[:1500]
-SLOW = 1.5  # seconds the first builder takes longer than it would, to be caught building
 
 
-def _train(cache_dir, started: threading.Event | None, calls: list, results: list):
+def _second_asks(monkeypatch) -> threading.Event:
+    """Set once the main thread (the second loader) asks for a lock: from then on it waits for
+    the first, however loaded the machine. (Before, the first slept 1.5 s and a slow second
+    could come after the build, finding the file without waiting.)"""
+    asked, flock = threading.Event(), fcntl.flock
+
+    def watched(fd, operation):
+        if threading.current_thread() is threading.main_thread():
+            asked.set()
+        return flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", watched)
+    return asked
+
+
+def _train(cache_dir, started: threading.Event | None, calls: list, results: list, asked=None):
     def texts():
         calls.append(1)
-        if started is not None:  # the first builder: keep the lock while the second arrives
+        if started is not None:  # the first builder: keep the lock until the second waits
             started.set()
-            time.sleep(SLOW)
+            assert asked.wait(60), "the second loader never asked for the lock"
+            time.sleep(1.1)  # the log names a wait of over a second
         return iter(TEXTS)
 
     results.append(
@@ -38,9 +55,12 @@ def _train(cache_dir, started: threading.Event | None, calls: list, results: lis
     )
 
 
-def test_a_second_process_waits_for_the_first_tokenizer_build_and_reads_it(tmp_path, caplog):
+def test_a_second_process_waits_for_the_first_tokenizer_build_and_reads_it(
+    tmp_path, caplog, monkeypatch
+):
     started, calls, results = threading.Event(), [], []
-    first = threading.Thread(target=_train, args=(tmp_path, started, calls, results))
+    asked = _second_asks(monkeypatch)
+    first = threading.Thread(target=_train, args=(tmp_path, started, calls, results, asked))
     with caplog.at_level(logging.INFO, logger="translate.data.tokenizer"):
         first.start()
         assert started.wait(30)  # the first is training, holding the lock
@@ -63,12 +83,13 @@ def test_a_second_process_waits_for_the_first_encoding_and_reads_it(tmp_path, mo
 
     def encode(self, texts):
         encoded.append(len(texts))
-        started.set()
-        time.sleep(SLOW / 2)
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            asked.wait(60)  # not asserted: without a lock the second encodes, failing below
         return slow_encode(self, texts)
 
     monkeypatch.setattr(Tokenizer, "encode", encode)
-    results = []
+    asked, results = _second_asks(monkeypatch), []
 
     def load():
         results.append(encode_cached(tokenizer, columns, text_fingerprint(columns), tmp_path))
