@@ -16,6 +16,7 @@ import torch
 from conftest import SHORT, TINY, assert_one_line_error, run_cli, snapshot
 from conftest import short_config as config
 
+from translate.checkpoint import load_checkpoint
 from translate.errors import UserError
 from translate.train import train
 from translate.training.averaging import average_into
@@ -207,3 +208,21 @@ def test_a_run_killed_before_linking_its_newest_checkpoint_points_at_it_after_a_
     assert results["steps"] == 4
     assert (ckpts / "last.pt").samefile(newest)
     assert (ckpts / "best.pt").samefile(ckpts / f"step_{best_step:08d}.pt")
+
+
+def test_a_signal_stopped_run_resumed_at_its_limit_still_ends_validated(
+    finished_template, tmp_path, cache_dir, caplog
+):
+    """A signal saves without validating; resumed with a budget it has already reached, the run
+    trains nothing, yet its stop validates and checkpoints as every other stop does (before,
+    the scoring took an older best.pt and step 4 was never validated)."""
+    run = _layout(finished_template, tmp_path / "run", "step_*.pt")
+    newest = run / "checkpoints" / "step_00000004.pt"
+    state = torch.load(newest, weights_only=True)
+    state["progress"]["last_val_step"] = 2  # as saved by a SIGTERM at step 4
+    torch.save(state, newest)
+    with caplog.at_level("INFO", logger="translate.training.loop"):
+        results = train(config(run, cache_dir, "trainer.resume=true"))
+    assert results["steps"] == 4
+    assert "step 4: dev loss" in caplog.text
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["progress"]["last_val_step"] == 4

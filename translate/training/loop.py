@@ -85,6 +85,10 @@ def fit(run: Run) -> tuple[str, int | None]:
     # A resumed run may already be at a limit (e.g. it stopped while scoring): no extra step.
     stop_reason = limit_reached(p, t)
     with StopRequest() as stop, logging_redirect_tqdm():
+        if stop_reason is not None and p.last_val_step != p.step:
+            # Stopped by a signal (which saves without validating), then resumed with a budget
+            # it has reached: this stop validates and checkpoints as every other one does.
+            _validate_and_checkpoint(run, stop_reason, None)
         for result in _updates(run, batches) if stop_reason is None else ():
             if result is not None:
                 _log_step(run, result, bar)
