@@ -65,6 +65,23 @@ def test_a_checkpoint_with_overwritten_bytes_is_refused_as_corrupt(damaged):
     assert "use another one" in message and "\n" not in message
 
 
+@pytest.mark.parametrize(
+    "content",
+    [b"hello\n", b"", b"\x80\x02]q\x00.", b"PK\x03\x04" + b"\x00" * 200],
+    ids=["text", "empty", "a pickle", "a zip header alone"],
+)
+def test_a_file_that_is_no_zip_archive_is_refused_in_one_line(content, tmp_path):
+    """torch.load reads any bytes but a zip as its old pickle format and fails in any way (a
+    text file named .pt: KeyError 101, a traceback); every checkpoint torch.save writes is a zip."""
+    path = tmp_path / "best.pt"
+    path.write_bytes(content)
+    with pytest.raises(UserError) as err:
+        load_checkpoint(path)
+    message = str(err.value)
+    assert f"checkpoint {path} is truncated or corrupt, or no checkpoint at all" in message
+    assert "\n" not in message
+
+
 def test_evaluate_refuses_a_checkpoint_with_overwritten_bytes(damaged, tmp_path):
     proc = run_cli("translate.evaluate", f"checkpoint={damaged}", f"hydra.run.dir={tmp_path}")
     assert_one_line_error(proc, "truncated or corrupt", str(damaged))

@@ -85,7 +85,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
             f"checkpoint not found: {path}; pass checkpoint=<run_dir>/checkpoints/best.pt"
         )
     try:
-        _check_crcs(path)
+        _check_zip(path)
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except _LOAD_ERRORS as err:
         # The safe unpickler names the global it refused; anything else is a damaged file.
@@ -146,12 +146,19 @@ def _shown(value) -> str:
     return f"a {type(value).__name__}"
 
 
-def _check_crcs(path: Path) -> None:
-    """Refuse a zip entry that fails its CRC (torch.load does not check them: wrong weights)."""
+def _check_zip(path: Path) -> None:
+    """Refuse a file that is no zip archive, as every checkpoint torch.save writes is (torch
+    reads any other bytes as a pickle of its old format, failing in any way: a text file named
+    .pt raised a KeyError), and a zip entry that fails its CRC (torch.load does not check them:
+    wrong weights)."""
     try:
         archive = zipfile.ZipFile(path)
     except BadZipFile:
-        return
+        raise UserError(
+            f"checkpoint {path} is truncated or corrupt, or no checkpoint at all (not a zip "
+            "archive, as every checkpoint translate writes is); use another one, e.g. an "
+            "earlier checkpoints/step_*.pt"
+        ) from None
     with archive:
         bad = archive.testzip()
     if bad is not None:
