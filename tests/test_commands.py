@@ -76,6 +76,21 @@ def test_evaluate_with_bad_src_or_ref_is_one_line(ckpt, tmp_path, case):
     assert_one_line_error(proc, "does not exist" if case == "missing_ref" else "has no lines")
 
 
+@pytest.mark.parametrize(
+    "command,key,said",
+    [
+        ("translate.train", "head=8", "unknown key head (heads?); train takes analysis, data,"),
+        ("translate.serve", "chekpoint=x", "unknown key chekpoint (checkpoint?); serve takes"),
+        ("translate.translate", "src=x", "unknown key src; translate takes checkpoint, decode,"),
+    ],
+)
+def test_an_unknown_key_names_the_keys_the_command_takes(tmp_path, command, key, said):
+    """Before: Hydra's `To append to your config use +head=8`, which was then refused too."""
+    proc = run_cli(command, key, f"hydra.run.dir={tmp_path / 'out'}")
+    assert_one_line_error(proc, said, f"(conf/{command.split('.')[1]}.yaml)")
+    assert "+" not in proc.stderr
+
+
 @pytest.mark.parametrize("command", ["translate.evaluate", "translate.analyze"])
 def test_a_bad_value_names_the_key_as_typed(tmp_path, command):
     """Before: `command.keep_freed_memory='maybe' ...`, a key no command line has."""

@@ -68,8 +68,12 @@ def test_help_lists_the_commands_keys_and_nothing_else(module):
 @pytest.mark.parametrize(
     "module,override,fragment",
     [
-        *((m, "foo.bar=1", "Could not override 'foo.bar'.") for m in COMMANDS),
-        ("translate.train", "foo.bar=1", "Could not override 'foo.bar'."),
+        *((m, "foo.bar=1", f"unknown key foo.bar; {name} takes ") for m, name in COMMANDS.items()),
+        (
+            "translate.train",
+            "traner.max_steps=1",
+            "unknown key traner.max_steps (trainer.max_steps?)",
+        ),
         (
             "translate.train",
             "experiment=nonexistent",

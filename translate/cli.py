@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import functools
 import logging
 import os
@@ -69,7 +70,7 @@ def run_command(main: Callable[[], object], config_name: str) -> None:
         except (HydraException, OmegaConfBaseException) as err:
             if debug_enabled():
                 raise
-            fail(_missing_key_message(err) or hydra_message(err))
+            fail(_missing_key_message(err, config_name) or hydra_message(err))
 
 
 # Set by _composition_errors_raised while Hydra composes; the command's own start unsets it.
@@ -99,14 +100,22 @@ def _composed() -> None:
         _raising_set = False
 
 
-def _missing_key_message(err: Exception) -> str | None:
+def _missing_key_message(err: Exception, config_name: str) -> str | None:
     """``data.dir=x`` where the picked group has no ``dir``: which ``conf/data/`` configs have
-    it (Hydra would suggest ``+data.dir=x``, which the source would then ignore)."""
+    it (Hydra would suggest ``+data.dir=x``, which the source would then ignore); ``head=8``:
+    the command's keys (Hydra would suggest ``+head=8``, which :func:`refuse_unused_keys`
+    refuses in turn)."""
     found = re.match(r"Could not override '([\w.]+)'", str(err))
-    if not (isinstance(err, HydraException) and found and "." in found[1]):
+    if not (isinstance(err, HydraException) and found):
         return None
     key = found[1]
-    group, _, rest = key.partition(".")
+    group, dot, rest = key.partition(".")
+    known = sorted(command_keys(config_name))
+    if group not in known:
+        close = difflib.get_close_matches(group, known, n=1)
+        hint = f" ({close[0]}{dot}{rest}?)" if close else ""
+        takes = f"{config_name} takes {', '.join(known)} (conf/{config_name}.yaml)"
+        return f"unknown key {key}{hint}; {takes}"
     folder = CONF_DIR / group
     if not folder.is_dir():
         return None
@@ -233,16 +242,25 @@ def refuse_unused_keys(cfg: DictConfig | None) -> None:
         return
     hydra_cfg = HydraConfig.get()
     name, overrides = str(hydra_cfg.job.config_name), list(hydra_cfg.overrides.task)
-    added = {_top_key(o) for o in overrides if o.startswith("+")}
-    defined = {*cfg, *(group.split("/")[0] for group in hydra_cfg.runtime.choices)} - added
-    read = dataclasses.fields(COMMANDS[name]) if name in COMMANDS else ()
-    accepted = {*defined, *(field.name for field in read if field.metadata["key"]), "hydra"}
-    unused = [o for o in overrides if _top_key(o) not in accepted]
+    accepted = command_keys(name)
+    unused = [o for o in overrides if _top_key(o) not in {*accepted, "hydra"}]
     if unused:
         raise UserError(
             f"{name} does not use {' '.join(unused)}; it takes "
-            f"{', '.join(sorted(accepted - {'hydra'}))} (conf/{name}.yaml): leave them out"
+            f"{', '.join(sorted(accepted))} (conf/{name}.yaml): leave them out"
         )
+
+
+@functools.cache
+def command_keys(name: str) -> frozenset[str]:
+    """The top-level keys ``python -m translate.<name>`` reads: the keys and groups of
+    ``conf/<name>.yaml`` (read as plain YAML; the experiments only set keys it has) and its
+    settings' keys."""
+    config = yaml.safe_load((CONF_DIR / f"{name}.yaml").read_text())
+    groups = [next(iter(entry)) for entry in config.get("defaults", []) if isinstance(entry, dict)]
+    keys = {*config, *(g for g in groups if not g.startswith("override "))} - {"defaults", "hydra"}
+    read = dataclasses.fields(COMMANDS[name]) if name in COMMANDS else ()
+    return frozenset(keys | {field.name for field in read if field.metadata["key"]})
 
 
 def _refuse_keys_of_an_unpicked_group(config_name: str) -> None:
