@@ -91,6 +91,14 @@ def test_an_unknown_key_names_the_keys_the_command_takes(tmp_path, command, key,
     assert "+" not in proc.stderr
 
 
+def test_a_sweep_with_an_unknown_key_is_refused_before_its_sweep_dir_is_made(tmp_path):
+    """Before, Hydra made the sweep dir and its multirun.yaml, then refused every job."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli("translate.train", "-m", "head=1,2", f"hydra.sweep.dir={sweep}")
+    assert_one_line_error(proc, "unknown key head (heads?)")
+    assert not sweep.exists()
+
+
 @pytest.mark.parametrize("command", ["translate.evaluate", "translate.analyze"])
 def test_a_bad_value_names_the_key_as_typed(tmp_path, command):
     """Before: `command.keep_freed_memory='maybe' ...`, a key no command line has."""

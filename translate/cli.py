@@ -109,13 +109,10 @@ def _missing_key_message(err: Exception, config_name: str) -> str | None:
     if not (isinstance(err, HydraException) and found):
         return None
     key = found[1]
-    group, dot, rest = key.partition(".")
-    known = sorted(command_keys(config_name))
-    if group not in known:
-        close = difflib.get_close_matches(group, known, n=1)
-        hint = f" ({close[0]}{dot}{rest}?)" if close else ""
-        takes = f"{config_name} takes {', '.join(known)} (conf/{config_name}.yaml)"
-        return f"unknown key {key}{hint}; {takes}"
+    unknown = _unknown_top_key(key, config_name)
+    if unknown is not None or "." not in key:
+        return unknown
+    group, _, rest = key.partition(".")
     folder = CONF_DIR / group
     if not folder.is_dir():
         return None
@@ -279,12 +276,20 @@ def _refuse_keys_of_an_unpicked_group(config_name: str) -> None:
 
 
 def _refuse_unknown_keys(config_name: str) -> None:
-    """``trainer.lr=1`` (the key is ``optim.lr``) in one line naming where it is a key, not
-    Hydra's five lines suggesting ``+trainer.lr=1``, which the settings would refuse too."""
+    """``trainer.lr=1`` (the key is ``optim.lr``) or ``head=8`` in one line naming where it
+    is a key, not Hydra's five lines suggesting ``+trainer.lr=1``, which the settings would
+    refuse too; before Hydra runs, so a refused sweep leaves no sweep dir behind."""
     schema = COMMANDS[config_name]
+    # What +key= adds is a key for Hydra; refuse_unused_keys refuses it with its other keys.
+    added = {_top_key(arg) for arg in sys.argv[1:] if arg.startswith("+")}
     for arg in sys.argv[1:]:
         key, eq, _ = arg.partition("=")
-        if eq and "." in key and not arg.startswith(("-", "+", "~", "hydra.")):
+        if not eq or arg.startswith(("-", "+", "~", "hydra.", "hydra/")):
+            continue
+        unknown = None if _top_key(key) in added else _unknown_top_key(key, config_name)
+        if unknown is not None:
+            fail(unknown)
+        if "." in key:
             found = _unknown_key(schema, key.split("."))
             if found is not None:
                 group, known = found
@@ -293,6 +298,20 @@ def _refuse_unknown_keys(config_name: str) -> None:
                 elsewhere = [k for k in keys if k.endswith(leaf)]
                 hint = f" ({' or '.join(elsewhere)}?)" if elsewhere else ""
                 fail(f"unknown key {key}{hint}; the keys of {group} are {', '.join(known)}")
+
+
+def _unknown_top_key(key: str, config_name: str) -> str | None:
+    """``head=8`` or ``traner.max_steps=1``: the nearest key and every key the command takes;
+    None where the key's first part is one of them."""
+    group, dot, rest = key.partition(".")
+    known = sorted(command_keys(config_name))
+    if group in known:
+        return None
+    close = difflib.get_close_matches(group, known, n=1)
+    hint = f" ({close[0]}{dot}{rest}?)" if close else ""
+    return (
+        f"unknown key {key}{hint}; {config_name} takes {', '.join(known)} (conf/{config_name}.yaml)"
+    )
 
 
 def _unknown_key(schema, parts: list[str]) -> tuple[str, list[str]] | None:
