@@ -110,8 +110,10 @@ def _missing_key_message(err: Exception, config_name: str) -> str | None:
         return None
     key = found[1]
     unknown = _unknown_top_key(key, config_name)
-    if unknown is not None or "." not in key:
+    if unknown is not None:
         return unknown
+    if "." not in key:
+        return None
     group, _, rest = key.partition(".")
     folder = CONF_DIR / group
     if not folder.is_dir():
