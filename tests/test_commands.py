@@ -91,11 +91,16 @@ def test_an_unknown_key_names_the_keys_the_command_takes(tmp_path, command, key,
     assert "+" not in proc.stderr
 
 
-def test_a_sweep_with_an_unknown_key_is_refused_before_its_sweep_dir_is_made(tmp_path):
-    """Before, Hydra made the sweep dir and its multirun.yaml, then refused every job."""
+@pytest.mark.parametrize(
+    "key,said",
+    [("head=1,2", "unknown key head (heads?)"), ("+head=1,2", "train does not use +head=1,2")],
+)
+def test_a_sweep_with_an_unknown_key_is_refused_before_its_sweep_dir_is_made(tmp_path, key, said):
+    """Before, Hydra made the sweep dir (its multirun.yaml; with +head, a job dir each and an
+    empty report), then refused every job."""
     sweep = tmp_path / "sweep"
-    proc = run_cli("translate.train", "-m", "head=1,2", f"hydra.sweep.dir={sweep}")
-    assert_one_line_error(proc, "unknown key head (heads?)")
+    proc = run_cli("translate.train", "-m", key, f"hydra.sweep.dir={sweep}")
+    assert_one_line_error(proc, said)
     assert not sweep.exists()
 
 

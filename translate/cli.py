@@ -241,13 +241,16 @@ def refuse_unused_keys(cfg: DictConfig | None) -> None:
         return
     hydra_cfg = HydraConfig.get()
     name, overrides = str(hydra_cfg.job.config_name), list(hydra_cfg.overrides.task)
-    accepted = command_keys(name)
-    unused = [o for o in overrides if _top_key(o) not in {*accepted, "hydra"}]
+    unused = [o for o in overrides if _top_key(o) not in {*command_keys(name), "hydra"}]
     if unused:
-        raise UserError(
-            f"{name} does not use {' '.join(unused)}; it takes "
-            f"{', '.join(sorted(accepted))} (conf/{name}.yaml): leave them out"
-        )
+        raise UserError(_unused_message(name, unused))
+
+
+def _unused_message(name: str, unused: list[str]) -> str:
+    return (
+        f"{name} does not use {' '.join(unused)}; it takes "
+        f"{', '.join(sorted(command_keys(name)))} (conf/{name}.yaml): leave them out"
+    )
 
 
 @functools.cache
@@ -282,13 +285,18 @@ def _refuse_unknown_keys(config_name: str) -> None:
     is a key, not Hydra's five lines suggesting ``+trainer.lr=1``, which the settings would
     refuse too; before Hydra runs, so a refused sweep leaves no sweep dir behind."""
     schema = COMMANDS[config_name]
-    # What +key= adds is a key for Hydra; refuse_unused_keys refuses it with its other keys.
+    # What +key= adds is a key for Hydra, refused here with its other keys as refuse_unused_keys
+    # would refuse it in each job (after a sweep's dir is made).
     added = {_top_key(arg) for arg in sys.argv[1:] if arg.startswith("+")}
+    foreign = added - command_keys(config_name) - {"hydra"}
+    unused = [arg for arg in sys.argv[1:] if _top_key(arg) in foreign]
+    if unused:
+        fail(_unused_message(config_name, unused))
     for arg in sys.argv[1:]:
         key, eq, _ = arg.partition("=")
         if not eq or arg.startswith(("-", "+", "~", "hydra.", "hydra/")):
             continue
-        unknown = None if _top_key(key) in added else _unknown_top_key(key, config_name)
+        unknown = _unknown_top_key(key, config_name)
         if unknown is not None:
             fail(unknown)
         if "." in key:
