@@ -143,3 +143,24 @@ def test_a_checkpoint_replaced_while_evaluate_loads_it_is_refused(
     with pytest.raises(UserError, match=re.escape(f"{checkpoint} was replaced while it was")):
         command.evaluate(compose_config("evaluate", overrides))
     assert not (tmp_path / "eval" / "scores.json").exists()
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_evaluate_says_when_the_test_split_is_not_the_text_the_run_scored(
+    trained_run, tmp_path, caplog, changed
+):
+    """The run's test split read from a copy of its files: the same text is said nothing of;
+    one sentence changed since, and the scores cannot be compared with results.json."""
+    from translate.data.sources import sample_dir
+    from translate.evaluate import evaluate
+
+    data = shutil.copytree(sample_dir(), tmp_path / "data")
+    if changed:
+        lines = (data / "test.de").read_text(encoding="utf-8").splitlines(keepends=True)
+        (data / "test.de").write_text("Ein anderer Satz.\n" + "".join(lines[1:]), "utf-8")
+    checkpoint = trained_run[1]["checkpoint"]
+    overrides = [f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'out'}", *SHORT_DECODE]
+    with caplog.at_level("WARNING", logger="translate.evaluate"):
+        evaluate(compose_config("evaluate", [*overrides, "data=sample", f"data.dir={data}"]))
+    said = "is not the text the checkpoint's run scored as its test split" in caplog.text
+    assert said == changed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,8 @@ from translate.settings import command_settings, decode_overrides
 if TYPE_CHECKING:
     from translate.decoding.translator import Loaded
 
+log = logging.getLogger(__name__)
+
 # What an evaluation writes into its dir: a second one there would replace them.
 OUTPUTS = ("hyp.txt", "scores.json")
 
@@ -38,7 +41,9 @@ def _texts(command: EvaluateCommand, loaded) -> tuple[str, list[str], list[str]]
     if src is None:
         from translate.data.corpus import load_raw_split
 
-        return load_raw_split(loaded.data, "test")
+        name, sources, references = load_raw_split(loaded.data, "test")
+        _say_if_other_text(loaded, name, sources, references)
+        return name, sources, references
     # Lines end at \n (or \r\n) only, as in translate; surrounding spaces do not count.
     sources = [line.strip() for line in read_input_lines(Path(src))]
     references = [line.strip() for line in read_input_lines(Path(ref))]
@@ -50,6 +55,23 @@ def _texts(command: EvaluateCommand, loaded) -> tuple[str, list[str], list[str]]
             "source and reference must be line-aligned"
         )
     return Path(src).name, sources, references
+
+
+def _say_if_other_text(loaded, name: str, sources: list[str], references: list[str]) -> None:
+    """Warn where the test split read now is not the text the run scored (the files changed,
+    or data= names other ones): its scores cannot be compared with the run's results.json."""
+    from translate.data.tokenizer import text_fingerprint
+
+    d = loaded.data
+    now = text_fingerprint({d.src_lang: sources, d.tgt_lang: references})
+    if loaded.fingerprints.get("test", now) != now:
+        log.warning(
+            "the test split %s (%d sentences) is not the text the checkpoint's run scored as its "
+            "test split (by its fingerprint): these scores are of the text there now and cannot "
+            "be compared with the run's results.json",
+            name,
+            len(sources),
+        )
 
 
 def _stat(path: Path) -> tuple | None:

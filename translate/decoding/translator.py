@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -143,6 +143,8 @@ class Loaded:
     data: DataSettings  # the training data config, with the command's overrides merged
     config: dict  # the checkpoint's whole resolved training config
     step: int
+    # The text of each split the run read, by role (text_fingerprint); an export has none.
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     @property
     def model(self) -> Seq2SeqTransformer:
@@ -219,4 +221,5 @@ def load_translator(
         note += f"checkpoint's run evaluated with {run_cap}"
     engine = TorchEngine(model, torch_device, precision)
     translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, cap, note)
-    return Loaded(translator, data, config, int(ckpt["step"]))
+    fingerprints = dict(ckpt.get("data_fingerprints", {}))
+    return Loaded(translator, data, config, int(ckpt["step"]), fingerprints)
