@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 import sentencepiece as spm
@@ -100,6 +101,16 @@ def test_cache_key_covers_data_and_tokenizer_settings(tmp_path):
 def test_vocab_size_too_large_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"data\.tokenizer\.vocab_size=5000 is too large.*at most"):
         train(tmp_path, vocab_size=5000)
+
+
+def test_vocab_size_below_the_characters_is_a_user_error(tmp_path):
+    """Before: SentencePiece's own INTERNAL check line, with its source file and C++ terms."""
+    with pytest.raises(UserError) as err:
+        train(tmp_path, vocab_size=5)
+    minimum = int(re.search(r"set it to at least (\d+)", str(err.value))[1])
+    assert str(err.value).startswith("data.tokenizer.vocab_size=5 is too small")
+    assert "INTERNAL" not in str(err.value)
+    train(tmp_path, vocab_size=minimum)  # the size it names is enough
 
 
 def test_unknown_model_type_is_a_user_error(tmp_path):

@@ -255,6 +255,13 @@ def _train(texts: Iterable[str], settings: Mapping[str, object]) -> bytes:
                 f"data.tokenizer.vocab_size={too_high[1]} is too large for this training data; "
                 f"set it to at most {too_high[2]}"
             ) from err
+        too_low = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(err))
+        if too_low:
+            raise UserError(
+                f"data.tokenizer.vocab_size={too_low[1]} is too small for the characters of this "
+                f"training data and the special pieces; set it to at least {too_low[2]} (or "
+                "lower data.tokenizer.character_coverage)"
+            ) from err
         msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise UserError(f"SentencePiece training failed: {msg} (see data.tokenizer.*)") from err
     return model.getvalue()
