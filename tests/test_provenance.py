@@ -145,12 +145,14 @@ def test_a_checkpoint_replaced_while_evaluate_loads_it_is_refused(
     assert not (tmp_path / "eval" / "scores.json").exists()
 
 
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
 @pytest.mark.parametrize("changed", [False, True])
 def test_evaluate_says_when_the_test_split_is_not_the_text_the_run_scored(
-    trained_run, tmp_path, caplog, changed
+    trained_run, tmp_path, caplog, changed, engine
 ):
     """The run's test split read from a copy of its files: the same text is said nothing of;
-    one sentence changed since, and the scores cannot be compared with results.json."""
+    one sentence changed since, and the scores cannot be compared with results.json. An
+    export carries its checkpoint's fingerprints for this."""
     from translate.data.sources import sample_dir
     from translate.evaluate import evaluate
 
@@ -158,8 +160,14 @@ def test_evaluate_says_when_the_test_split_is_not_the_text_the_run_scored(
     if changed:
         lines = (data / "test.de").read_text(encoding="utf-8").splitlines(keepends=True)
         (data / "test.de").write_text("Ein anderer Satz.\n" + "".join(lines[1:]), "utf-8")
-    checkpoint = trained_run[1]["checkpoint"]
-    overrides = [f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'out'}", *SHORT_DECODE]
+    model = [f"checkpoint={trained_run[1]['checkpoint']}"]
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+        from translate.decoding.ct2_export import export_checkpoint
+
+        exported = export_checkpoint(trained_run[1]["checkpoint"], tmp_path / "m", "float32", None)
+        model = ["engine=ctranslate2", f"model_dir={exported}"]
+    overrides = [*model, f"output_dir={tmp_path / 'out'}", *SHORT_DECODE]
     with caplog.at_level("WARNING", logger="translate.evaluate"):
         evaluate(compose_config("evaluate", [*overrides, "data=sample", f"data.dir={data}"]))
     said = "is not the text the checkpoint's run scored as its test split" in caplog.text

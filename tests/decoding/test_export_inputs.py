@@ -157,6 +157,7 @@ def _edit(manifest: dict, path: str, value) -> None:
         ("data", "multi30k", "field 'data' is \"multi30k\", not an object"),
         # Before, blamed on the tokenizer's SHA-256, which is the one recorded.
         ("tokenizer.vocab_size", 500, "field 'tokenizer.vocab_size' is 500, but"),
+        ("data_fingerprints", {"test": "x"}, "not an object of SHA-256s by split role"),
     ],
 )
 def test_every_field_of_the_manifest_is_checked_on_load(exported, tmp_path, field, value, said):
@@ -169,6 +170,19 @@ def test_every_field_of_the_manifest_is_checked_on_load(exported, tmp_path, fiel
     message = str(err.value)
     assert message.startswith(f"{model_dir / MANIFEST}") and said in message, message
     assert "\n" not in message and "export the checkpoint again" in message
+
+
+def test_an_export_carries_the_runs_text_fingerprints_and_loads_without_them(
+    exported, checkpoint, tmp_path
+):
+    """For evaluate's check of the test split's text; an export made before has none."""
+    fingerprints = load_checkpoint(checkpoint)["data_fingerprints"]
+    assert load_exported(exported, "cpu").fingerprints == fingerprints
+    model_dir = Path(shutil.copytree(exported, tmp_path / "model"))
+    manifest = json.loads((model_dir / MANIFEST).read_text())
+    del manifest["data_fingerprints"]
+    (model_dir / MANIFEST).write_text(json.dumps(manifest))
+    assert load_exported(model_dir, "cpu").fingerprints == {}
 
 
 def test_a_hand_edited_step_is_one_line_from_the_command(exported, tmp_path):

@@ -167,6 +167,11 @@ MANIFEST_FIELDS = {
     "tokenizer.vocab_size": Field(whole(1), "a whole number >= 1", required=True),
     "model_bin": _OBJECT,
     "model_bin.sha256": _HASH,
+    # The checkpoint's fingerprint of each split's text, for evaluate (exports since 2026-12-05).
+    "data_fingerprints": Field(
+        lambda v: isinstance(v, dict) and all(map(_sha256, v.values())),
+        "an object of SHA-256s by split role",
+    ),
 }
 
 
@@ -277,4 +282,5 @@ def load_exported(
     engine = CT2Engine(model_dir, resolve_device(device), pieces, positions)
     max_src_len = _source_cap(data.eval_cap, decode, positions)
     translator = Translator(engine, tokenizer, decode, data.eval_max_tokens, max_src_len)
-    return Loaded(translator, data, manifest, manifest["step"])
+    fingerprints = manifest.get("data_fingerprints", {})
+    return Loaded(translator, data, manifest, manifest["step"], fingerprints)

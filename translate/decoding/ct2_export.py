@@ -168,6 +168,7 @@ def _manifest(ckpt: dict, checkpoint: Path, quantization: str, rows: int, tokeni
         "data": data,
         "tokenizer": tokenizer_identity(tokenizer),
         "model_bin": {"sha256": file_sha256(model)},
+        "data_fingerprints": dict(ckpt.get("data_fingerprints", {})),
     }
 
 
