@@ -6,6 +6,7 @@ folder that holds no sweep jobs)."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -137,6 +138,42 @@ def test_an_unreadable_results_json_is_a_failed_job_in_one_line(tmp_path, script
     assert line.endswith("); fix it and report again") and "1 failed and 0 missing jobs" in out
     rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
     assert [(r["heads"], r["n"]) for r in rows] == [("4", "1"), ("8", "2")]
+
+
+@pytest.mark.parametrize(
+    "damage,said",
+    [
+        (lambda r: [r], "(not a JSON object)"),
+        (lambda r: {**r, "bleu": "26.0"}, "(field 'bleu' is \"26.0\", not a number)"),
+        (lambda r: {**r, "heads": None}, "(field 'heads' is null, not a whole number >= 1)"),
+        (lambda r: {**r, "steps": 1.5}, "(field 'steps' is 1.5, not a whole number >= 0)"),
+    ],
+    ids=["a list", "bleu as text", "heads null", "steps a fraction"],
+)
+def test_a_results_json_not_as_training_writes_it_is_a_failed_job(
+    tmp_path, script, capsys, damage, said
+):
+    """Before: a TypeError traceback from deep in the report (a hand-edited file)."""
+    _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})
+    edited = tmp_path / "heads=4,seed=2" / "results.json"
+    edited.write_text(json.dumps(damage(json.loads(edited.read_text()))))
+    assert script.main([str(tmp_path), "--bootstrap-samples", "100"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("- `heads=4,seed=2`: failed: ")]
+    assert f"{edited} is not as training writes it {said}; fix it and report again" in line
+    rows = list(csv.DictReader((tmp_path / "ablation.csv").open()))
+    assert [(r["heads"], r["n"]) for r in rows] == [("4", "1"), ("8", "2")]
+
+
+def test_a_damaged_overrides_yaml_is_a_failed_job(tmp_path, script, capsys):
+    """Before: yaml's ParserError traceback."""
+    _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})
+    overrides = tmp_path / "heads=4,seed=2" / ".hydra" / "overrides.yaml"
+    overrides.parent.mkdir(exist_ok=True)
+    overrides.write_text("[heads=4, seed=2")
+    assert script.main([str(tmp_path), "--bootstrap-samples", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"failed: {overrides} is unreadable (" in out
 
 
 def test_a_figure_the_disk_refuses_after_the_tables_says_they_were_replaced(tmp_path):

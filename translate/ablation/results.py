@@ -16,6 +16,7 @@ import yaml
 from translate.ablation import stats
 from translate.ablation.stats import Key, heads_key, mean_std
 from translate.errors import UserError, counted
+from translate.fields import Field, field_problem, of_type, whole
 from translate.training.rundir import parse_overrides
 
 BASELINE_HEADS = 8
@@ -23,6 +24,28 @@ BASELINE_HEADS = 8
 # Not the jobs' own speed fields, each measured alone beside other work.
 METRICS = {"bleu": True, "chrf": True, "dev_bleu": True, "bleu_greedy": True, "steps": False}
 SWEEP_DIR_HINT = "give the dir a multirun made, e.g. outputs/multirun/<date_time>"
+
+
+def _or_null(check):
+    return lambda v: v is None or check(v)
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# The fields of a job's results.json the report reads: a hand-edited one is a failed job with
+# its reason, not a traceback. kv_heads is absent before GQA; the others may be null.
+RESULTS_FIELDS = {
+    "heads": Field(whole(1), "a whole number >= 1", required=True),
+    "kv_heads": Field(_or_null(whole(1)), "a whole number >= 1"),
+    **{k: Field(_or_null(_number), "a number") for k in METRICS if k != "steps"},
+    "averaged_dev_bleu": Field(_or_null(_number), "a number"),
+    "steps": Field(_or_null(whole(0)), "a whole number >= 0"),
+    "params": Field(_or_null(whole(0)), "a whole number >= 0"),
+    "provenance": Field(_or_null(of_type(dict)), "an object"),
+    "head_summary": Field(_or_null(of_type(dict)), "an object"),
+}
 
 
 def scored_dev_bleu(results: dict) -> float | None:
@@ -124,16 +147,34 @@ def _failure_reason(job_dir: Path) -> str:
 
 def _read_job(sweep_dir: Path, job_dir: Path) -> Job:
     overrides_file, results_file = job_dir / ".hydra" / "overrides.yaml", job_dir / "results.json"
-    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    job = Job(str(job_dir.relative_to(sweep_dir)), job_dir, parse_overrides(overrides), None)
+    job = Job(str(job_dir.relative_to(sweep_dir)), job_dir, {}, None)
+    try:
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+    except (yaml.YAMLError, ValueError) as err:  # Hydra writes it: one line for a damaged one
+        why = str(err).splitlines()[0]
+        job.error = f"{overrides_file} is unreadable ({why}); fix it and report again"
+        return job
+    job.overrides = parse_overrides(overrides)
     if not results_file.is_file():
         job.error = _failure_reason(job_dir)
         return job
-    try:
-        job.results = json.loads(results_file.read_text(encoding="utf-8"))
-    except ValueError as err:  # training writes it: one line says what went wrong
-        job.error = f"{results_file} is unreadable ({err}); fix it and report again"
+    job.results, job.error = _read_results(results_file)
     return job
+
+
+def _read_results(path: Path) -> tuple[dict | None, str | None]:
+    """``(results, None)``, or ``(None, why not)`` for a file not as training writes it."""
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # training writes it: one line says what went wrong
+        return None, f"{path} is unreadable ({err}); fix it and report again"
+    if not isinstance(results, dict):
+        problem = "not a JSON object"
+    else:
+        problem = field_problem(results, RESULTS_FIELDS)
+    if problem is not None:
+        return None, f"{path} is not as training writes it ({problem}); fix it and report again"
+    return results, None
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
