@@ -165,6 +165,44 @@ def test_a_results_json_not_as_training_writes_it_is_a_failed_job(
     assert [(r["heads"], r["n"]) for r in rows] == [("4", "1"), ("8", "2")]
 
 
+ALIGN = {
+    "sentences": 4,
+    "reference": {"kind": "silver", "origin": "eflomal", "split": "test"},
+    "jobs": [{"name": "heads=4,seed=1", "heads": 4, "best_aer": 0.4}],
+}
+
+
+@pytest.mark.parametrize(
+    "file,content,said",
+    [
+        ("ablation_align.json", [ALIGN], "(not a JSON object): no AER column"),
+        ("ablation_align.json", {**ALIGN, "reference": "silver"}, "(field 'reference' is \"silv"),
+        (
+            "ablation_align.json",
+            {**ALIGN, "jobs": [{"name": "heads=4,seed=1", "heads": 4}]},
+            "(an entry of 'jobs': no field 'best_aer'): no AER column",
+        ),
+        ("ablation_speed.json", {"jobs": [], "heads": [1]}, "(no field 'baseline_heads')"),
+        (
+            "ablation_speed.json",
+            {"jobs": [], "heads": [1], "baseline_heads": 8},
+            "(an entry of 'heads': no object): no speed columns",
+        ),
+    ],
+    ids=["align a list", "reference text", "no best_aer", "no baseline", "a speed row number"],
+)
+def test_a_measurement_file_not_as_its_command_writes_it_is_left_out_with_a_warning(
+    tmp_path, file, content, said
+):
+    """Before: a KeyError or AttributeError traceback from the report (a hand-edited file)."""
+    _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})
+    (tmp_path / file).write_text(json.dumps(content))
+    report = write_report(tmp_path, bootstrap_samples=10)
+    (warning,) = [w for w in report.warnings if w.startswith(str(tmp_path / file))]
+    assert f"{tmp_path / file} is not as its command writes it {said}" in warning
+    assert "python -m translate.ablation" in warning
+
+
 def test_a_damaged_overrides_yaml_is_a_failed_job(tmp_path, script, capsys):
     """Before: yaml's ParserError traceback."""
     _sweep(tmp_path, {4: [25.0, 26.0], 8: [27.0, 27.5]})

@@ -377,10 +377,17 @@ def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings:
     except (OSError, ValueError) as err:
         warnings.append(f"{path} is unreadable ({err}): {words['lost']}; run {command}")
         return None
-    measured = data.get("sweep_dir")  # absent in speed files from before it was recorded
-    if measured is not None and Path(measured) != sweep_dir.resolve():
+    measured = data.get("sweep_dir") if isinstance(data, dict) else None  # absent: older
+    if isinstance(measured, str) and Path(measured) != sweep_dir.resolve():
         # `speed <sweepA> --json <sweepB>/...`: A's figures must not pass for B's.
         warnings.append(words["other"].format(path=path, measured=measured, command=command))
+        return None
+    problem = _file_problem(data, words)
+    if problem is not None:
+        lost = words["lost"]
+        warnings.append(
+            f"{path} is not as its command writes it ({problem}): {lost}; run {command}"
+        )
         return None
     have = {job["name"] for job in data["jobs"]}
     reasons = {job["name"]: job["reason"] for job in data.get(words.get("skipped"), [])}
@@ -390,6 +397,31 @@ def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings:
     if unmeasured := [name for name in unmeasured if name not in reasons]:
         warnings.append(words["missing"].format(jobs=", ".join(unmeasured), command=command))
     return data
+
+
+def _file_problem(data, words: dict) -> str | None:
+    """What makes a speed or align file other than its command writes it, in words; or None:
+    the fields the report reads, at the top and in each entry of its lists."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    problem = field_problem(data, words["fields"])
+    if problem is not None:
+        return problem
+    for key, fields in words["entries"].items():
+        for entry in data.get(key, []):
+            problem = field_problem(entry, fields) if isinstance(entry, dict) else "no object"
+            if problem is not None:
+                return f"an entry of {key!r}: {problem}"
+    return None
+
+
+_LIST = Field(of_type(list), "a list", required=True)
+_TEXT = Field(of_type(str), "a text", required=True)
+_SWEEP_DIR = Field(of_type(str), "a path")
+_HEADS = {
+    "heads": Field(whole(1), "a whole number >= 1", required=True),
+    "kv_heads": Field(_or_null(whole(1)), "a whole number >= 1"),
+}
 
 
 SPEED_WORDS = {
@@ -402,6 +434,18 @@ SPEED_WORDS = {
     "{command} again",
     "skipped": "not_timed",
     "skipped_reason": SPEED_FILE + " has no figures for {name}; it was not timed: {reason}",
+    "fields": {
+        "jobs": _LIST,
+        "heads": _LIST,
+        "baseline_heads": Field(_or_null(whole(1)), "a whole number >= 1", required=True),
+        "not_timed": Field(of_type(list), "a list"),
+        "sweep_dir": _SWEEP_DIR,
+    },
+    "entries": {
+        "jobs": {"name": _TEXT},
+        "heads": _HEADS,
+        "not_timed": {"name": _TEXT, "reason": _TEXT},
+    },
 }
 
 
@@ -422,6 +466,16 @@ ALIGN_WORDS = {
     "other": "{path} measured another sweep ({measured}): its AERs are left out; run {command}",
     "missing": ALIGN_FILE + " has no AER for {jobs} (finished after it was measured, or not "
     "measured: see its not_measured); run {command} again",
+    "fields": {
+        "jobs": _LIST,
+        "sentences": Field(whole(0), "a whole number >= 0", required=True),
+        "reference": Field(of_type(dict), "an object", required=True),
+        "sweep_dir": _SWEEP_DIR,
+        **{f"reference.{k}": _TEXT for k in ("kind", "origin", "split")},
+    },
+    "entries": {
+        "jobs": {"name": _TEXT, **_HEADS, "best_aer": Field(_number, "a number", required=True)}
+    },
 }
 
 
