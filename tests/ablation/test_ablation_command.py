@@ -59,3 +59,11 @@ def test_speed_refuses_zero_threads_before_any_work(tmp_path):
     proc = run("speed", str(tmp_path), "--threads", "0")
     assert proc.returncode == 2
     assert proc.stderr == "error: --threads 0 must be >= 1\n"
+
+
+@pytest.mark.parametrize("option", ["--bootstrap-samples", "--baseline-heads"])
+def test_report_refuses_a_count_below_one_before_any_work(option, tmp_path):
+    """Before, --bootstrap-samples 0 was numpy's ValueError traceback."""
+    proc = run("report", str(tmp_path), option, "0")
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {option} 0 must be >= 1\n"
