@@ -314,9 +314,9 @@ def _unknown_top_key(key: str, config_name: str) -> str | None:
     """``head=8`` or ``traner.max_steps=1``: the nearest key and every key the command takes;
     None where the key's first part is one of them."""
     group, dot, rest = key.partition(".")
-    known = sorted(command_keys(config_name))
-    if group in known:
+    if group in command_keys(config_name):
         return None
+    known = sorted(command_keys(config_name))
     close = difflib.get_close_matches(group, known, n=1)
     hint = f" ({close[0]}{dot}{rest}?)" if close else ""
     return (

@@ -29,6 +29,15 @@ def of_type(kind: type) -> Check:
     return lambda v: isinstance(v, kind)
 
 
+def number(v) -> bool:
+    """An int or a float, never a boolean."""
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def or_null(check: Check) -> Check:
+    return lambda v: v is None or check(v)
+
+
 def field_problem(data: dict, fields: dict[str, Field]) -> str | None:
     """The first failing field of ``fields`` in words (``field 'step' is "abc", not a whole
     number >= 0``); None when all pass."""

@@ -11,7 +11,13 @@ import time
 from pathlib import Path
 
 from translate import io
-from translate.ablation.results import ALIGN_FILE, Job, existing_sweep_dir, job_fields
+from translate.ablation.results import (
+    ALIGN_FILE,
+    Job,
+    at_least_one,
+    existing_sweep_dir,
+    job_fields,
+)
 from translate.ablation.speed import completed_jobs, sentence_pairs
 from translate.analysis.alignment import pharaoh
 from translate.analysis.alignment_heads import cross_links, head_aer, reference_alignments
@@ -91,8 +97,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--json", help=f"output (default SWEEP_DIR/{ALIGN_FILE})")
     args = parser.parse_args(argv)
     try:
-        if args.sentences < 1:
-            raise UserError(f"--sentences {args.sentences} must be >= 1")
+        at_least_one([("--sentences", args.sentences)])
         payload, path = run_align(args.sweep_dir, args)
     except UserError as err:
         if debug_enabled():

@@ -345,12 +345,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        for option, count in (
-            ("--baseline-heads", args.baseline_heads),
-            ("--bootstrap-samples", args.bootstrap_samples),
-        ):
-            if count < 1:
-                raise UserError(f"{option} {count} must be >= 1")
+        results.at_least_one(
+            [
+                ("--baseline-heads", args.baseline_heads),
+                ("--bootstrap-samples", args.bootstrap_samples),
+            ]
+        )
         report = write_report(args.sweep_dir, args.baseline_heads, args.bootstrap_samples)
     except UserError as err:
         if debug_enabled():

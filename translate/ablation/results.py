@@ -16,7 +16,7 @@ import yaml
 from translate.ablation import stats
 from translate.ablation.stats import Key, heads_key, mean_std
 from translate.errors import UserError, counted
-from translate.fields import Field, field_problem, of_type, whole
+from translate.fields import Field, field_problem, number, of_type, or_null, whole
 from translate.training.rundir import parse_overrides
 
 BASELINE_HEADS = 8
@@ -26,26 +26,34 @@ METRICS = {"bleu": True, "chrf": True, "dev_bleu": True, "bleu_greedy": True, "s
 SWEEP_DIR_HINT = "give the dir a multirun made, e.g. outputs/multirun/<date_time>"
 
 
-def _or_null(check):
-    return lambda v: v is None or check(v)
-
-
-def _number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-# The fields of a job's results.json the report reads: a hand-edited one is a failed job with
-# its reason, not a traceback. kv_heads is absent before GQA; the others may be null.
-RESULTS_FIELDS = {
+# A job's heads, in results.json and in each job entry of the speed and align files.
+_HEADS = {
     "heads": Field(whole(1), "a whole number >= 1", required=True),
-    "kv_heads": Field(_or_null(whole(1)), "a whole number >= 1"),
-    **{k: Field(_or_null(_number), "a number") for k in METRICS if k != "steps"},
-    "averaged_dev_bleu": Field(_or_null(_number), "a number"),
-    "steps": Field(_or_null(whole(0)), "a whole number >= 0"),
-    "params": Field(_or_null(whole(0)), "a whole number >= 0"),
-    "provenance": Field(_or_null(of_type(dict)), "an object"),
-    "head_summary": Field(_or_null(of_type(dict)), "an object"),
+    "kv_heads": Field(or_null(whole(1)), "a whole number >= 1"),  # absent before GQA
 }
+# The fields of a job's results.json the report reads: a hand-edited one is a failed job with
+# its reason, not a traceback. All but heads may be null.
+RESULTS_FIELDS = {
+    **_HEADS,
+    **{k: Field(or_null(number), "a number") for k in METRICS if k != "steps"},
+    "averaged_dev_bleu": Field(or_null(number), "a number"),
+    "steps": Field(or_null(whole(0)), "a whole number >= 0"),
+    "params": Field(or_null(whole(0)), "a whole number >= 0"),
+    "provenance": Field(or_null(of_type(dict)), "an object"),
+    "head_summary": Field(or_null(of_type(dict)), "an object"),
+}
+
+
+def at_least_one(counts: list[tuple[str, int]]) -> None:
+    """Refuse an option's count below 1 (``--rounds 0``), in one line before any work."""
+    for option, count in counts:
+        if count < 1:
+            raise UserError(f"{option} {count} must be >= 1")
+
+
+def _object_problem(data, fields: dict[str, Field]) -> str | None:
+    """What makes a JSON file's ``data`` other than its writer writes it; None if nothing."""
+    return field_problem(data, fields) if isinstance(data, dict) else "not a JSON object"
 
 
 def scored_dev_bleu(results: dict) -> float | None:
@@ -168,10 +176,7 @@ def _read_results(path: Path) -> tuple[dict | None, str | None]:
         results = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as err:  # training writes it: one line says what went wrong
         return None, f"{path} is unreadable ({err}); fix it and report again"
-    if not isinstance(results, dict):
-        problem = "not a JSON object"
-    else:
-        problem = field_problem(results, RESULTS_FIELDS)
+    problem = _object_problem(results, RESULTS_FIELDS)
     if problem is not None:
         return None, f"{path} is not as training writes it ({problem}); fix it and report again"
     return results, None
@@ -402,9 +407,7 @@ def read_sweep_file(sweep_dir: Path, words: dict, finished: list[str], warnings:
 def _file_problem(data, words: dict) -> str | None:
     """What makes a speed or align file other than its command writes it, in words; or None:
     the fields the report reads, at the top and in each entry of its lists."""
-    if not isinstance(data, dict):
-        return "not a JSON object"
-    problem = field_problem(data, words["fields"])
+    problem = _object_problem(data, words["fields"])
     if problem is not None:
         return problem
     for key, fields in words["entries"].items():
@@ -418,10 +421,6 @@ def _file_problem(data, words: dict) -> str | None:
 _LIST = Field(of_type(list), "a list", required=True)
 _TEXT = Field(of_type(str), "a text", required=True)
 _SWEEP_DIR = Field(of_type(str), "a path")
-_HEADS = {
-    "heads": Field(whole(1), "a whole number >= 1", required=True),
-    "kv_heads": Field(_or_null(whole(1)), "a whole number >= 1"),
-}
 
 
 SPEED_WORDS = {
@@ -437,7 +436,7 @@ SPEED_WORDS = {
     "fields": {
         "jobs": _LIST,
         "heads": _LIST,
-        "baseline_heads": Field(_or_null(whole(1)), "a whole number >= 1", required=True),
+        "baseline_heads": Field(or_null(whole(1)), "a whole number >= 1", required=True),
         "not_timed": Field(of_type(list), "a list"),
         "sweep_dir": _SWEEP_DIR,
     },
@@ -474,7 +473,7 @@ ALIGN_WORDS = {
         **{f"reference.{k}": _TEXT for k in ("kind", "origin", "split")},
     },
     "entries": {
-        "jobs": {"name": _TEXT, **_HEADS, "best_aer": Field(_number, "a number", required=True)}
+        "jobs": {"name": _TEXT, **_HEADS, "best_aer": Field(number, "a number", required=True)}
     },
 }
 

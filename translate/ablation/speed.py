@@ -410,9 +410,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     sizes = [getattr(args, dest) for dest, _ in COUNTS.values()]
     settings = SpeedSettings(*sizes, args.device, args.precision, not args.no_ct2)
     try:
-        for option, count in [*zip(COUNTS, sizes), ("--threads", args.threads)]:
-            if count < 1:
-                raise UserError(f"{option} {count} must be >= 1")
+        results.at_least_one([*zip(COUNTS, sizes), ("--threads", args.threads)])
         torch.set_num_threads(args.threads)  # recorded in the file's machine section
         if not args.system_malloc:  # recorded there too
             keep_freed_memory()

@@ -143,7 +143,7 @@ class Loaded:
     data: DataSettings  # the training data config, with the command's overrides merged
     config: dict  # the checkpoint's whole resolved training config
     step: int
-    # The text of each split the run read, by role (text_fingerprint); an export has none.
+    # The text of each split the run read, by role (text_fingerprint); none in older exports.
     fingerprints: dict[str, str] = field(default_factory=dict)
 
     @property
